@@ -1,0 +1,203 @@
+"""Collectives as pre/postconditions over global chunks (SCCL's model).
+
+A collective on ``n`` ranks names global chunks ``0..num_chunks-1``. ``pre[c]`` are the ranks that
+hold chunk c at the start and ``post[c]`` the ranks that must hold it at the end. In a *combining*
+collective (reduce, reducescatter, allreduce) every rank in ``pre[c]`` holds its own contribution to
+c and ``post`` ranks must hold the sum of all of them; in a non-combining one every holder has the
+same value. The buffer layout (which chunk sits in which slot of each rank's input and output
+buffer) is part of the collective, because emitters need it and it is fixed by the API contract.
+
+Message size convention (nccl-tests): ``bytes`` is the size of the buffer whose name the collective
+is usually quoted by — the full output of allgather/gather, the full input of reducescatter/scatter,
+the buffer of allreduce/broadcast/reduce, the per-rank buffer of alltoall — and it holds
+``buffer_chunks`` chunks, so one chunk is ``bytes / buffer_chunks``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import SynthError, unknown_name
+
+KINDS = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce", "gather",
+         "scatter")
+ROOTED = ("broadcast", "reduce", "gather", "scatter")
+COMBINING = ("reducescatter", "allreduce", "reduce")
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective instance: ranks, chunks, conditions and buffer layout."""
+
+    kind: str
+    num_ranks: int
+    chunks_per_rank: int
+    num_chunks: int
+    pre: tuple[tuple[int, ...], ...]
+    post: tuple[tuple[int, ...], ...]
+    combining: bool
+    buffer_chunks: int
+    inputs: tuple[tuple[int, ...], ...]
+    """``inputs[r]``: the chunk in each slot of rank r's input buffer."""
+    outputs: tuple[tuple[int, ...], ...]
+    """``outputs[r]``: the chunk each slot of rank r's output buffer must hold at the end."""
+    root: int | None = None
+    inplace: bool = False
+    custom: dict[str, Any] | None = field(default=None, compare=False, hash=False)
+    """For a custom collective: the file's data, kept so the JSON form can restore it."""
+
+    @property
+    def name(self) -> str:
+        return self.kind if self.root is None else f"{self.kind}(root={self.root})"
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.custom is not None:
+            return {"kind": "custom", "spec": self.custom, "inplace": self.inplace}
+        return {"kind": self.kind, "ranks": self.num_ranks, "chunks_per_rank": self.chunks_per_rank,
+                "root": self.root, "inplace": self.inplace}
+
+
+def make_collective(kind: str, num_ranks: int, chunks_per_rank: int = 1, root: int | None = None,
+                    inplace: bool = False) -> Collective:
+    """Build a standard collective; bad parameters raise SynthError."""
+    if kind not in KINDS:
+        raise unknown_name("collective", kind, KINDS + ("custom",))
+    n, k = num_ranks, chunks_per_rank
+    if n < 1:
+        raise SynthError(f"a collective needs at least 1 rank, got {n}")
+    if k < 1:
+        raise SynthError(f"--chunks must be at least 1, got {k}")
+    if kind in ROOTED:
+        root = 0 if root is None else root
+        if not 0 <= root < n:
+            raise SynthError(f"--root {root} is out of range for {n} ranks (0..{n - 1})")
+    elif root is not None:
+        raise SynthError(f"{kind} has no root; --root applies to {', '.join(ROOTED)}")
+    everyone = tuple(range(n))
+    own = [tuple(range(r * k, (r + 1) * k)) for r in range(n)]
+    allc = tuple(range(n * k))
+    if kind == "allgather":
+        pre = tuple((c // k,) for c in allc)
+        post = tuple(everyone for _ in allc)
+        inputs, outputs = own, [allc] * n
+    elif kind == "reducescatter":
+        pre = tuple(everyone for _ in allc)
+        post = tuple((c // k,) for c in allc)
+        inputs, outputs = [allc] * n, own
+    elif kind == "allreduce":
+        pre = post = tuple(everyone for _ in allc)
+        inputs = outputs = [allc] * n
+    elif kind == "alltoall":
+        # chunk (s, d, i) -> (s*n + d)*k + i: s sends its i-th piece for d
+        allc = tuple(range(n * n * k))
+        pre = tuple((c // (n * k),) for c in allc)
+        post = tuple(((c // k) % n,) for c in allc)
+        inputs = [tuple(range(r * n * k, (r + 1) * n * k)) for r in range(n)]
+        outputs = [tuple((s * n + r) * k + i for s in range(n) for i in range(k)) for r in range(n)]
+    elif kind == "broadcast":
+        allc = tuple(range(k))
+        pre = tuple((root,) for _ in allc)
+        post = tuple(everyone for _ in allc)
+        inputs = [allc if r == root else () for r in range(n)]
+        outputs = [allc] * n
+    elif kind == "reduce":
+        allc = tuple(range(k))
+        pre = tuple(everyone for _ in allc)
+        post = tuple((root,) for _ in allc)
+        inputs = [allc] * n
+        outputs = [allc if r == root else () for r in range(n)]
+    elif kind == "gather":
+        pre = tuple((c // k,) for c in allc)
+        post = tuple((root,) for _ in allc)
+        inputs = own
+        outputs = [allc if r == root else () for r in range(n)]
+    else:  # scatter
+        pre = tuple((root,) for _ in allc)
+        post = tuple((c // k,) for c in allc)
+        inputs = [allc if r == root else () for r in range(n)]
+        outputs = own
+    buffer_chunks = k if kind in ("broadcast", "reduce") else n * k
+    return Collective(kind=kind, num_ranks=n, chunks_per_rank=k, num_chunks=len(allc), pre=pre,
+                      post=post, combining=kind in COMBINING, buffer_chunks=buffer_chunks,
+                      inputs=tuple(inputs), outputs=tuple(outputs), root=root, inplace=inplace)
+
+
+def custom_collective(data: Any, source: str, inplace: bool = False) -> Collective:
+    """A collective from plain data: ``{name, ranks, chunks, combining, pre, post}``.
+
+    ``pre``/``post`` map each chunk to the ranks that hold / must hold it, as a list of
+    ``[chunk, [ranks...]]`` pairs or a mapping ``chunk: [ranks...]``.
+    """
+    import jsonschema
+
+    pairs = {"oneOf": [
+        {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "integer"}}},
+        {"type": "array", "items": {"type": "array", "minItems": 2, "maxItems": 2,
+                                    "prefixItems": [{"type": "integer"},
+                                                    {"type": "array", "items": {"type": "integer"}}]}},
+    ]}
+    schema = {"type": "object", "required": ["ranks", "chunks", "pre", "post"],
+              "additionalProperties": False,
+              "properties": {"name": {"type": "string"}, "ranks": {"type": "integer", "minimum": 1},
+                             "chunks": {"type": "integer", "minimum": 1},
+                             "combining": {"type": "boolean"}, "pre": pairs, "post": pairs}}
+    errors = list(jsonschema.Draft202012Validator(schema).iter_errors(data))
+    if errors:
+        err = errors[0]
+        where = ".".join(map(str, err.path)) or "(top level)"
+        raise SynthError(f"{source}: field '{where}': {err.message}")
+    n, num = data["ranks"], data["chunks"]
+
+    def table(key: str) -> tuple[tuple[int, ...], ...]:
+        raw = data[key]
+        items = raw.items() if isinstance(raw, dict) else raw
+        out: list[set[int]] = [set() for _ in range(num)]
+        for c, ranks in items:
+            c = int(c)
+            if not 0 <= c < num:
+                raise SynthError(f"{source}: field '{key}': chunk {c} out of range 0..{num - 1}")
+            for r in ranks:
+                if not 0 <= r < n:
+                    raise SynthError(f"{source}: field '{key}': rank {r} out of range 0..{n - 1}")
+            out[c].update(ranks)
+        return tuple(tuple(sorted(s)) for s in out)
+
+    pre, post = table("pre"), table("post")
+    for c in range(num):
+        if post[c] and not pre[c]:
+            raise SynthError(f"{source}: chunk {c} must end on ranks {list(post[c])} "
+                             "but no rank holds it at the start")
+    inputs = tuple(tuple(c for c in range(num) if r in pre[c]) for r in range(n))
+    outputs = tuple(tuple(c for c in range(num) if r in post[c]) for r in range(n))
+    return Collective(kind=data.get("name", "custom"), num_ranks=n, chunks_per_rank=1,
+                      num_chunks=num, pre=pre, post=post, combining=bool(data.get("combining")),
+                      buffer_chunks=num, inputs=inputs, outputs=outputs, inplace=inplace,
+                      custom=data)
+
+
+def load_collective(spec: str, num_ranks: int, chunks_per_rank: int = 1, root: int | None = None,
+                    inplace: bool = False) -> Collective:
+    """A standard collective by name, or a custom one from a YAML/JSON file path."""
+    if spec in KINDS:
+        return make_collective(spec, num_ranks, chunks_per_rank, root, inplace)
+    path = Path(spec)
+    if path.suffix in (".yaml", ".yml", ".json"):
+        from .topology_io import read_data_file
+        if not path.exists():
+            raise SynthError(f"collective file '{spec}' does not exist")
+        coll = custom_collective(read_data_file(path), str(path), inplace)
+        if coll.num_ranks != num_ranks:
+            raise SynthError(f"{spec}: the collective is for {coll.num_ranks} ranks but the "
+                             f"topology has {num_ranks}")
+        return coll
+    raise unknown_name("collective", spec, KINDS + ("custom (a .yaml/.json file)",))
+
+
+def collective_from_dict(data: dict[str, Any]) -> Collective:
+    """Inverse of :meth:`Collective.to_dict`."""
+    if data["kind"] == "custom":
+        return custom_collective(data["spec"], "schedule", data.get("inplace", False))
+    return make_collective(data["kind"], data["ranks"], data["chunks_per_rank"], data.get("root"),
+                           data.get("inplace", False))

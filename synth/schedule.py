@@ -1,0 +1,114 @@
+"""The Schedule IR: what every encoding produces and every emitter consumes.
+
+A schedule is a list of synchronous steps. In a step every transfer reads its chunk from the state
+at the start of the step and writes at the end, so a chunk received in step s can be forwarded from
+step s+1 on. ``rounds`` is SCCL's per-step bandwidth budget: a link of ``count`` parallel links (a
+switch port of ``lanes`` lanes) may carry ``count * rounds`` chunks in the step.
+
+The JSON form is canonical (sorted keys, transfers sorted, one step per line), so the same schedule
+always serialises to the same bytes and ``to_json(from_json(text)) == text``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .collectives import Collective, collective_from_dict
+from .errors import SynthError
+
+FORMAT = "synth-schedule/1"
+Op = Literal["copy", "reduce"]
+
+
+@dataclass(frozen=True, order=True)
+class Transfer:
+    """Send ``chunk`` from ``src`` to ``dst``; ``reduce`` adds it into dst's copy of the chunk."""
+
+    src: int
+    dst: int
+    chunk: int
+    op: Op = "copy"
+
+
+@dataclass(frozen=True)
+class Step:
+    transfers: tuple[Transfer, ...]
+    rounds: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "transfers", tuple(sorted(self.transfers)))
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A collective's steps on one topology (named and content-hashed, not embedded)."""
+
+    collective: Collective
+    topology: str
+    topology_hash: str
+    steps: tuple[Step, ...]
+    algorithm: str
+    encoding: str
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.steps)
+
+    @property
+    def total_rounds(self) -> int:
+        return sum(s.rounds for s in self.steps)
+
+    @property
+    def num_transfers(self) -> int:
+        return sum(len(s.transfers) for s in self.steps)
+
+    def to_json(self) -> str:
+        head = {
+            "format": FORMAT,
+            "algorithm": self.algorithm,
+            "encoding": self.encoding,
+            "topology": {"name": self.topology, "hash": self.topology_hash},
+            "collective": self.collective.to_dict(),
+            "meta": self.meta,
+        }
+        lines = json.dumps(head, indent=1, sort_keys=True).splitlines()
+        assert lines[-1] == "}"
+        step_lines = [
+            json.dumps({"rounds": s.rounds,
+                        "transfers": [[t.src, t.dst, t.chunk, t.op] for t in s.transfers]},
+                       separators=(",", ":"), sort_keys=True)
+            for s in self.steps
+        ]
+        body = ",\n  ".join(step_lines)
+        steps = ' "steps": [\n  ' + body + "\n ]" if step_lines else ' "steps": []'
+        return "\n".join(lines[:-1]) + ",\n" + steps + "\n}\n"
+
+    @staticmethod
+    def from_json(text: str, source: str = "schedule") -> Schedule:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SynthError(f"{source}: not valid JSON: {exc}") from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise SynthError(f"{source}: not a synth schedule (expected \"format\": \"{FORMAT}\")")
+        try:
+            steps = tuple(
+                Step(tuple(Transfer(int(a), int(b), int(c), _op(op)) for a, b, c, op in s["transfers"]),
+                     int(s["rounds"]))
+                for s in data["steps"]
+            )
+            return Schedule(collective=collective_from_dict(data["collective"]),
+                            topology=data["topology"]["name"], topology_hash=data["topology"]["hash"],
+                            steps=steps, algorithm=data["algorithm"], encoding=data["encoding"],
+                            meta=data.get("meta", {}))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SynthError(f"{source}: malformed schedule: {type(exc).__name__} {exc}") from None
+
+
+def _op(op: str) -> Op:
+    if op not in ("copy", "reduce"):
+        raise ValueError(f"unknown op '{op}'")
+    return op  # type: ignore[return-value]

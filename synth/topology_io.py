@@ -1,0 +1,276 @@
+"""Loading topologies: shipped files, user files, builder specs; schema validation on load.
+
+A topology file is YAML (or JSON) checked against :data:`TOPOLOGY_SCHEMA` with jsonschema, then
+against the facts a schema cannot state (ranks in range, classes defined, the graph connected).
+Every problem is reported as a :class:`SynthError` naming the file, the field and what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import networkx as nx
+import yaml
+
+from . import builders
+from .errors import SynthError, unknown_name
+from .topology import Link, Nic, Port, Switch, Topology, beta_from_bandwidth
+
+_RANK = {"type": "integer", "minimum": 0}
+_RANKS = {"type": "array", "items": _RANK, "minItems": 1}
+_NAME = {"type": "string", "pattern": "^[A-Za-z0-9_.@-]+$"}
+
+TOPOLOGY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["name", "ranks", "link_classes"],
+    "additionalProperties": False,
+    "properties": {
+        "name": _NAME,
+        "aliases": {"type": "array", "items": _NAME},
+        "description": {"type": "string"},
+        "sources": {"type": "array", "items": {"type": "string"}},
+        "ranks": {"type": "integer", "minimum": 1},
+        "nodes": {"type": "array", "items": _RANKS, "minItems": 1},
+        "link_classes": {
+            "type": "object",
+            "minProperties": 1,
+            "additionalProperties": {
+                "type": "object",
+                "required": ["alpha_us"],
+                "additionalProperties": False,
+                "properties": {
+                    "alpha_us": {"type": "number", "minimum": 0},
+                    "bandwidth_GBps": {"type": "number", "exclusiveMinimum": 0},
+                    "beta_us_per_mb": {"type": "number", "exclusiveMinimum": 0},
+                    "note": {"type": "string"},
+                },
+                "oneOf": [{"required": ["bandwidth_GBps"]}, {"required": ["beta_us_per_mb"]}],
+            },
+        },
+        "links": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["class"],
+                "additionalProperties": False,
+                "properties": {
+                    "between": {"type": "array", "items": _RANK, "minItems": 2, "maxItems": 2},
+                    "src": _RANK,
+                    "dst": _RANK,
+                    "class": {"type": "string"},
+                    "count": {"type": "integer", "minimum": 1},
+                },
+                "oneOf": [{"required": ["between"]}, {"required": ["src", "dst"]}],
+            },
+        },
+        "switches": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["name", "class", "ports"],
+                "additionalProperties": False,
+                "properties": {
+                    "name": _NAME,
+                    "class": {"type": "string"},
+                    "ports": {
+                        "oneOf": [
+                            {"const": "per_rank"},
+                            {"type": "array", "minItems": 2, "items": {
+                                "type": "object", "required": ["ranks"],
+                                "additionalProperties": False,
+                                "properties": {"name": _NAME, "ranks": _RANKS,
+                                               "lanes": {"type": "integer", "minimum": 1}}}},
+                        ]
+                    },
+                    "lanes": {"type": "integer", "minimum": 1},
+                },
+            },
+        },
+        "nics": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["name", "ranks", "class"],
+                "additionalProperties": False,
+                "properties": {"name": _NAME, "ranks": _RANKS, "class": {"type": "string"}},
+            },
+        },
+        "meta": {"type": "object"},
+    },
+}
+
+
+def parse_topology(data: Any, source: str) -> Topology:
+    """Validate plain data (a parsed file) and build the Topology; ``source`` names it in errors."""
+    validator = jsonschema.Draft202012Validator(TOPOLOGY_SCHEMA)
+    errors = sorted(validator.iter_errors(data), key=lambda e: (list(e.path), e.message))
+    if errors:
+        err = errors[0]
+        field = ".".join(str(p) for p in err.path) or "(top level)"
+        raise SynthError(f"{source}: field '{field}': {_schema_message(err)}")
+    n = data["ranks"]
+    classes = data["link_classes"]
+
+    def klass(name: str, where: str) -> tuple[float, float]:
+        if name not in classes:
+            raise SynthError(f"{source}: field '{where}': link class '{name}' is not defined in "
+                             f"link_classes (defined: {', '.join(sorted(classes))})")
+        c = classes[name]
+        beta = c["beta_us_per_mb"] if "beta_us_per_mb" in c else beta_from_bandwidth(c["bandwidth_GBps"])
+        return float(c["alpha_us"]), float(beta)
+
+    def check_ranks(ranks: list[int], where: str) -> tuple[int, ...]:
+        for r in ranks:
+            if r >= n:
+                raise SynthError(f"{source}: field '{where}': rank {r} is out of range "
+                                 f"(the topology has ranks 0..{n - 1})")
+        if len(set(ranks)) != len(ranks):
+            raise SynthError(f"{source}: field '{where}': a rank is listed twice")
+        return tuple(ranks)
+
+    links: dict[tuple[int, int], Link] = {}
+    for i, spec in enumerate(data.get("links", [])):
+        where = f"links.{i}"
+        alpha, beta = klass(spec["class"], f"{where}.class")
+        a, b = spec["between"] if "between" in spec else (spec["src"], spec["dst"])
+        check_ranks([a, b], where)
+        pairs = [(a, b), (b, a)] if "between" in spec else [(a, b)]
+        for src, dst in pairs:
+            if (src, dst) in links:
+                raise SynthError(f"{source}: field '{where}': link {src}->{dst} is declared twice; "
+                                 "use 'count' for parallel links")
+            links[(src, dst)] = Link(src, dst, alpha, beta, spec.get("count", 1), spec["class"])
+
+    switches = []
+    for i, spec in enumerate(data.get("switches", [])):
+        where = f"switches.{i}"
+        alpha, beta = klass(spec["class"], f"{where}.class")
+        lanes = spec.get("lanes", 1)
+        raw = ([{"ranks": [r]} for r in range(n)] if spec["ports"] == "per_rank" else spec["ports"])
+        ports, seen = [], set()
+        for j, p in enumerate(raw):
+            ranks = check_ranks(p["ranks"], f"{where}.ports.{j}.ranks")
+            if seen & set(ranks):
+                raise SynthError(f"{source}: field '{where}.ports.{j}': rank "
+                                 f"{min(seen & set(ranks))} is on two ports of one switch")
+            seen |= set(ranks)
+            ports.append(Port(p.get("name", f"p{j}"), ranks, beta, p.get("lanes", lanes)))
+        switches.append(Switch(spec["name"], alpha, tuple(ports), spec["class"]))
+
+    nics = []
+    for i, spec in enumerate(data.get("nics", [])):
+        alpha, beta = klass(spec["class"], f"nics.{i}.class")
+        nics.append(Nic(spec["name"], check_ranks(spec["ranks"], f"nics.{i}.ranks"), alpha, beta,
+                        spec["class"]))
+
+    nodes = tuple(check_ranks(m, f"nodes.{i}") for i, m in enumerate(data.get("nodes", [])))
+    if nodes and sorted(r for m in nodes for r in m) != list(range(n)):
+        raise SynthError(f"{source}: field 'nodes': the nodes must partition ranks 0..{n - 1}")
+    topo = Topology(
+        name=data["name"], num_ranks=n, links=tuple(links[k] for k in sorted(links)),
+        switches=tuple(switches), nodes=nodes or (tuple(range(n)),), nics=tuple(nics),
+        description=data.get("description", ""), sources=tuple(data.get("sources", [])),
+        meta=tuple(sorted(data.get("meta", {}).items())),
+    )
+    check_connected(topo, source)
+    return topo
+
+
+def _schema_message(err: jsonschema.ValidationError) -> str:
+    """jsonschema's message, phrased for a person where the default is cryptic."""
+    if err.validator == "exclusiveMinimum":
+        return f"must be greater than {err.validator_value}, got {err.instance}"
+    if err.validator == "oneOf" and isinstance(err.instance, dict):
+        return "expected exactly one of the alternatives " + " / ".join(
+            "+".join(s.get("required", [])) or "a list" for s in err.validator_value)
+    if err.validator == "additionalProperties":
+        return err.message.replace("Additional properties are not allowed", "unknown field(s)")
+    return err.message
+
+
+def check_connected(topo: Topology, source: str) -> None:
+    """Every rank must reach every other rank (possibly through switches)."""
+    if topo.num_ranks == 1:
+        return
+    g = topo.physical_graph()
+    comps = list(nx.strongly_connected_components(g))
+    rank_comp = [frozenset(r for r in c if isinstance(r, int)) for c in comps]
+    rank_comp = [c for c in rank_comp if c]
+    if len(rank_comp) > 1:
+        rank_comp.sort(key=lambda c: min(c))
+        a, b = rank_comp[0], rank_comp[1]
+        raise SynthError(f"{source}: the topology is disconnected: ranks {_short(a)} and ranks "
+                         f"{_short(b)} cannot reach each other ({len(rank_comp)} components)")
+
+
+def _short(ranks: frozenset[int]) -> str:
+    s = sorted(ranks)
+    return "{" + ", ".join(map(str, s[:6])) + (", ..." if len(s) > 6 else "") + "}"
+
+
+def read_data_file(path: Path) -> Any:
+    """Parse a YAML or JSON file into plain data; malformed files become a SynthError."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SynthError(f"cannot read '{path}': {exc.strerror or exc}") from None
+    try:
+        if path.suffix == ".json":
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        msg = str(exc).replace("\n", " ")
+        raise SynthError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: "
+                         f"{msg}") from None
+
+
+@cache
+def shipped_files() -> dict[str, str]:
+    """Shipped topology name (and alias) -> resource file name."""
+    names: dict[str, str] = {}
+    for entry in sorted(resources.files("synth.topologies").iterdir(), key=lambda e: e.name):
+        if entry.name.endswith((".yaml", ".yml")):
+            data = yaml.safe_load(entry.read_text())
+            names[data["name"]] = entry.name
+            for alias in data.get("aliases", []):
+                names[alias] = entry.name
+    return names
+
+
+def shipped_names() -> list[str]:
+    """Canonical names of the shipped topologies (no aliases), sorted."""
+    return sorted({Path(f).stem for f in shipped_files().values()})
+
+
+@cache
+def _load_shipped(file_name: str) -> Topology:
+    entry = resources.files("synth.topologies").joinpath(file_name)
+    return parse_topology(yaml.safe_load(entry.read_text()), f"topologies/{file_name}")
+
+
+def load_topology(spec: str, nodes: int = 1) -> Topology:
+    """Resolve a topology by shipped name/alias, builder spec (``ring:8``) or file path.
+
+    ``nodes > 1`` joins that many copies through their NICs (:func:`synth.builders.multinode`).
+    """
+    if nodes < 1:
+        raise SynthError(f"--nodes must be at least 1, got {nodes}")
+    if spec in shipped_files():
+        topo = _load_shipped(shipped_files()[spec])
+    elif ":" in spec and spec.split(":", 1)[0] in builders.BUILDERS:
+        topo = builders.build(spec)
+    elif Path(spec).suffix in (".yaml", ".yml", ".json") or Path(spec).exists():
+        path = Path(spec)
+        if not path.exists():
+            raise SynthError(f"topology file '{spec}' does not exist")
+        data = read_data_file(path)
+        topo = parse_topology(data, str(path))
+    else:
+        raise unknown_name("topology", spec,
+                           list(shipped_files()) + [f"{b}:N" for b in builders.BUILDERS])
+    return builders.multinode(topo, nodes) if nodes > 1 else topo
