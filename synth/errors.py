@@ -14,6 +14,9 @@ from collections.abc import Iterable
 INPUT_ERROR = 2
 """Exit code for bad input: unknown names, malformed files, impossible parameters."""
 
+VERIFY_FAILED = 1
+"""Exit code when a schedule or program was read correctly but is wrong."""
+
 LIMIT_REACHED = 3
 """Exit code when a solver hit its time limit before proving its answer."""
 
@@ -41,8 +44,11 @@ class VerificationError(SynthError):
     """A schedule (or XML program) that breaks the collective's semantics or the topology's limits.
 
     ``reason`` is a stable machine-readable tag (``missing``, ``not_held``, ``no_link``,
-    ``double_count``, ``bandwidth``, ...) so tests and callers can tell the kinds apart.
+    ``double_count``, ``bandwidth``, ...) so tests and callers can tell the kinds apart. Its exit
+    code is 1: the input was well formed, the verdict is negative.
     """
+
+    exit_code = VERIFY_FAILED
 
     def __init__(self, reason: str, message: str, *, step: int | None = None,
                  rank: int | None = None, chunk: int | None = None) -> None:

@@ -8,6 +8,7 @@ Every problem is reported as a :class:`SynthError` naming the file, the field an
 from __future__ import annotations
 
 import json
+import re
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -253,6 +254,19 @@ def _load_shipped(file_name: str) -> Topology:
     return parse_topology(yaml.safe_load(entry.read_text()), f"topologies/{file_name}")
 
 
+def _resolvable(spec: str) -> bool:
+    if spec in shipped_files():
+        return True
+    kind, sep, arg = spec.partition(":")
+    if sep and kind in builders.BUILDERS:
+        try:
+            builders.build(spec)
+        except SynthError:
+            return False
+        return True
+    return False
+
+
 def load_topology(spec: str, nodes: int = 1) -> Topology:
     """Resolve a topology by shipped name/alias, builder spec (``ring:8``) or file path.
 
@@ -260,6 +274,10 @@ def load_topology(spec: str, nodes: int = 1) -> Topology:
     """
     if nodes < 1:
         raise SynthError(f"--nodes must be at least 1, got {nodes}")
+    multi = re.fullmatch(r"(.+)x([0-9]+)", spec)
+    if multi and not _resolvable(spec) and _resolvable(multi.group(1)):
+        # 'dgx_a100x4' is how a multi-node topology names itself; read it back the same way
+        return load_topology(multi.group(1), int(multi.group(2)) * nodes)
     if spec in shipped_files():
         topo = _load_shipped(shipped_files()[spec])
     elif ":" in spec and spec.split(":", 1)[0] in builders.BUILDERS:

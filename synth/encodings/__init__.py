@@ -1,0 +1,78 @@
+"""Encodings: ``(topology, collective, options) -> schedules``, one module each, behind one registry.
+
+Every encoding returns candidate :class:`~synth.schedule.Schedule` objects; the caller verifies and
+costs them (:mod:`synth.solve`). An encoding that cannot express the request raises
+:class:`~synth.errors.NotApplicable` saying which encoding can.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..collectives import Collective, make_collective
+from ..errors import NotApplicable, SynthError, unknown_name
+from ..schedule import Schedule
+from ..topology import Topology
+
+
+@dataclass(frozen=True)
+class Options:
+    """What a caller may ask of an encoding. Encodings ignore what does not concern them."""
+
+    algorithm: str | None = None
+    chunks: int | None = None
+    """Chunks per rank the user fixed; None lets each algorithm use its natural count."""
+    time_limit_s: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _baseline(topology: Topology, collective: Collective, options: Options) -> dict[str, Schedule]:
+    from .baseline import ALGORITHMS, baseline, preferred_chunks
+
+    names = [options.algorithm] if options.algorithm else list(ALGORITHMS)
+    found: dict[str, Schedule] = {}
+    reasons: list[str] = []
+    for name in names:
+        coll = collective
+        if options.chunks is None and collective.custom is None:
+            k = preferred_chunks(name, collective.kind, collective.num_ranks)
+            if k != collective.chunks_per_rank:
+                coll = make_collective(collective.kind, collective.num_ranks, k, collective.root,
+                                       collective.inplace)
+        try:
+            found[name] = baseline(topology, coll, name)
+        except NotApplicable as exc:
+            if options.algorithm:
+                raise
+            reasons.append(str(exc))
+    if not found:
+        raise NotApplicable(f"no baseline applies to {collective.name} on '{topology.name}': "
+                            + "; ".join(reasons))
+    return found
+
+
+ENCODINGS: dict[str, Callable[[Topology, Collective, Options], dict[str, Schedule]]] = {
+    "baseline": _baseline,
+}
+"""name -> function returning {candidate name: schedule}. Later encodings register here."""
+
+
+def run_encoding(name: str, topology: Topology, collective: Collective,
+                 options: Options) -> dict[str, Schedule]:
+    if name == "auto":
+        found: dict[str, Schedule] = {}
+        for enc in ENCODINGS:
+            try:
+                found.update(ENCODINGS[enc](topology, collective,
+                                            Options(chunks=options.chunks,
+                                                    time_limit_s=options.time_limit_s)))
+            except NotApplicable:
+                continue
+        if not found:
+            raise SynthError(f"no encoding produced a schedule for {collective.name} on '{topology.name}'")
+        return found
+    if name not in ENCODINGS:
+        raise unknown_name("encoding", name, [*ENCODINGS, "auto"])
+    return ENCODINGS[name](topology, collective, options)

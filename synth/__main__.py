@@ -1,0 +1,5 @@
+"""``python -m synth`` is the ``synth`` command."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,275 @@
+"""The ``synth`` command line: parse arguments, call the library, print. Nothing else lives here.
+
+User errors surface as one line on stderr and a non-zero exit code (2 for bad input, 1 for a
+schedule that fails verification, 3 for a solver limit); never as a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from . import __version__
+from .collectives import KINDS, load_collective
+from .cost import DEFAULT_SIZES, format_size, parse_sizes
+from .errors import SynthError
+from .schedule import Schedule
+from .topology import Topology
+from .topology_io import load_topology, shipped_files, shipped_names
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="synth")
+def cli() -> None:
+    """Synthesize, verify and emit collective-communication schedules."""
+
+
+# ---------------------------------------------------------------------------------------- topo
+@cli.group()
+def topo() -> None:
+    """Inspect the topologies synth knows."""
+
+
+@topo.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def topo_list(as_json: bool) -> None:
+    """List the shipped topologies (builders: ring:N line:N fully_connected:N switch:N torus:AxB hypercube:D)."""
+    rows = []
+    aliases: dict[str, list[str]] = {}
+    for name, file in shipped_files().items():
+        if Path(file).stem != name:
+            aliases.setdefault(Path(file).stem, []).append(name)
+    for name in shipped_names():
+        t = load_topology(name)
+        rows.append({"name": name, "aliases": aliases.get(name, []), "ranks": t.num_ranks,
+                     "links": len(t.links), "switches": len(t.switches), "nics": len(t.nics),
+                     "description": t.description})
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = Table(title="shipped topologies (multi-node: --nodes N)")
+    for col in ("name", "aliases", "ranks", "links", "switches", "NICs", "description"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r["name"], ", ".join(r["aliases"]), str(r["ranks"]), str(r["links"]),
+                      str(r["switches"]), str(r["nics"]), r["description"])
+    out.print(table)
+
+
+@topo.command("show")
+@click.argument("name")
+@click.option("--nodes", default=1, show_default=True, help="Join N copies through their NICs.")
+@click.option("--json", "as_json", is_flag=True, help="Print the full topology as JSON.")
+def topo_show(name: str, nodes: int, as_json: bool) -> None:
+    """What synth believes the machine NAME is: ranks, links, bandwidth per rank, bounds."""
+    from .summary import topology_summary
+
+    t = load_topology(name, nodes)
+    summary = topology_summary(t)
+    if as_json:
+        click.echo(json.dumps({**t.to_dict(), "summary": summary}, indent=2))
+        return
+    out.print(f"[bold]{t.name}[/bold]: {t.description}")
+    out.print(f"ranks {t.num_ranks}, nodes {t.num_nodes}, links {len(t.links)}, "
+              f"switches {len(t.switches)}, NICs {len(t.nics)}")
+    table = Table(title="link classes")
+    for col in ("class", "alpha µs", "GB/s per link/port", "links/ports"):
+        table.add_column(col)
+    for c in summary["link_classes"]:
+        table.add_row(c["class"], f"{c['alpha_us']:g}", f"{c['bandwidth_GBps']:g}", str(c["count"]))
+    out.print(table)
+    bw = summary["bandwidth_per_rank_GBps"]
+    out.print(f"send bandwidth per rank: {bw['min']:g}..{bw['max']:g} GB/s")
+    b = summary["bounds"]["allgather"]
+    out.print(f"allgather bound: latency >= {b['latency_us']:.3g} µs ({b['steps']} hops), "
+              f"algbw <= {b['algbw_limit_GBps']:.4g} GB/s ({b['method']})")
+    for src in t.sources:
+        out.print(f"[dim]source: {src}[/dim]")
+
+
+# ---------------------------------------------------------------------------------------- solve
+@cli.command()
+@click.option("--topo", "topo_spec", required=True, help="Shipped name, builder (ring:8) or file.")
+@click.option("--coll", "coll_spec", required=True,
+              help=f"One of {', '.join(KINDS)}, or a custom collective file.")
+@click.option("--nodes", default=1, show_default=True, help="Join N copies through their NICs.")
+@click.option("--encoding", default="auto", show_default=True, help="auto | baseline | ...")
+@click.option("--algo", default=None, help="Baseline algorithm (ring, bidir_ring, direct, ...).")
+@click.option("--chunks", type=int, default=None, help="Chunks per rank (default: per algorithm).")
+@click.option("--root", type=int, default=None, help="Root rank of a rooted collective.")
+@click.option("--inplace/--outofplace", default=False, show_default=True)
+@click.option("--sizes", default=None, help="Message sizes: 1KB:1GB (powers of 2) or 1KB,1MB.")
+@click.option("--time-limit", type=float, default=None, help="Solver time limit (seconds).")
+@click.option("--out", "out_dir", default="out", show_default=True, type=click.Path(),
+              help="Folder for the schedule files.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str | None,
+          chunks: int | None, root: int | None, inplace: bool, sizes: str | None,
+          time_limit: float | None, out_dir: str, as_json: bool) -> None:
+    """Synthesize a verified schedule and print its cost against the bound."""
+    from .files import ensure_writable_dir
+    from .solve import solve as run_solve
+    from .solve import write_schedule
+
+    if chunks is not None and chunks < 1:
+        raise SynthError(f"--chunks must be at least 1, got {chunks}")
+    size_list = parse_sizes(sizes) if sizes else DEFAULT_SIZES
+    topology = load_topology(topo_spec, nodes)
+    collective = load_collective(coll_spec, topology.num_ranks, chunks or 1, root, inplace)
+    target = ensure_writable_dir(Path(out_dir))
+    with err.status(f"solving {collective.name} on {topology.name} ({encoding})",
+                    spinner="dots") if not as_json else _nullcontext():
+        result = run_solve(topology, collective, encoding=encoding, algorithm=algo,
+                           sizes=size_list, time_limit_s=time_limit, chunks=chunks)
+    best = result.best
+    files = [str(write_schedule(best.schedule, target))]
+    if as_json:
+        click.echo(json.dumps(_solve_json(result, files), indent=2))
+        return
+    _print_solve(result, files)
+
+
+def _solve_json(result: Any, files: list[str]) -> dict[str, Any]:
+    best = result.best
+    return {
+        "topology": result.topology.name,
+        "collective": result.collective.name,
+        "ranks": result.topology.num_ranks,
+        "encoding": best.schedule.encoding,
+        "algorithm": best.schedule.algorithm,
+        "chunks_per_rank": best.schedule.collective.chunks_per_rank,
+        "verified": True,
+        "steps": best.report.steps,
+        "rounds": best.report.rounds,
+        "solve_seconds": round(result.seconds, 3),
+        "files": files,
+        "bound": {"method": result.bound.method, "latency_us": result.bound.latency_us,
+                  "steps": result.bound.steps},
+        "costs": [p.to_dict() for p in best.costs],
+        "candidates": [{"name": c.name, "algorithm": c.schedule.algorithm, "steps": c.report.steps,
+                        "score_pct": round(100 * c.score, 3),
+                        "time_us": {str(p.bytes): round(p.time_us, 6) for p in c.costs}}
+                       for c in result.candidates],
+    }
+
+
+def _print_solve(result: Any, files: list[str]) -> None:
+    best = result.best
+    s = best.schedule
+    out.print(f"[bold]{result.collective.name}[/bold] on [bold]{result.topology.name}[/bold] "
+              f"({result.topology.num_ranks} ranks): {s.encoding}/{s.algorithm}, "
+              f"{best.report.steps} steps, {best.report.rounds} rounds, "
+              f"{s.collective.chunks_per_rank} chunk(s)/rank — [green]verified[/green] "
+              f"in {result.seconds:.2f} s")
+    table = Table(title=f"predicted cost (bound: {result.bound.method})")
+    for col in ("size", "time µs", "algbw GB/s", "bound µs", "% of bound"):
+        table.add_column(col, justify="right")
+    for p in best.costs:
+        table.add_row(format_size(p.bytes), f"{p.time_us:.2f}", f"{p.algbw_GBps:.2f}",
+                      f"{p.bound_us:.2f}", f"{p.pct_of_bound:.1f}")
+    out.print(table)
+    if len(result.candidates) > 1:
+        sizes = [best.costs[0].bytes, best.costs[len(best.costs) // 2].bytes, best.costs[-1].bytes]
+        cand = Table(title="candidates (time µs; best first)")
+        cand.add_column("algorithm")
+        cand.add_column("steps", justify="right")
+        for size in sizes:
+            cand.add_column(format_size(size), justify="right")
+        cand.add_column("mean % of bound", justify="right")
+        for c in result.candidates:
+            by = {p.bytes: p.time_us for p in c.costs}
+            cand.add_row(c.name, str(c.report.steps), *(f"{by[z]:.1f}" for z in sizes),
+                         f"{100 * c.score:.1f}")
+        out.print(cand)
+    for f in files:
+        out.print(f"wrote {f}")
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+# ---------------------------------------------------------------------------------------- verify
+def _load_schedule(path: str, topo_spec: str | None) -> tuple[Schedule, Topology]:
+    p = Path(path)
+    if not p.exists():
+        raise SynthError(f"file '{path}' does not exist")
+    schedule = Schedule.from_json(p.read_text(), str(p))
+    topology = load_topology(topo_spec or schedule.topology)
+    return schedule, topology
+
+
+@cli.command("verify")
+@click.argument("file")
+@click.option("--topo", "topo_spec", default=None, help="Topology, if not the one the file names.")
+@click.option("--json", "as_json", is_flag=True)
+def verify_cmd(file: str, topo_spec: str | None, as_json: bool) -> None:
+    """Verify a schedule JSON file: exit 0 if correct, 1 with the reason if not."""
+    from .verify import verify
+
+    schedule, topology = _load_schedule(file, topo_spec)
+    report = verify(schedule, topology)
+    if as_json:
+        click.echo(json.dumps({"file": file, "verified": True, "steps": report.steps,
+                               "rounds": report.rounds, "transfers": report.transfers}, indent=2))
+        return
+    out.print(f"[green]verified[/green]: {schedule.collective.name} on {topology.name}, "
+              f"{report.steps} steps, {report.rounds} rounds, {report.transfers} transfers")
+
+
+@cli.command()
+@click.argument("file")
+@click.option("--topo", "topo_spec", default=None, help="Topology, if not the one the file names.")
+@click.option("--sizes", default=None, help="Message sizes: 1KB:1GB or 1KB,1MB.")
+@click.option("--json", "as_json", is_flag=True)
+def simulate(file: str, topo_spec: str | None, sizes: str | None, as_json: bool) -> None:
+    """Predict a schedule's time and bandwidth over message sizes (α-β model)."""
+    from .solve import cost_profile
+    from .verify import verify
+
+    schedule, topology = _load_schedule(file, topo_spec)
+    verify(schedule, topology)
+    points = cost_profile(schedule, topology, parse_sizes(sizes) if sizes else DEFAULT_SIZES)
+    if as_json:
+        click.echo(json.dumps({"file": file, "costs": [p.to_dict() for p in points]}, indent=2))
+        return
+    table = Table(title=f"{schedule.algorithm}: {schedule.collective.name} on {topology.name}")
+    for col in ("size", "time µs", "algbw GB/s", "% of bound"):
+        table.add_column(col, justify="right")
+    for p in points:
+        table.add_row(format_size(p.bytes), f"{p.time_us:.2f}", f"{p.algbw_GBps:.2f}",
+                      f"{p.pct_of_bound:.1f}")
+    out.print(table)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: turn SynthError into a one-line message and an exit code."""
+    try:
+        cli.main(args=argv, prog_name="synth", standalone_mode=False)
+    except SynthError as exc:
+        err.print(f"synth: error: {exc.message}", markup=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        err.print("synth: aborted")
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        err.print("synth: interrupted")
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(1)

@@ -1,0 +1,111 @@
+"""Solve = run an encoding, verify every candidate, cost it against the bound, pick the best.
+
+This is the library entry point behind ``synth solve``; the CLI only parses and prints. Nothing is
+returned (or written) that has not passed :func:`synth.verify.verify`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .bounds import Bound, lower_bound
+from .collectives import Collective
+from .cost import DEFAULT_SIZES, algbw_GBps, schedule_times_us
+from .encodings import Options, run_encoding
+from .files import atomic_write, ensure_writable_dir
+from .schedule import Schedule
+from .topology import Topology
+from .verify import VerifyReport, verify
+
+
+@dataclass(frozen=True)
+class CostPoint:
+    """Predicted performance at one message size, and how close it is to the physical limit."""
+
+    bytes: int
+    time_us: float
+    algbw_GBps: float
+    bound_us: float
+    pct_of_bound: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bytes": self.bytes, "time_us": round(self.time_us, 6),
+                "algbw_GBps": round(self.algbw_GBps, 6), "bound_us": round(self.bound_us, 6),
+                "pct_of_bound": round(self.pct_of_bound, 4)}
+
+
+def cost_profile(schedule: Schedule, topology: Topology, sizes: Sequence[int],
+                 bound: Bound | None = None) -> list[CostPoint]:
+    """Time, algorithm bandwidth and % of the lower bound at every size."""
+    bound = bound or lower_bound(topology, schedule.collective)
+    times = schedule_times_us(schedule, topology, sizes)
+    bws = algbw_GBps(sizes, times)
+    points = []
+    for size, t, bw in zip(sizes, times, bws, strict=True):
+        b = bound.time_us(size)
+        points.append(CostPoint(int(size), float(t), float(bw), float(b),
+                                100.0 * b / float(t) if t > 0 else 100.0))
+    return points
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    schedule: Schedule
+    report: VerifyReport
+    costs: list[CostPoint]
+
+    @property
+    def score(self) -> float:
+        """Geometric-mean fraction of the bound over the size sweep (1.0 = optimal everywhere)."""
+        return math.exp(sum(math.log(max(p.pct_of_bound, 1e-9) / 100) for p in self.costs)
+                        / len(self.costs))
+
+
+@dataclass
+class SolveResult:
+    topology: Topology
+    collective: Collective
+    encoding: str
+    best: Candidate
+    candidates: list[Candidate]
+    bound: Bound
+    seconds: float
+    files: list[Path] = field(default_factory=list)
+
+
+def solve(topology: Topology, collective: Collective, *, encoding: str = "auto",
+          algorithm: str | None = None, sizes: Sequence[int] = DEFAULT_SIZES,
+          time_limit_s: float | None = None, chunks: int | None = None) -> SolveResult:
+    """Produce, verify and rank schedules; the best is the one closest to the bound overall."""
+    start = time.perf_counter()
+    found = run_encoding(encoding, topology, collective,
+                         Options(algorithm=algorithm, chunks=chunks, time_limit_s=time_limit_s))
+    bound = lower_bound(topology, collective)
+    candidates = []
+    for name in sorted(found):
+        schedule = found[name]
+        report = verify(schedule, topology)
+        candidates.append(Candidate(name, schedule, report,
+                                    cost_profile(schedule, topology, sizes, bound)))
+    candidates.sort(key=lambda c: (-c.score, c.report.steps, c.name))
+    return SolveResult(topology, collective, encoding, candidates[0], candidates, bound,
+                       time.perf_counter() - start)
+
+
+def schedule_file_name(schedule: Schedule) -> str:
+    coll = schedule.collective
+    root = f"_root{coll.root}" if coll.root is not None else ""
+    return (f"{schedule.topology.replace(':', '-')}_{coll.kind}{root}_c{coll.chunks_per_rank}_"
+            f"{schedule.algorithm}.schedule.json")
+
+
+def write_schedule(schedule: Schedule, out_dir: Path) -> Path:
+    """Write the (already verified) schedule's canonical JSON atomically."""
+    ensure_writable_dir(out_dir)
+    return atomic_write(out_dir / schedule_file_name(schedule), schedule.to_json())
