@@ -138,9 +138,9 @@ def multinode(node: Topology, count: int) -> Topology:
     fabric = Switch("fabric", max(nic.alpha_us for nic in node.nics), tuple(ports), "+".join(kinds))
     return Topology(
         name=f"{node.name}x{count}", num_ranks=n * count, links=tuple(links),
-        switches=tuple(switches) + (fabric,), nodes=tuple(nodes), nics=tuple(nics),
+        switches=(*switches, fabric), nodes=tuple(nodes), nics=tuple(nics),
         description=f"{count} x {node.name} joined through their NICs by a non-blocking fabric",
-        sources=node.sources, meta=node.meta + (("nodes", count),),
+        sources=node.sources, meta=(*node.meta, ("nodes", count)),
     )
 
 

@@ -42,7 +42,10 @@ def topo() -> None:
 @topo.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def topo_list(as_json: bool) -> None:
-    """List the shipped topologies (builders: ring:N line:N fully_connected:N switch:N torus:AxB hypercube:D)."""
+    """List the shipped topologies.
+
+    Builders need no file: ring:N line:N fully_connected:N switch:N torus:AxB hypercube:D.
+    """
     rows = []
     aliases: dict[str, list[str]] = {}
     for name, file in shipped_files().items():

@@ -63,7 +63,7 @@ def make_collective(kind: str, num_ranks: int, chunks_per_rank: int = 1, root: i
                     inplace: bool = False) -> Collective:
     """Build a standard collective; bad parameters raise SynthError."""
     if kind not in KINDS:
-        raise unknown_name("collective", kind, KINDS + ("custom",))
+        raise unknown_name("collective", kind, (*KINDS, "custom"))
     n, k = num_ranks, chunks_per_rank
     if n < 1:
         raise SynthError(f"a collective needs at least 1 rank, got {n}")
@@ -192,7 +192,7 @@ def load_collective(spec: str, num_ranks: int, chunks_per_rank: int = 1, root: i
             raise SynthError(f"{spec}: the collective is for {coll.num_ranks} ranks but the "
                              f"topology has {num_ranks}")
         return coll
-    raise unknown_name("collective", spec, KINDS + ("custom (a .yaml/.json file)",))
+    raise unknown_name("collective", spec, (*KINDS, "custom (a .yaml/.json file)"))
 
 
 def collective_from_dict(data: dict[str, Any]) -> Collective:

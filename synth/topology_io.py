@@ -257,7 +257,7 @@ def _load_shipped(file_name: str) -> Topology:
 def _resolvable(spec: str) -> bool:
     if spec in shipped_files():
         return True
-    kind, sep, arg = spec.partition(":")
+    kind, sep, _ = spec.partition(":")
     if sep and kind in builders.BUILDERS:
         try:
             builders.build(spec)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from synth.topology_io import shipped_names
 
@@ -35,7 +36,7 @@ def test_solve_is_deterministic(synth_cli, tmp_path):
                       str(tmp_path / sub))
         assert r.returncode == 0, r.stderr
         outs.append(json.loads(r.stdout)["files"][0])
-    assert open(outs[0], "rb").read() == open(outs[1], "rb").read()
+    assert Path(outs[0]).read_bytes() == Path(outs[1]).read_bytes()
 
 
 def test_solve_table_and_algo(synth_cli, tmp_path):
@@ -84,8 +85,8 @@ def test_verify_rejects_corrupt_file(synth_cli, tmp_path):
     r = synth_cli("solve", "--topo", "ring:4", "--coll", "allgather", "--algo", "ring", "--json",
                   "--out", str(tmp_path))
     path = json.loads(r.stdout)["files"][0]
-    data = json.loads(open(path).read())
-    text = open(path).read()
+    text = Path(path).read_text()
+    data = json.loads(text)
     # drop the last step: some rank never receives its last chunk
     lines = text.splitlines()
     steps_at = [i for i, line in enumerate(lines) if line.startswith('  {"rounds"')]

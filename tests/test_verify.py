@@ -116,7 +116,7 @@ def test_copy_conflict_is_rejected():
     topo = switch(4)
     coll = make_collective("reduce", 4, root=0)
     sched = Schedule(coll, topo.name, topo.content_hash,
-                     (Step((Transfer(1, 0, 0, "copy"), Transfer(2, 0, 0, "reduce")), 1),),
+                     (Step((Transfer(1, 0, 0, "copy"), Transfer(2, 0, 0, "reduce")), 2),),
                      "hand", "test")
     rejects(sched, topo, "conflict")
 

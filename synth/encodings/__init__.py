@@ -65,9 +65,7 @@ def run_encoding(name: str, topology: Topology, collective: Collective,
         found: dict[str, Schedule] = {}
         for enc in ENCODINGS:
             try:
-                found.update(ENCODINGS[enc](topology, collective,
-                                            Options(chunks=options.chunks,
-                                                    time_limit_s=options.time_limit_s)))
+                found.update(ENCODINGS[enc](topology, collective, options))
             except NotApplicable:
                 continue
         if not found:

@@ -1,0 +1,658 @@
+"""NCCL-style baseline algorithms as verified :class:`~synth.schedule.Schedule` objects.
+
+Every algorithm works in the single-slot model of :mod:`synth.verify` and only moves data between
+adjacent ranks (a link or a switch):
+
+* non-combining data (allgather, alltoall, broadcast, gather, scatter, and the copy phase of an
+  allreduce) may be *relayed* along shortest paths: a relay just ends up holding a copy;
+* combining data (reducescatter, reduce, allreduce) is reduced along *in-trees* whose edges are real
+  links, every rank adding its own contribution exactly once (a ring reduce-scatter is such an
+  in-tree per chunk). Where an algorithm's logical partner is not adjacent, it is not applicable.
+
+Algorithms (``ALGORITHMS``): ``ring``, ``bidir_ring``, ``direct``, ``recursive_doubling``,
+``recursive_halving``, ``binomial_tree``, ``double_binary_tree``, ``hierarchical`` and ``tree``.
+:func:`baseline` builds one, raising :class:`~synth.errors.NotApplicable` with the reason when it
+does not apply; :func:`applicable` and :func:`all_baselines` try them all; :func:`preferred_chunks`
+is the chunk count an algorithm wants (e.g. an even count for ``bidir_ring``).
+
+Each step's rounds come from :func:`synth.cost.make_step`, so a schedule's bandwidth always fits the
+topology, and the same input always gives the same schedule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..collectives import KINDS, Collective
+from ..errors import NotApplicable, SynthError, unknown_name
+from ..schedule import Schedule
+from ..topology import Topology
+from .baseline_graph import Plan, RankGraph, Tree, tree_from_parent
+
+ALL_KINDS = KINDS
+ROOTED_TREE_KINDS = ("broadcast", "reduce", "gather", "scatter", "allreduce")
+
+
+class Job:
+    """One (topology, collective, algorithm) build: shared helpers and the plan being filled."""
+
+    def __init__(self, topology: Topology, collective: Collective, graph: RankGraph,
+                 algorithm: str) -> None:
+        self.topology = topology
+        self.coll = collective
+        self.g = graph
+        self.name = algorithm
+        self.n = collective.num_ranks
+        self.k = collective.chunks_per_rank
+        self.kind = collective.kind
+        self.root = collective.root if collective.root is not None else 0
+        self.plan = Plan()
+        self.meta: dict[str, Any] = {}
+        self._holding: list[set[int]] | None = None
+
+    def fail(self, reason: str) -> NotApplicable:
+        return NotApplicable(f"{self.name} {reason}")
+
+    def own(self, r: int) -> list[int]:
+        """Chunks indexed by rank r: its allgather input, its reducescatter output, ..."""
+        return list(range(r * self.k, (r + 1) * self.k))
+
+    def a2a(self, s: int, d: int) -> list[int]:
+        """The alltoall chunks rank s sends to rank d."""
+        base = (s * self.n + d) * self.k
+        return list(range(base, base + self.k))
+
+    def data(self) -> list[int]:
+        return list(range(self.coll.num_chunks))
+
+    def need_link(self, a: int, b: int, what: str) -> None:
+        if not self.g.adjacent(a, b):
+            raise self.fail(f"{what} from rank {a} to rank {b}, which are not directly connected in "
+                            f"'{self.topology.name}' (reductions cannot be relayed)")
+
+    # ------------------------------------------------------------------ tree primitives
+    def bcast_tree(self, tree: Tree, chunks: Sequence[int], start: int = 0, *,
+                   pipeline: bool = True, relay: bool = True) -> int:
+        """Copy ``chunks`` down an out-tree. Pipelined: chunk j leaves the root at ``start + j``;
+        otherwise all chunks move together, level by level. A tree edge that is not a link is
+        relayed along a shortest path. Returns the end step."""
+        if not chunks:
+            return start
+        ready = {r: 0 for r in tree.roots}
+        last = 0
+        for v in tree.order:
+            for c in tree.children.get(v, ()):
+                if self.g.adjacent(v, c):
+                    path = [v, c]
+                elif relay:
+                    path = self.g.path(v, c)
+                else:
+                    raise self.fail(f"sends from rank {v} to rank {c}, which are not directly "
+                                    f"connected in '{self.topology.name}'")
+                for j, ch in enumerate(chunks):
+                    self.plan.route(path, (ch,), start + ready[v] + (j if pipeline else 0))
+                ready[c] = ready[v] + len(path) - 1
+                last = max(last, ready[c])
+        return start + last + (len(chunks) - 1 if pipeline else 0)
+
+    def reduce_tree(self, tree: Tree, chunks: Sequence[int], start: int = 0, *,
+                    pipeline: bool = True) -> int:
+        """Reduce ``chunks`` up an in-tree (edges ``v -> parent[v]`` must be links): a rank sends
+        its partial sum once all its children's have arrived. Returns the end step."""
+        if not chunks:
+            return start
+        height = tree.height
+        for v in tree.order:
+            p = tree.parent.get(v)
+            if p is None:
+                continue
+            self.need_link(v, p, "reduces")
+            if pipeline:
+                for j, ch in enumerate(chunks):
+                    self.plan.add(start + height[v] + j, v, p, ch, "reduce")
+            else:
+                self.plan.send(start + height[v], v, p, chunks, "reduce")
+        top = max(height[r] for r in tree.roots)
+        return start + top + (len(chunks) - 1 if pipeline else 0)
+
+    def phase(self, start: int, sends: Sequence[tuple[int, int, Sequence[int]]], op: str = "copy"
+              ) -> int:
+        """One logical step of (src, dst, chunks) messages. Copies between ranks that are not
+        adjacent are relayed (the phase then takes as many steps as its longest path); reductions
+        need links. Returns the end step.
+
+        In a non-combining collective a relay hop is skipped when its receiver already holds the
+        chunks (from before the phase, or from a shorter path of this phase that delivers the same
+        chunks no later); it forwards them all the same. This keeps relayed recursive doubling on a
+        long ring linear in its output instead of cubic.
+        """
+        end = start
+        held = self._held() if op == "copy" else None
+        routes = []
+        for src, dst, chunks in sends:
+            if op == "reduce":
+                self.need_link(src, dst, "reduces")
+                path = [src, dst]
+            else:
+                path = self.g.path(src, dst)
+            if chunks:
+                routes.append((path, chunks))
+                end = max(end, start + len(path) - 1)
+        if op != "copy":
+            for path, chunks in routes:
+                self.plan.send(start, path[0], path[1], chunks, op)
+        elif held is None:
+            for path, chunks in routes:
+                self.plan.route(path, chunks, start)
+        else:
+            first: dict[tuple[int, tuple[int, ...]], int] = {}  # earliest delivery of a message
+            for path, chunks in routes:
+                key = tuple(chunks)
+                for h in range(1, len(path)):
+                    if first.get((path[h], key), h) >= h:
+                        first[(path[h], key)] = h
+            for path, chunks in routes:
+                key, want = tuple(chunks), set(chunks)
+                for h in range(1, len(path)):
+                    if first.get((path[h], key)) == h:
+                        del first[(path[h], key)]  # one delivery only
+                        self.plan.send(start + h - 1, path[h - 1], path[h],
+                                       sorted(want - held[path[h]]))
+            for path, chunks in routes:
+                for r in path[1:]:
+                    held[r].update(chunks)
+        return end
+
+    def _held(self) -> list[set[int]] | None:
+        """Chunks each rank holds so far, tracked across phases (non-combining collectives only)."""
+        if self.coll.combining:
+            return None
+        if self._holding is None:
+            self._holding = [set() for _ in range(self.n)]
+            for c, holders in enumerate(self.coll.pre):
+                for r in holders:
+                    self._holding[r].add(c)
+        return self._holding
+
+
+# ---------------------------------------------------------------------------------------- ring
+def _ring_ag(plan: Plan, order: Sequence[int], groups: Sequence[Sequence[int]], start: int) -> int:
+    """Ring allgather: the group at position g travels g -> g+1 -> ... (m-1 hops)."""
+    m = len(order)
+    for g, chunks in enumerate(groups):
+        for t in range(m - 1):
+            plan.send(start + t, order[(g + t) % m], order[(g + t + 1) % m], chunks)
+    return start + m - 1
+
+
+def _ring_rs(plan: Plan, order: Sequence[int], groups: Sequence[Sequence[int]], start: int) -> int:
+    """Ring reduce-scatter: the group owned by position g is reduced g+1 -> g+2 -> ... -> g."""
+    m = len(order)
+    for g, chunks in enumerate(groups):
+        for t in range(m - 1):
+            plan.send(start + t, order[(g + 1 + t) % m], order[(g + 2 + t) % m], chunks, "reduce")
+    return start + m - 1
+
+
+def _chain_tree(order: Sequence[int], root: int, toward_root: bool) -> Tree:
+    """The ring as a chain starting (``toward_root`` False) or ending (True) at ``root``."""
+    m = len(order)
+    p0 = order.index(root)
+    if toward_root:  # root+1 -> root+2 -> ... -> root
+        parent = {order[(p0 + i) % m]: order[(p0 + i + 1) % m] for i in range(1, m)}
+    else:  # root -> root+1 -> ...
+        parent = {order[(p0 + i) % m]: order[(p0 + i - 1) % m] for i in range(1, m)}
+    return tree_from_parent(root, parent)
+
+
+def ring_order(job: Job) -> list[int]:
+    """A Hamiltonian cycle over real links, crossing nodes as few times as possible."""
+    cyc, why = job.g.ring()
+    if cyc is None:
+        raise job.fail(f"needs a Hamiltonian cycle; {why} in '{job.topology.name}'")
+    return cyc
+
+
+def _ring(job: Job, bidir: bool) -> None:
+    n, kind, plan = job.n, job.kind, job.plan
+    cyc = ring_order(job)
+    job.meta["order"] = list(cyc)
+    dirs = [cyc]
+    if bidir:
+        rev = [cyc[0], *cyc[:0:-1]]
+        if not job.g.valid_cycle(rev):
+            raise job.fail(f"needs links both ways around the ring {cyc} in '{job.topology.name}'")
+        dirs.append(rev)
+        if kind in ("allgather", "reducescatter", "allreduce", "broadcast", "reduce") \
+                and job.k % 2:
+            per = "each rank's" if kind in ("allgather", "reducescatter", "allreduce") else "the"
+            raise job.fail(f"splits {per} {job.k} chunk(s) in half, one half each way round the "
+                           "ring; use an even --chunks (e.g. --chunks 2)")
+
+    def part(chunks: list[int], d: int) -> list[int]:
+        if not bidir:
+            return chunks
+        h = len(chunks) // 2
+        return chunks[:h] if d == 0 else chunks[h:]
+
+    if kind in ("allgather", "reducescatter", "allreduce"):
+        for d, o in enumerate(dirs):
+            groups = [part(job.own(r), d) for r in o]
+            if kind == "allgather":
+                _ring_ag(plan, o, groups, 0)
+            elif kind == "reducescatter":
+                _ring_rs(plan, o, groups, 0)
+            else:
+                _ring_ag(plan, o, groups, _ring_rs(plan, o, groups, 0))
+    elif kind in ("broadcast", "reduce"):
+        for d, o in enumerate(dirs):
+            chunks = part(job.data(), d)
+            if kind == "broadcast":
+                job.bcast_tree(_chain_tree(o, job.root, False), chunks)
+            else:
+                job.reduce_tree(_chain_tree(o, job.root, True), chunks)
+    else:  # gather, scatter, alltoall: each message takes the shorter way (ties alternate)
+        pos = [{r: i for i, r in enumerate(o)} for o in dirs]
+
+        def way(s: int, t: int, tie: int) -> list[int]:
+            best = None
+            for d in range(len(dirs)):
+                hops = (pos[d][t] - pos[d][s]) % n
+                if best is None or hops < best[0] or (hops == best[0] and tie % 2 == d):
+                    best = (hops, d)
+            assert best is not None
+            hops, d = best
+            o, p = dirs[d], pos[d][s]
+            return [o[(p + h) % n] for h in range(hops + 1)]
+
+        if kind == "gather":
+            for r in range(n):
+                if r != job.root:
+                    for i, c in enumerate(job.own(r)):
+                        plan.route(way(r, job.root, i), (c,), 0)
+        elif kind == "scatter":
+            paths = {(r, i): way(job.root, r, i) for r in range(n) if r != job.root
+                     for i in range(job.k)}
+            longest = max((len(p) for p in paths.values()), default=1)
+            for (r, i), p in paths.items():  # farthest first, so each link carries one per step
+                plan.route(p, (job.own(r)[i],), longest - len(p))
+        else:
+            for s in range(n):
+                for t in range(n):
+                    if s != t:
+                        for i, c in enumerate(job.a2a(s, t)):
+                            plan.route(way(s, t, i + pos[0][s]), (c,), 0)
+
+
+# -------------------------------------------------------------------------------------- direct
+def _home(job: Job, c: int) -> int | None:
+    """Where a combining chunk is reduced first."""
+    if job.coll.custom is None:
+        return job.root if job.kind == "reduce" else c // job.k
+    post = job.coll.post[c]
+    return min(post) if post else None
+
+
+def _direct(job: Job) -> None:
+    """Per-chunk BFS trees of the real topology, every chunk at once, level by level."""
+    coll, g, plan, n = job.coll, job.g, job.plan, job.n
+    everyone = set(range(n))
+    for c in range(coll.num_chunks):
+        holders, post = coll.pre[c], coll.post[c]
+        if coll.combining:
+            if not post:
+                continue
+            if set(holders) != everyone:
+                raise job.fail(f"reduces chunks every rank contributes to; chunk {c} has "
+                               f"contributions from ranks {list(holders)} only")
+            home = _home(job, c)
+            assert home is not None
+            tin = g.bfs((home,), reverse=True)
+            if not tin.spans(range(n)):
+                lost = min(everyone - set(tin.depth))
+                raise job.fail(f"cannot reduce: rank {lost} has no path to rank {home} in "
+                               f"'{job.topology.name}'")
+            start = job.reduce_tree(tin, (c,), 0, pipeline=False)
+            targets = [t for t in post if t != home]
+            src: tuple[int, ...] = (home,)
+        else:
+            targets = [t for t in post if t not in holders]
+            src, start = tuple(holders), 0
+        if not targets:
+            continue
+        if len(src) == 1 and len(g.out(src[0])) == n - 1:
+            for t in targets:
+                plan.add(start, src[0], t, c)
+            continue
+        tree = g.bfs(src)
+        edges: dict[int, int] = {}
+        for t in targets:
+            if t not in tree.depth:
+                raise job.fail(f"cannot reach rank {t} from rank(s) {list(src)} in "
+                               f"'{job.topology.name}'")
+            v = t
+            while v not in tree.roots and v not in edges:
+                edges[v] = tree.parent[v]
+                v = tree.parent[v]
+        for v in sorted(edges, key=lambda v: (tree.depth[v], v)):
+            p = edges[v]
+            plan.add(start + tree.depth[p], p, v, c)
+
+
+# ---------------------------------------------------------------------------------------- tree
+def _spanning(job: Job, root: int) -> Tree:
+    tree = job.g.bfs((root,), sym=True)
+    if not tree.spans(range(job.n)):
+        raise job.fail(f"needs a spanning tree of two-way links; rank "
+                       f"{min(set(range(job.n)) - set(tree.depth))} is not reachable from rank "
+                       f"{root} in '{job.topology.name}'")
+    return tree
+
+
+def _rerooted(base: Tree, r: int) -> Tree:
+    """The same undirected tree, rooted at ``r``."""
+    adj: dict[int, list[int]] = {v: [] for v in base.order}
+    for v, p in base.parent.items():
+        adj[v].append(p)
+        adj[p].append(v)
+    parent: dict[int, int] = {}
+    depth, order = {r: 0}, [r]
+    for v in order:
+        for u in sorted(adj[v]):
+            if u not in depth:
+                parent[u], depth[u] = v, depth[v] + 1
+                order.append(u)
+    return Tree((r,), parent, depth, order)
+
+
+def _tree(job: Job) -> None:
+    """One BFS spanning tree of the real topology (two-way links), rooted at the root or rank 0."""
+    kind, n, plan = job.kind, job.n, job.plan
+    base = _spanning(job, job.root)
+    if kind == "broadcast":
+        job.bcast_tree(base, job.data())
+    elif kind == "reduce":
+        job.reduce_tree(base, job.data())
+    elif kind == "allreduce":
+        chunks = job.data()
+        job.reduce_tree(base, chunks)
+        job.bcast_tree(base, chunks, base.height[job.root])
+    elif kind == "gather":
+        for r in range(n):
+            plan.route(base.path_up(r), job.own(r), 0)
+    elif kind == "scatter":
+        for r in range(n):
+            plan.route(base.path_up(r)[::-1], job.own(r), 0)
+    else:
+        rooted = [_rerooted(base, r) for r in range(n)]
+        for r in range(n):
+            if kind == "allgather":
+                job.bcast_tree(rooted[r], job.own(r), pipeline=False)
+            elif kind == "reducescatter":
+                job.reduce_tree(rooted[r], job.own(r), pipeline=False)
+            else:  # alltoall
+                for t in range(n):
+                    if t != r:
+                        plan.route(rooted[r].path_up(t)[::-1], job.a2a(r, t), 0)
+
+
+# --------------------------------------------------------------------------- recursive doubling
+def _need_pow2(job: Job) -> None:
+    if job.n & (job.n - 1):
+        raise job.fail(f"needs a power-of-two rank count; '{job.topology.name}' has {job.n} ranks")
+
+
+def _halving(job: Job, start: int) -> tuple[int, list[list[int]]]:
+    """Recursive-halving reduce-scatter of rank blocks: partner r xor d for d = n/2 .. 1."""
+    n = job.n
+    blocks = [list(range(n)) for _ in range(n)]
+    d = n // 2
+    while d:
+        sends = []
+        for r in range(n):
+            give = [b for b in blocks[r] if (b & d) != (r & d)]
+            sends.append((r, r ^ d, [c for b in give for c in job.own(b)]))
+        start = job.phase(start, sends, "reduce")
+        blocks = [[b for b in blocks[r] if (b & d) == (r & d)] for r in range(n)]
+        d //= 2
+    return start, blocks
+
+
+def _doubling(job: Job, start: int) -> int:
+    """Recursive-doubling allgather of rank blocks: partner r xor d for d = 1 .. n/2."""
+    n = job.n
+    blocks = [[r] for r in range(n)]
+    d = 1
+    while d < n:
+        sends = [(r, r ^ d, [c for b in blocks[r] for c in job.own(b)]) for r in range(n)]
+        start = job.phase(start, sends)
+        blocks = [sorted(blocks[r] + blocks[r ^ d]) for r in range(n)]
+        d *= 2
+    return start
+
+
+def _recursive_doubling(job: Job) -> None:
+    _need_pow2(job)
+    if job.kind == "allgather":
+        _doubling(job, 0)
+    else:  # allreduce: Rabenseifner = recursive-halving reduce-scatter + recursive-doubling allgather
+        end, _ = _halving(job, 0)
+        _doubling(job, end)
+
+
+def _recursive_halving(job: Job) -> None:
+    _need_pow2(job)
+    _halving(job, 0)
+
+
+# -------------------------------------------------------------------------------- binomial tree
+def _binomial(job: Job) -> None:
+    """Binomial tree over ranks relative to the root (rank 0 for allreduce); not pipelined."""
+    n, kind = job.n, job.kind
+    root = job.root
+
+    def real(v: int) -> int:
+        return (v + root) % n
+
+    levels = max(1, (n - 1).bit_length())
+    t = 0
+    if kind in ("reduce", "allreduce", "gather"):
+        chunks = job.data()
+        for lvl in range(levels):
+            bit = 1 << lvl
+            sends = []
+            for v in range(bit, n, 2 * bit):
+                if kind == "gather":
+                    part = [c for u in range(v, min(v + bit, n)) for c in job.own(real(u))]
+                else:
+                    part = chunks
+                sends.append((real(v), real(v - bit), part))
+            t = job.phase(t, sends, "copy" if kind == "gather" else "reduce")
+    if kind in ("broadcast", "allreduce", "scatter"):
+        chunks = job.data()
+        for lvl in reversed(range(levels)):
+            bit = 1 << lvl
+            sends = []
+            for v in range(0, n, 2 * bit):
+                if v + bit < n:
+                    if kind == "scatter":
+                        part = [c for u in range(v + bit, min(v + 2 * bit, n))
+                                for c in job.own(real(u))]
+                    else:
+                        part = chunks
+                    sends.append((real(v), real(v + bit), part))
+            if kind == "allreduce":
+                for a, b, _ in sends:
+                    job.need_link(a, b, "sends the reduced result")
+            t = job.phase(t, sends)
+
+
+# -------------------------------------------------------------------------- double binary tree
+def btree_parent(nranks: int, rank: int) -> int | None:
+    """NCCL's binary tree (ncclGetBtree): the parent of ``rank``, None for the root 0."""
+    if rank == 0:
+        return None
+    bit = 1
+    while bit < nranks and not bit & rank:
+        bit <<= 1
+    up = (rank ^ bit) | (bit << 1)
+    if up >= nranks:
+        up = rank ^ bit
+    return up
+
+
+def dtree_parents(nranks: int) -> tuple[tuple[int, dict[int, int]], tuple[int, dict[int, int]]]:
+    """NCCL's double binary tree (ncclGetDtree) as ((root, parent map), (root, parent map)).
+
+    The second tree mirrors the first (even count) or shifts it by one (odd count), so that the
+    leaves of one tree are the inner nodes of the other.
+    """
+    first = {r: p for r in range(1, nranks) if (p := btree_parent(nranks, r)) is not None}
+    second: dict[int, int] = {}
+    if nranks % 2:
+        root2 = 1 % nranks
+        for r in range(nranks):
+            up = btree_parent(nranks, (r - 1) % nranks)
+            if up is not None:
+                second[r] = (up + 1) % nranks
+    else:
+        root2 = nranks - 1
+        for r in range(nranks):
+            up = btree_parent(nranks, nranks - 1 - r)
+            if up is not None:
+                second[r] = nranks - 1 - up
+    return (0, first), (root2, second)
+
+
+def _double_binary_tree(job: Job) -> None:
+    """Two complementary binary trees, each carrying half the chunks, pipelined."""
+    n, kind = job.n, job.kind
+    chunks = job.data()
+    if len(chunks) < 2:
+        raise job.fail("splits the data over two trees and needs at least 2 chunks; use --chunks 2 "
+                       "(or any count >= 2)")
+    trees = []
+    if kind == "allreduce":
+        for root, parent in dtree_parents(n):
+            trees.append(tree_from_parent(root, parent))
+    else:  # rooted: the root feeds both trees, built over the other n-1 ranks
+        others = [(job.root + 1 + i) % n for i in range(n - 1)]
+        for sub_root, parent in dtree_parents(n - 1):
+            full = {others[v]: others[p] for v, p in parent.items()}
+            full[others[sub_root]] = job.root
+            trees.append(tree_from_parent(job.root, full))
+    for i, tree in enumerate(trees):
+        mine = chunks[i::2]
+        if kind == "broadcast":
+            job.bcast_tree(tree, mine)
+        elif kind == "reduce":
+            job.reduce_tree(tree, mine)
+        else:
+            for v, p in tree.parent.items():
+                job.need_link(p, v, "sends the reduced result")
+            job.bcast_tree(tree, mine, job.reduce_tree(tree, mine) - len(mine) + 1)
+
+
+# ------------------------------------------------------------------------------------ registry
+@dataclass(frozen=True)
+class Algorithm:
+    """A baseline algorithm: its name, the collectives it implements and its builder."""
+
+    name: str
+    kinds: tuple[str, ...]
+    description: str
+    build: Callable[[Job], None]
+
+
+def _hierarchical(job: Job) -> None:
+    from .baseline_hier import hierarchical
+    hierarchical(job)
+
+
+ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
+    Algorithm("ring", ALL_KINDS, "unidirectional ring over a Hamiltonian cycle of real links; "
+              "broadcast/reduce pipelined along it", lambda j: _ring(j, False)),
+    Algorithm("bidir_ring", ALL_KINDS, "both directions of the ring, half the data each way",
+              lambda j: _ring(j, True)),
+    Algorithm("direct", ALL_KINDS, "every chunk straight to every rank that needs it (all-pairs on "
+              "a switch; per-chunk BFS trees otherwise)", _direct),
+    Algorithm("recursive_doubling", ("allgather", "allreduce"),
+              "exchange with rank xor 2^i; allreduce is Rabenseifner's (recursive-halving "
+              "reduce-scatter + recursive-doubling allgather)", _recursive_doubling),
+    Algorithm("recursive_halving", ("reducescatter",), "reduce-scatter halving the data each step "
+              "with rank xor n/2^i", _recursive_halving),
+    Algorithm("binomial_tree", ROOTED_TREE_KINDS, "binomial tree over ranks relative to the root; "
+              "allreduce = reduce + broadcast", _binomial),
+    Algorithm("double_binary_tree", ("broadcast", "reduce", "allreduce"),
+              "NCCL's two complementary binary trees, each with half the chunks, pipelined",
+              _double_binary_tree),
+    Algorithm("hierarchical", ALL_KINDS, "intra-node then inter-node phases on multi-node "
+              "topologies", _hierarchical),
+    Algorithm("tree", ALL_KINDS, "one BFS spanning tree of the real topology, pipelined; allreduce "
+              "= reduce + broadcast", _tree),
+)}
+"""name -> :class:`Algorithm`, in the order :func:`applicable` tries them."""
+
+_EVEN_SPLIT = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce")
+
+
+def preferred_chunks(algorithm: str, kind: str, n: int) -> int:
+    """Chunks per rank the algorithm wants for ``kind`` on ``n`` ranks (callers may build with it)."""
+    if algorithm not in ALGORITHMS:
+        raise unknown_name("baseline algorithm", algorithm, ALGORITHMS)
+    if algorithm == "bidir_ring" and kind in _EVEN_SPLIT:
+        return 2
+    if algorithm == "double_binary_tree":
+        if kind in ("broadcast", "reduce"):
+            return 2
+        if kind == "allreduce" and n % 2:
+            return 2
+    return 1
+
+
+def _build(job: Job, algorithm: Algorithm) -> Schedule:
+    coll, topo = job.coll, job.topology
+    if coll.num_ranks != topo.num_ranks:
+        raise SynthError(f"the collective has {coll.num_ranks} ranks but topology '{topo.name}' "
+                         f"has {topo.num_ranks}")
+    if coll.custom is not None and algorithm.name != "direct":
+        raise job.fail(f"implements the standard collectives only, not the custom collective "
+                       f"'{coll.kind}'; use direct")
+    if coll.custom is None and coll.kind not in algorithm.kinds:
+        raise job.fail(f"does not implement {coll.kind} (it implements "
+                       f"{', '.join(algorithm.kinds)})")
+    if job.n > 1:
+        algorithm.build(job)
+    steps = job.plan.steps(topo, coll)
+    return Schedule(collective=coll, topology=topo.name, topology_hash=topo.content_hash,
+                    steps=steps, algorithm=algorithm.name, encoding="baseline", meta=job.meta)
+
+
+def baseline(topology: Topology, collective: Collective, algorithm: str, *,
+             graph: RankGraph | None = None) -> Schedule:
+    """Build one baseline algorithm; NotApplicable (with the reason) when it does not apply."""
+    alg = ALGORITHMS.get(algorithm)
+    if alg is None:
+        raise unknown_name("baseline algorithm", algorithm, ALGORITHMS)
+    if graph is None or graph.topology is not topology:
+        graph = RankGraph(topology)
+    return _build(Job(topology, collective, graph, algorithm), alg)
+
+
+def all_baselines(topology: Topology, collective: Collective) -> dict[str, Schedule]:
+    """Every algorithm that applies, by name (registry order)."""
+    graph = RankGraph(topology)
+    out: dict[str, Schedule] = {}
+    for name in ALGORITHMS:
+        try:
+            out[name] = baseline(topology, collective, name, graph=graph)
+        except NotApplicable:
+            continue
+    return out
+
+
+def applicable(topology: Topology, collective: Collective) -> list[str]:
+    """Names of the algorithms that build for this topology and collective."""
+    return list(all_baselines(topology, collective))
