@@ -1,0 +1,752 @@
+"""Read MSCCL-IR XML the way the runtimes do, into a :class:`~synth.emit.program.Program`.
+
+Two layers, both following ``shared/reference/msccl-xml-spec.md`` (rule ids such as ``A2`` or
+``D8`` below refer to its §7):
+
+* :func:`parse_program` first scans the text with the runtimes' tokenizer rules (§1: no XML
+  declaration/DOCTYPE/PI, only space/LF/CR between tags, one tag per line with exactly one space
+  before each attribute, double-quoted values, at most 16 attribute slots, node budget per rank...)
+  -- a standards-compliant parser accepts much more than the runtimes do -- then builds the tree
+  with lxml and reads the attributes with the per-profile requirements of §2 (``exec`` =
+  msccl-executor-nccl, ``rccl`` = ROCm/rccl, ``legacy`` = microsoft/msccl). Malformed input raises
+  :class:`XmlFormatError` (a :class:`~synth.errors.SynthError`, exit code 2) naming the file, the
+  line and the rule.
+* :func:`lint_program` checks the structural rules and hard limits of §2, §5 and §6 on a parsed
+  program (contiguous block ids, channels, counts, offsets, dependencies, nop placement, ``re``
+  fusion, connection symmetry and message matching). A violation raises
+  :class:`~synth.errors.VerificationError` (exit code 1) whose ``reason`` is one of
+  :data:`LINT_REASONS`; advisory findings are returned as strings.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+
+from lxml import etree
+
+from ..errors import SynthError, VerificationError
+from .program import INSTRUCTIONS, Gpu, Instr, Program, Threadblock
+
+# --------------------------------------------------------------------------------------------------
+# Profiles and constants (§2, §6)
+
+EXEC_COLLS = ("allreduce", "allgather", "reduce", "broadcast", "alltoall", "reducescatter", "send",
+              "recv", "gather", "scatter", "alltoallv")
+LEGACY_COLLS = ("allreduce", "allgather", "reduce", "broadcast", "alltoall", "reduce_scatter",
+                "custom")
+PROTOCOLS = ("Simple", "LL", "LL128")
+BUFFERS = ("i", "o", "s")
+
+MAX_ATTR_COUNT = 16
+MAX_STR_LEN = 255
+MAX_NODES = 4096
+MAX_SUBS = 1024
+MSCCL_MAX_COUNT = 72
+MSCCL_MAX_REDUCE_FUSION = 16
+MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL = 32
+MAX_OFFSET = 32767          # srcoff/dstoff are int16
+MAX_DEPID = 127             # depid is int8
+LEGACY_DEFAULT_MAX_BYTES = 1 << 27
+SM_COUNT_HINT = 108         # A100; co-residency advisory (§5.1, C4)
+
+SEND_TYPES = frozenset(("s", "rcs", "rrs", "rrcs"))
+RECV_TYPES = frozenset(("r", "rcs", "rrs", "rrc", "rrcs"))
+USES_SRC = frozenset(("s", "rrs", "rrc", "rrcs", "cpy", "re"))
+USES_DST = frozenset(("r", "rcs", "rrc", "rrcs", "cpy", "re"))
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What one runtime accepts: vocabulary, required ``<algo>`` attributes and hard limits."""
+
+    name: str
+    colls: tuple[str, ...]
+    required_algo: tuple[str, ...]
+    max_steps: int          # MSCCL_MAX_NUM_STEPS (steps per block, nops included)
+    max_tbs: int            # MSCCL_MAX_NUM_THREAD_BLOCKS
+    max_channels: int       # MAXCHANNELS
+
+
+_EXEC_REQUIRED = ("proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace", "outofplace",
+                  "minBytes", "maxBytes")
+PROFILES: dict[str, Profile] = {
+    "exec": Profile("exec", EXEC_COLLS, _EXEC_REQUIRED, 64, 1024, 32),
+    "rccl": Profile("rccl", EXEC_COLLS, _EXEC_REQUIRED, 64, 64, 128),
+    "legacy": Profile("legacy", LEGACY_COLLS,
+                      ("name", "proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace"),
+                      256, 216, 32),
+}
+
+_ALGO_KNOWN = ("name", "proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace",
+               "outofplace", "minBytes", "maxBytes")
+
+
+def get_profile(profile: str) -> Profile:
+    try:
+        return PROFILES[profile]
+    except KeyError:
+        raise SynthError(f"unknown MSCCL runtime profile '{profile}' "
+                         f"(known: {', '.join(PROFILES)})") from None
+
+
+def normalize_coll(coll: str) -> str:
+    """The collective's semantic name: both reduce-scatter spellings map to ``reducescatter``."""
+    return "reducescatter" if coll == "reduce_scatter" else coll
+
+
+def physical_chunks(coll: str, ngpus: int, nchunks: int) -> tuple[int, int]:
+    """(input, output) extent in chunks of one rank's user buffers (§3.3)."""
+    coll = normalize_coll(coll)
+    k = nchunks // ngpus if ngpus else 0
+    if coll == "allgather":
+        return k, nchunks
+    if coll == "reducescatter":
+        return nchunks, k
+    return nchunks, nchunks
+
+
+class XmlFormatError(SynthError):
+    """A file the runtimes would refuse to load: ``rule`` is the spec's rule id, ``line`` 1-based."""
+
+    def __init__(self, source: str, line: int | None, rule: str, message: str) -> None:
+        where = f"{source}:{line}" if line else source
+        super().__init__(f"{where}: [{rule}] {message}")
+        self.source = source
+        self.line = line
+        self.rule = rule
+
+
+# --------------------------------------------------------------------------------------------------
+# Lexical layer (§1)
+
+_WS = re.compile(r"[ \n\r]*")
+_NAME_RE = r"[A-Za-z_][A-Za-z0-9_.:-]{0,253}"
+_OPEN = re.compile(
+    r"<(?P<name>" + _NAME_RE + r")"
+    r'(?P<attrs>(?: ' + _NAME_RE + r'="[^"<&\n\r\t]{0,255}")*)'
+    r"(?P<sp> ?)(?P<end>/?>)")
+_CLOSE = re.compile(r"</(?P<name>" + _NAME_RE + r")>")
+_NAME_FULL = re.compile(_NAME_RE)
+_GPU_ID = re.compile(r' id="([^"]*)"')
+_INT = re.compile(r"0|-?[1-9][0-9]*")
+
+
+def _line(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _diagnose_tag(text: str, pos: int, source: str) -> XmlFormatError:
+    """Say precisely why the start tag at ``pos`` is not in the runtimes' accepted form."""
+    line = _line(text, pos)
+
+    def fail(rule: str, msg: str) -> XmlFormatError:
+        return XmlFormatError(source, line, rule, msg)
+
+    n = len(text)
+    i = pos + 1
+    j = i
+    while j < n and text[j] not in ' >/\n\r\t="\'<':
+        j += 1
+    name = text[i:j]
+    if not _NAME_FULL.fullmatch(name):
+        return fail("A2", f"invalid element name '{name[:40]}'")
+    i = j
+    while True:
+        if i >= n:
+            return fail("A2", f"unterminated start tag <{name}")
+        c = text[i]
+        if c == ">":
+            break
+        if c == "/":
+            if i + 1 < n and text[i + 1] == ">":
+                break
+            return fail("A2", f"'/' must be followed by '>' in <{name}>")
+        if c in "\n\r":
+            return fail("A2", f"<{name}> spans lines: all attributes of a tag must be on one line "
+                              "(a newline between attributes is fatal to the runtime tokenizer)")
+        if c == "\t":
+            return fail("A1", f"TAB inside <{name}>: separate attributes with exactly one space")
+        if c != " ":
+            return fail("A2", f"expected one space before the next attribute of <{name}>, got '{c}'")
+        i += 1
+        c = text[i] if i < n else ""
+        if c == " ":
+            return fail("A2", f"more than one space before an attribute of <{name}> "
+                              "(each extra space is a phantom attribute slot)")
+        if c in ("/", ">"):
+            continue  # a single space before '/>' or '>' (tolerated, one phantom slot)
+        k = i
+        while k < n and text[k] not in '= \t\n\r/>"\'<':
+            k += 1
+        key = text[i:k]
+        if not key:
+            return fail("A2", f"expected an attribute name in <{name}>, got '{text[k:k + 1]}'")
+        if not _NAME_FULL.fullmatch(key):
+            return fail("A3" if len(key) > 254 else "A2",
+                        f"invalid attribute name '{key[:40]}' in <{name}>")
+        if k >= n or text[k] != "=":
+            rest = text[k:k + 3]
+            if rest[:1] in (" ", "\t") and "=" in rest:
+                return fail("A2", f"no whitespace is allowed around '=' (attribute '{key}')")
+            return fail("A2", f"attribute '{key}' of <{name}> has no value")
+        k += 1
+        q = text[k] if k < n else ""
+        if q == "'":
+            return fail("A2", f"attribute '{key}': values must be in double quotes (the runtime reads "
+                              "a value up to the next '\"')")
+        if q != '"':
+            return fail("A2", f"attribute '{key}': no whitespace after '=' and the value must be "
+                              "double-quoted")
+        close = text.find('"', k + 1)
+        if close < 0:
+            return fail("A2", f"unterminated value of attribute '{key}'")
+        value = text[k + 1:close]
+        if len(value) > MAX_STR_LEN:
+            return fail("A3", f"value of '{key}' is {len(value)} characters (max {MAX_STR_LEN}, "
+                              "MAX_STR_LEN: the runtime's value buffer is not bounds-checked)")
+        if any(ch in value for ch in "\n\r\t"):
+            return fail("A2", f"value of '{key}' contains a line break or TAB")
+        if "&" in value or "<" in value:
+            return fail("A2", f"value of '{key}' contains '&' or '<' (the runtime does no entity "
+                              "decoding)")
+        i = close + 1
+    return fail("A2", f"malformed start tag <{name}>")
+
+
+def check_lexical(text: str, source: str = "<xml>", profile: str = "exec") -> None:
+    """Reject what the runtimes' hand-written tokenizer rejects (or silently mis-reads), §1."""
+    get_profile(profile)
+    n = len(text)
+    pos = 0
+    stack: list[list] = []          # [name, children, start pos]
+    root_seen = False
+    ngpus_el = 0
+    gpu_nodes: list[list] = []      # [id text, tb+step count, pos]
+    cur_gpu: list | None = None
+    ws = _WS.match
+    open_match = _OPEN.match
+    while True:
+        pos = ws(text, pos).end()
+        if pos >= n:
+            break
+        c = text[pos]
+        if c != "<":
+            line = _line(text, pos)
+            if c == "\t":
+                raise XmlFormatError(source, line, "A1", "TAB between tags: only space, LF and CR "
+                                     "may separate tags (indent with spaces)")
+            if c == "\ufeff":
+                raise XmlFormatError(source, line, "A1", "byte-order mark before the first tag")
+            raise XmlFormatError(source, line, "A1", f"text content is not allowed (found {c!r} "
+                                 "where a tag must start)")
+        if text.startswith("<!--", pos):
+            end = text.find("-->", pos + 4)
+            if end < 0:
+                raise XmlFormatError(source, _line(text, pos), "A2", "unterminated comment")
+            pos = end + 3
+            continue
+        if text.startswith("<?", pos):
+            raise XmlFormatError(source, _line(text, pos), "A1",
+                                 "XML declaration or processing instruction: the runtimes' "
+                                 "tokenizer fails on '<?' (write with xml_declaration=False)")
+        if text.startswith("<!", pos):
+            raise XmlFormatError(source, _line(text, pos), "A1",
+                                 "DOCTYPE/CDATA/markup declaration is not accepted by the runtimes")
+        if text.startswith("</", pos):
+            m = _CLOSE.match(text, pos)
+            if m is None:
+                raise XmlFormatError(source, _line(text, pos), "A2",
+                                     "end tag must be exactly </name> (no space before '>')")
+            name = m["name"]
+            if not stack or stack[-1][0] != name:
+                expected = f"</{stack[-1][0]}>" if stack else "no end tag"
+                raise XmlFormatError(source, _line(text, pos), "A2",
+                                     f"end tag </{name}> does not match (expected {expected})")
+            closed = stack.pop()
+            if closed[0] == "gpu" and len(stack) == 1:
+                cur_gpu = None
+            pos = m.end()
+            continue
+        m = open_match(text, pos)
+        if m is None:
+            raise _diagnose_tag(text, pos, source)
+        name = m["name"]
+        attrs = m["attrs"]
+        slots = attrs.count('"') // 2 + (1 if m["sp"] else 0)
+        if slots > MAX_ATTR_COUNT:
+            raise XmlFormatError(source, _line(text, pos), "A3",
+                                 f"<{name}> has {slots} attribute slots (max {MAX_ATTR_COUNT}, "
+                                 "MAX_ATTR_COUNT): the runtime silently drops the rest")
+        if not stack:
+            if root_seen:
+                raise XmlFormatError(source, _line(text, pos), "A2",
+                                     f"second top-level element <{name}>")
+            root_seen = True
+            if name != "algo":
+                hint = (" (the meta-parser of EXEC/RCCL reads only the first element)"
+                        if profile in ("exec", "rccl") else "")
+                raise XmlFormatError(source, _line(text, pos), "A1",
+                                     f"the first element must be <algo>, got <{name}>{hint}")
+        else:
+            parent = stack[-1]
+            parent[1] += 1
+            if parent[1] > MAX_SUBS:
+                raise XmlFormatError(source, _line(text, parent[2]), "A3",
+                                     f"<{parent[0]}> has more than {MAX_SUBS} children (MAX_SUBS)")
+            depth = len(stack)
+            if depth == 1 and name == "gpu":
+                ngpus_el += 1
+                gm = _GPU_ID.search(attrs)
+                cur_gpu = [gm.group(1) if gm else "?", 0, pos]
+                gpu_nodes.append(cur_gpu)
+            elif cur_gpu is not None and ((depth == 2 and name == "tb")
+                                          or (depth == 3 and name == "step")):
+                cur_gpu[1] += 1
+        if m["end"] == ">":
+            stack.append([name, 0, pos])
+        pos = m.end()
+    if stack:
+        raise XmlFormatError(source, _line(text, stack[-1][2]), "A2", f"<{stack[-1][0]}> is never "
+                             "closed")
+    if not root_seen:
+        raise XmlFormatError(source, None, "A1", "no <algo> element")
+    for gid, count, gpos in gpu_nodes:
+        total = 1 + ngpus_el + count
+        if total > MAX_NODES - 1:
+            raise XmlFormatError(source, _line(text, gpos), "A3",
+                                 f"rank {gid} needs {total} XML nodes (1 algo + {ngpus_el} gpu + "
+                                 f"{count} tb/step); the tokenizer stores at most {MAX_NODES - 1} "
+                                 f"(MAX_NODES={MAX_NODES})")
+
+
+# --------------------------------------------------------------------------------------------------
+# Tree layer (§2)
+
+_PARSER = etree.XMLParser(remove_comments=True, resolve_entities=False, huge_tree=True,
+                          no_network=True, remove_pis=False)
+
+
+def parse_program(text: str, source: str = "<xml>", profile: str = "exec") -> Program:
+    """Parse one algorithm file as runtime ``profile`` (``exec``, ``rccl`` or ``legacy``) would."""
+    prof = get_profile(profile)
+    check_lexical(text, source, profile)
+    try:
+        root = etree.fromstring(text.encode("utf-8"), _PARSER)
+    except etree.XMLSyntaxError as e:
+        line = e.lineno if getattr(e, "lineno", None) else None
+        raise XmlFormatError(source, line, "A2", f"not well-formed XML: {e.msg}") from None
+
+    def fail(el, rule: str, msg: str) -> XmlFormatError:
+        return XmlFormatError(source, el.sourceline, rule, msg)
+
+    def get_int(el, key: str, required: bool = True, default: int = 0) -> int:
+        v = el.get(key)
+        if v is None:
+            if required:
+                raise fail(el, "A5", f"<{el.tag}> lacks required attribute '{key}'")
+            return default
+        if not _INT.fullmatch(v):
+            raise fail(el, "A4", f"attribute {key}=\"{v}\" of <{el.tag}> must be a plain decimal "
+                                 "integer (the runtime's strtol honours 0/0x prefixes and reads junk "
+                                 "as 0)")
+        n = int(v)
+        if not -(1 << 63) <= n < (1 << 63):
+            raise fail(el, "A4", f"attribute {key}=\"{v}\" of <{el.tag}> does not fit in 64 bits")
+        return n
+
+    a = root.attrib
+    for key in prof.required_algo:
+        if key not in a:
+            raise fail(root, "A5", f"<algo> lacks '{key}', required by the {profile} runtime")
+    proto = a["proto"]
+    if proto not in PROTOCOLS:
+        raise fail(root, "B1", f"proto=\"{proto}\" is not one of {', '.join(PROTOCOLS)}")
+    coll = a["coll"]
+    if coll not in prof.colls:
+        hint = ""
+        if coll in ("reduce_scatter", "reducescatter"):
+            hint = (" (EXEC/RCCL spell it 'reducescatter', LEGACY 'reduce_scatter')")
+        raise fail(root, "B1", f"coll=\"{coll}\" is not known to the {profile} runtime{hint} "
+                               f"(known: {', '.join(prof.colls)})")
+    inplace = get_int(root, "inplace")
+    if inplace not in (0, 1):
+        raise fail(root, "B4", f"inplace must be 0 or 1, got {inplace}")
+    if profile == "legacy":
+        outofplace = 0 if inplace else 1
+        min_bytes = get_int(root, "minBytes", False, 0)
+        max_bytes = get_int(root, "maxBytes", False, LEGACY_DEFAULT_MAX_BYTES)
+        nthreads = a.get("nthreads")
+        if nthreads is not None:
+            nt = get_int(root, "nthreads")
+            if nt <= 0 or nt % 32:
+                raise fail(root, "B6", f"nthreads={nt} must be a positive multiple of 32")
+        if coll == "alltoall" and a.get("name") == "2D":
+            raise fail(root, "B6", "an alltoall named '2D' is replaced by LEGACY's built-in 2-D "
+                                   "all-to-all; choose another name")
+    else:
+        outofplace = get_int(root, "outofplace")
+        if outofplace not in (0, 1):
+            raise fail(root, "B4", f"outofplace must be 0 or 1, got {outofplace}")
+        min_bytes = get_int(root, "minBytes")
+        max_bytes = get_int(root, "maxBytes")
+    extra = tuple((k, v) for k, v in a.items() if k not in _ALGO_KNOWN
+                  and not (profile == "legacy" and k == "outofplace"))
+
+    gpus = []
+    for g in root:
+        if g.tag != "gpu":
+            continue  # unknown elements are skipped with their subtree (§1 rule 9)
+        gid = get_int(g, "id")
+        ic, oc, sc = get_int(g, "i_chunks"), get_int(g, "o_chunks"), get_int(g, "s_chunks")
+        if sc < 0:
+            raise fail(g, "C2", f"s_chunks={sc} is negative")
+        tbs = []
+        for t in g:
+            if t.tag != "tb":
+                continue
+            tid, send = get_int(t, "id"), get_int(t, "send")
+            recv, chan = get_int(t, "recv"), get_int(t, "chan")
+            steps = []
+            for st in t:
+                if st.tag != "step":
+                    if st.tag == "op":
+                        raise fail(st, "A5", "<op> (the new MSCCLang format) is not understood by "
+                                             "any runtime: emit <step> elements (old format)")
+                    continue
+                steps.append(_read_step(st, fail, get_int))
+            tbs.append(Threadblock(id=tid, send=send, recv=recv, chan=chan, steps=tuple(steps)))
+        gpus.append(Gpu(id=gid, i_chunks=ic, o_chunks=oc, s_chunks=sc, tbs=tuple(tbs)))
+
+    return Program(name=a.get("name", ""), coll=coll, proto=proto,
+                   nchannels=get_int(root, "nchannels"), nchunksperloop=get_int(root, "nchunksperloop"),
+                   ngpus=get_int(root, "ngpus"), inplace=inplace, outofplace=outofplace,
+                   min_bytes=min_bytes, max_bytes=max_bytes, gpus=tuple(gpus), extra=extra)
+
+
+_STEP_INTS = ("s", "srcoff", "dstoff", "cnt", "depid", "deps", "hasdep")
+_INT_CACHE: dict[str, int] = {}
+"""Integer texts already validated as plain decimal (values repeat a lot in large files)."""
+
+
+def _read_step(st, fail, get_int) -> Instr:
+    get = st.get
+    cache = _INT_CACHE
+    vals = []
+    for key in _STEP_INTS:
+        v = get(key)
+        n = cache.get(v) if v is not None else None
+        if n is None:
+            n = get_int(st, key)  # validates; raises with the right rule
+            if len(cache) < 1 << 16:
+                cache[v] = n
+        vals.append(n)
+    s, srcoff, dstoff, cnt, depid, deps, hasdep = vals
+    typ = get("type")
+    if typ is None:
+        raise fail(st, "A5", "<step> lacks required attribute 'type'")
+    if typ not in INSTRUCTIONS:
+        if typ == "ra":
+            raise fail(st, "D2", "step type 'ra' is parsed by LEGACY but not implemented by any "
+                                 "kernel (the block aborts)")
+        raise fail(st, "D2", f"unknown step type '{typ}' (known: {', '.join(INSTRUCTIONS)})")
+    srcbuf, dstbuf = get("srcbuf"), get("dstbuf")
+    for key, buf in (("srcbuf", srcbuf), ("dstbuf", dstbuf)):
+        if buf is None:
+            raise fail(st, "A5", f"<step> lacks required attribute '{key}' (all ten attributes are "
+                                 "required on every step, nop included)")
+        if buf not in BUFFERS:
+            raise fail(st, "D3", f"{key}=\"{buf}\" must be one of i, o, s")
+    if typ != "nop" and hasdep not in (0, 1):
+        raise fail(st, "D7", f"hasdep={hasdep} must be 0 or 1")
+    return Instr(s=s, type=typ, srcbuf=srcbuf, srcoff=srcoff, dstbuf=dstbuf, dstoff=dstoff, cnt=cnt,
+                 depid=depid, deps=deps, hasdep=hasdep)
+
+
+def read_program(path, profile: str = "exec") -> Program:
+    """Parse an algorithm file from disk (SynthError if it cannot be read)."""
+    from pathlib import Path
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise SynthError(f"cannot read XML file '{p}': {e}") from None
+    return parse_program(text, str(p), profile)
+
+
+# --------------------------------------------------------------------------------------------------
+# Structural lint (§2, §5, §6, §7 B-E)
+
+LINT_REASONS = ("header", "limit", "gpu_ids", "chunks", "tb_ids", "channel", "peer", "connection",
+                "step_position", "count", "offset", "overlap", "dependency", "fusion", "unmatched")
+
+
+def _err(reason: str, rule: str, msg: str, *, rank: int | None = None, step: int | None = None,
+         tb: int | None = None) -> VerificationError:
+    where = f"rank {rank} tb {tb}: " if tb is not None and rank is not None else ""
+    return VerificationError(reason, f"[{rule}] {where}{msg}", step=step, rank=rank)
+
+
+def lint_program(program: Program, profile: str | None = "exec") -> list[str]:
+    """Check the structural rules and, unless ``profile`` is None, that profile's hard limits.
+
+    Raises :class:`VerificationError` (``reason`` in :data:`LINT_REASONS`, the rule id and the
+    limit's constant name in the message) on the first violation; returns advisory warnings.
+    """
+    prof = get_profile(profile) if profile is not None else None
+    warn: list[str] = []
+    p = program
+    N, C = p.ngpus, p.nchunksperloop
+    coll = normalize_coll(p.coll)
+    # ---- <algo> (B)
+    if p.proto not in PROTOCOLS:
+        raise _err("header", "B1", f"proto '{p.proto}' is not one of {', '.join(PROTOCOLS)}")
+    if prof is not None and p.coll not in prof.colls:
+        raise _err("header", "B1", f"coll '{p.coll}' is not known to the {prof.name} runtime")
+    if N < 2:
+        raise _err("header", "B2", f"ngpus={N}: a collective needs at least 2 ranks")
+    if C < 1:
+        raise _err("header", "B2", f"nchunksperloop={C} must be at least 1")
+    if coll in ("allgather", "reducescatter", "alltoall") and C % N:
+        raise _err("header", "B2", f"nchunksperloop={C} must be a multiple of ngpus={N} for {coll}")
+    if p.nchannels < 1:
+        raise _err("header", "B3", f"nchannels={p.nchannels} must be at least 1")
+    if prof is not None and p.nchannels > prof.max_channels:
+        raise _err("limit", "B3", f"nchannels={p.nchannels} exceeds MAXCHANNELS={prof.max_channels} "
+                                  f"of the {prof.name} runtime")
+    if p.inplace not in (0, 1) or p.outofplace not in (0, 1):
+        raise _err("header", "B4", "inplace and outofplace must be 0 or 1")
+    if not p.inplace and not p.outofplace:
+        warn.append("[B4] inplace=0 and outofplace=0: the algorithm is never selected")
+    if p.min_bytes < 0 or p.max_bytes < 0:
+        raise _err("header", "B5", "minBytes and maxBytes must be >= 0")
+    unbounded = p.max_bytes == 0 and (prof is None or prof.name != "legacy")
+    if not unbounded and p.min_bytes > p.max_bytes:
+        raise _err("header", "B5", f"minBytes={p.min_bytes} > maxBytes={p.max_bytes}")
+    if prof is not None and prof.name == "legacy" and p.max_bytes == 0:
+        warn.append("[B5] maxBytes=0 means 'never selected' in LEGACY")
+    if prof is not None and prof.name == "legacy" and coll == "alltoall" and p.inplace:
+        warn.append("[B6] LEGACY refuses in-place alltoall")
+    # ---- <gpu> (C1, C2)
+    ids = [g.id for g in p.gpus]
+    if len(ids) != N or set(ids) != set(range(N)):
+        missing = sorted(set(range(N)) - set(ids))
+        dup = sorted({i for i in ids if ids.count(i) > 1}) if len(ids) != len(set(ids)) else []
+        extra = sorted(i for i in set(ids) if not 0 <= i < N)
+        raise _err("gpu_ids", "C1", f"need exactly one <gpu> per rank 0..{N - 1}: missing {missing}, "
+                                    f"duplicated {dup}, out of range {extra}",
+                   rank=(missing + dup + extra + [None])[0])
+    if ids != sorted(ids):
+        warn.append("[C1] <gpu> elements are not in ascending id order (VERIFIER requires it)")
+    phys_i, phys_o = physical_chunks(p.coll, N, C)
+    sizes: dict[int, dict[str, int]] = {}
+    tb_steps: dict[int, dict[int, tuple[Instr, ...]]] = {}
+    sides: dict[tuple[int, int, int], list[tuple[int, int, int]]] = {}   # (src, dst, chan) -> cnts
+    recv_sides: dict[tuple[int, int, int], list[tuple[int, int, int]]] = {}
+    for g in p.gpus:
+        r = g.id
+        known = coll in ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce")
+        if known:
+            if g.i_chunks not in (0, phys_i):
+                raise _err("chunks", "C2", f"rank {r}: i_chunks={g.i_chunks} must be 0 or {phys_i} "
+                                           f"(input extent of {coll}, §3.3)", rank=r)
+            if g.o_chunks not in (0, phys_o):
+                raise _err("chunks", "C2", f"rank {r}: o_chunks={g.o_chunks} must be 0 or {phys_o} "
+                                           f"(output extent of {coll}, §3.3)", rank=r)
+        if g.i_chunks < 0 or g.o_chunks < 0 or g.s_chunks < 0:
+            raise _err("chunks", "C2", f"rank {r}: negative chunk count", rank=r)
+        sizes[r] = {"i": g.i_chunks, "o": g.o_chunks, "s": g.s_chunks}
+        tids = [t.id for t in g.tbs]
+        ntb = len(tids)
+        if sorted(tids) != list(range(ntb)):
+            dups = sorted({t for t in tids if tids.count(t) > 1})
+            gaps = sorted(set(range(max(tids, default=-1) + 1)) - set(tids))
+            raise _err("tb_ids", "C3", f"rank {r}: threadblock ids must be unique and exactly "
+                                       f"0..n-1 (duplicated {dups}, missing {gaps})", rank=r)
+        if tids != sorted(tids):
+            warn.append(f"[C3] rank {r}: <tb> elements are not in id order (VERIFIER requires it)")
+        if prof is not None and ntb > prof.max_tbs:
+            raise _err("limit", "C3", f"rank {r} has {ntb} threadblocks, more than "
+                                      f"MSCCL_MAX_NUM_THREAD_BLOCKS={prof.max_tbs} of the {prof.name} "
+                                      "runtime", rank=r)
+        if ntb > SM_COUNT_HINT:
+            warn.append(f"[C4] rank {r} has {ntb} threadblocks: all must be co-resident (A100 has "
+                        f"{SM_COUNT_HINT} SMs)")
+        tb_steps[r] = {t.id: t.steps for t in g.tbs}
+        send_owner: dict[tuple[int, int], int] = {}
+        recv_owner: dict[tuple[int, int], int] = {}
+        per_chan_send: dict[int, int] = defaultdict(int)
+        per_chan_recv: dict[int, int] = defaultdict(int)
+        for t in g.tbs:
+            for peer, what in ((t.send, "send"), (t.recv, "recv")):
+                if peer != -1 and (not 0 <= peer < N or peer == r):
+                    raise _err("peer", "C5", f"{what}={peer} must be -1 or another rank in "
+                                             f"0..{N - 1}", rank=r, tb=t.id)
+            if not 0 <= t.chan < p.nchannels:
+                raise _err("channel", "C5", f"chan={t.chan} must be in 0..nchannels-1="
+                                            f"{p.nchannels - 1}", rank=r, tb=t.id)
+            if t.send >= 0:
+                key = (t.chan, t.send)
+                if key in send_owner:
+                    raise _err("connection", "C6", f"threadblocks {send_owner[key]} and {t.id} both "
+                                                   f"send to rank {t.send} on channel {t.chan}",
+                               rank=r, tb=t.id)
+                send_owner[key] = t.id
+                per_chan_send[t.chan] += 1
+                sides[(r, t.send, t.chan)] = []
+            if t.recv >= 0:
+                key = (t.chan, t.recv)
+                if key in recv_owner:
+                    raise _err("connection", "C6", f"threadblocks {recv_owner[key]} and {t.id} both "
+                                                   f"receive from rank {t.recv} on channel {t.chan}",
+                               rank=r, tb=t.id)
+                recv_owner[key] = t.id
+                per_chan_recv[t.chan] += 1
+                recv_sides[(t.recv, r, t.chan)] = []
+        if prof is not None:
+            for chan, cnt in list(per_chan_send.items()) + list(per_chan_recv.items()):
+                if cnt > MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL:
+                    raise _err("limit", "C8", f"rank {r} channel {chan}: {cnt} blocks with a peer "
+                                              "in one direction (MSCCL_MAX_NUM_THREAD_BLOCKS_PER_"
+                                              f"CHANNEL={MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL})",
+                               rank=r)
+    # ---- steps (C9, D)
+    for g in p.gpus:
+        r = g.id
+        sz = sizes[r]
+        steps_of = tb_steps[r]
+        for t in g.tbs:
+            _lint_block(t, r, sz, steps_of, prof, warn, sides, recv_sides)
+    # ---- connections (C7, E1)
+    for key in sides.keys() - recv_sides.keys():
+        a, b, c = key
+        raise _err("connection", "C7", f"rank {a} has a block sending to rank {b} on channel {c} but "
+                                       f"rank {b} has no block receiving from rank {a} on channel "
+                                       f"{c} (connection setup would hang)", rank=a)
+    for key in recv_sides.keys() - sides.keys():
+        a, b, c = key
+        raise _err("connection", "C7", f"rank {b} has a block receiving from rank {a} on channel {c} "
+                                       f"but rank {a} has no block sending to rank {b} on channel "
+                                       f"{c} (connection setup would hang)", rank=b)
+    for key, snd in sides.items():
+        rcv = recv_sides[key]
+        a, b, c = key
+        for idx in range(min(len(snd), len(rcv))):
+            if snd[idx][0] != rcv[idx][0]:
+                raise _err("unmatched", "E1", f"connection rank {a} -> rank {b} channel {c}: message "
+                                              f"{idx} is sent with cnt={snd[idx][0]} (rank {a} tb "
+                                              f"{snd[idx][1]} step {snd[idx][2]}) but received with "
+                                              f"cnt={rcv[idx][0]} (rank {b} tb {rcv[idx][1]} step "
+                                              f"{rcv[idx][2]})", rank=b, step=rcv[idx][2])
+        if len(snd) != len(rcv):
+            raise _err("unmatched", "E1", f"connection rank {a} -> rank {b} channel {c}: {len(snd)} "
+                                          f"send-type steps but {len(rcv)} receive-type steps "
+                                          "(the call would hang or leave stale data)", rank=a)
+    return warn
+
+
+def _lint_block(t: Threadblock, r: int, sz: dict[str, int], steps_of, prof: Profile | None,
+                warn: list[str], sides, recv_sides) -> None:
+    steps = t.steps
+    nsteps = len(steps)
+    if prof is not None and nsteps > prof.max_steps:
+        raise _err("limit", "D1", f"{nsteps} steps (nops included), more than MSCCL_MAX_NUM_STEPS="
+                                  f"{prof.max_steps} of the {prof.name} runtime", rank=r, tb=t.id)
+    send_list = sides.get((r, t.send, t.chan)) if t.send >= 0 else None
+    recv_list = recv_sides.get((t.recv, r, t.chan)) if t.recv >= 0 else None
+    nop_run = 0
+    chain_len = 0
+    prev: Instr | None = None
+    for pos, st in enumerate(steps):
+        typ = st.type
+        if st.s != pos:
+            raise _err("step_position", "D1", f"step s={st.s} is at position {pos}: s must equal the "
+                                              "0-based position (the runtime numbers steps by "
+                                              "document order)", rank=r, tb=t.id, step=pos)
+        # dependencies (D8)
+        if st.depid != -1 or st.deps != -1:
+            if st.depid < 0 or st.deps < 0:
+                raise _err("dependency", "D8", f"depid={st.depid} deps={st.deps}: both must be -1 or "
+                                               "both valid", rank=r, tb=t.id, step=pos)
+            if prof is not None and st.depid > MAX_DEPID:
+                raise _err("limit", "D8", f"depid={st.depid} exceeds {MAX_DEPID} (stored as int8)",
+                           rank=r, tb=t.id, step=pos)
+            if st.depid == t.id:
+                raise _err("dependency", "D8", "a step depends on its own threadblock", rank=r,
+                           tb=t.id, step=pos)
+            target = steps_of.get(st.depid)
+            if target is None:
+                raise _err("dependency", "D8", f"depid={st.depid} names no threadblock of rank {r}",
+                           rank=r, tb=t.id, step=pos)
+            if st.deps >= len(target):
+                raise _err("dependency", "D8", f"deps={st.deps} but threadblock {st.depid} has only "
+                                               f"{len(target)} steps", rank=r, tb=t.id, step=pos)
+            ref = target[st.deps]
+            if ref.type == "nop" or ref.hasdep != 1:
+                raise _err("dependency", "D8", f"waits for tb {st.depid} step {st.deps} which "
+                                               f"{'is a nop' if ref.type == 'nop' else 'has hasdep=0'}"
+                                               ": it never publishes that step (a referenced step "
+                                               "must be a non-nop step with hasdep=1)",
+                           rank=r, tb=t.id, step=pos)
+        if typ == "nop":
+            if st.depid < 0:
+                raise _err("dependency", "D9", "a nop without depid shifts the runtime's step "
+                                               "numbering", rank=r, tb=t.id, step=pos)
+            nop_run += 1
+            chain_len = 0
+            prev = st
+            continue
+        if nop_run and st.depid < 0:
+            raise _err("dependency", "D9", "a run of nops must be followed by a step that itself has "
+                                           "depid >= 0", rank=r, tb=t.id, step=pos)
+        nop_run = 0
+        cnt = st.cnt
+        if not 1 <= cnt < MSCCL_MAX_COUNT:
+            raise _err("count", "D4", f"cnt={cnt} must be in 1..{MSCCL_MAX_COUNT - 1} "
+                                      f"(MSCCL_MAX_COUNT={MSCCL_MAX_COUNT})", rank=r, tb=t.id, step=pos)
+        is_send, is_recv = typ in SEND_TYPES, typ in RECV_TYPES
+        if is_send:
+            if t.send < 0:
+                raise _err("peer", "C9", f"'{typ}' sends but the threadblock has send=-1", rank=r,
+                           tb=t.id, step=pos)
+            send_list.append((cnt, t.id, pos))  # type: ignore[union-attr]
+        if is_recv:
+            if t.recv < 0:
+                raise _err("peer", "C9", f"'{typ}' receives but the threadblock has recv=-1",
+                           rank=r, tb=t.id, step=pos)
+            recv_list.append((cnt, t.id, pos))  # type: ignore[union-attr]
+        src_used, dst_used = typ in USES_SRC, typ in USES_DST
+        for used, buf, off, what in ((src_used, st.srcbuf, st.srcoff, "src"),
+                                     (dst_used, st.dstbuf, st.dstoff, "dst")):
+            if not used:
+                continue
+            if off < 0 or off + cnt > sz[buf]:
+                raise _err("offset", "D5", f"{what} range {buf}[{off}..{off + cnt}) is outside the "
+                                           f"buffer ({buf}: {sz[buf]} chunks)", rank=r, tb=t.id,
+                           step=pos)
+            if prof is not None and off > MAX_OFFSET:
+                raise _err("limit", "D5", f"{what}off={off} exceeds {MAX_OFFSET} (int16)", rank=r,
+                           tb=t.id, step=pos)
+        if src_used and dst_used and st.srcbuf == st.dstbuf and st.srcoff != st.dstoff \
+                and abs(st.srcoff - st.dstoff) < cnt:
+            raise _err("overlap", "D6", f"source {st.srcbuf}[{st.srcoff}..{st.srcoff + cnt}) and "
+                                        f"destination {st.dstbuf}[{st.dstoff}..{st.dstoff + cnt}) "
+                                        "partially overlap", rank=r, tb=t.id, step=pos)
+        # re fusion (D10)
+        if (typ == "re" and prev is not None and prev.type == "re" and prev.hasdep == 0
+                and st.depid == -1 and prev.srcbuf == st.srcbuf and prev.dstbuf == st.dstbuf
+                and prev.dstoff == st.dstoff):
+            chain_len += 1
+            if prev.cnt != cnt:
+                raise _err("fusion", "D10", f"fused 're' chain members have different cnt "
+                                            f"({prev.cnt} and {cnt}); the runtime uses the last one",
+                           rank=r, tb=t.id, step=pos)
+            if chain_len > MSCCL_MAX_REDUCE_FUSION:
+                raise _err("fusion", "D10", f"fused 're' chain longer than MSCCL_MAX_REDUCE_FUSION="
+                                            f"{MSCCL_MAX_REDUCE_FUSION}", rank=r, tb=t.id, step=pos)
+        else:
+            chain_len = 1 if typ == "re" else 0
+        prev = st
+    if nop_run:
+        warn.append(f"[D9] rank {r} tb {t.id}: trailing nops (their waits are lost)")
