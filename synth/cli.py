@@ -112,12 +112,17 @@ def topo_show(name: str, nodes: int, as_json: bool) -> None:
 @click.option("--inplace/--outofplace", default=False, show_default=True)
 @click.option("--sizes", default=None, help="Message sizes: 1KB:1GB (powers of 2) or 1KB,1MB.")
 @click.option("--time-limit", type=float, default=None, help="Solver time limit (seconds).")
+@click.option("--steps", type=int, default=None, help="SMT: number of steps S.")
+@click.option("--rounds", type=int, default=None, help="SMT: total rounds R (default: S).")
+@click.option("--least-steps", is_flag=True, help="SMT: the latency-optimal algorithm.")
+@click.option("--engine", default=None, help="Solver engine for the encoding (e.g. cpsat, z3).")
 @click.option("--out", "out_dir", default="out", show_default=True, type=click.Path(),
               help="Folder for the schedule files.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str | None,
           chunks: int | None, root: int | None, inplace: bool, sizes: str | None,
-          time_limit: float | None, out_dir: str, as_json: bool) -> None:
+          time_limit: float | None, steps: int | None, rounds: int | None, least_steps: bool,
+          engine: str | None, out_dir: str, as_json: bool) -> None:
     """Synthesize a verified schedule and print its cost against the bound."""
     from .files import ensure_writable_dir
     from .solve import solve as run_solve
@@ -131,8 +136,12 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
     target = ensure_writable_dir(Path(out_dir))
     with err.status(f"solving {collective.name} on {topology.name} ({encoding})",
                     spinner="dots") if not as_json else _nullcontext():
+        extra = {k: v for k, v in (("steps", steps), ("rounds", rounds), ("engine", engine))
+                 if v is not None}
+        if least_steps:
+            extra["least_steps"] = True
         result = run_solve(topology, collective, encoding=encoding, algorithm=algo,
-                           sizes=size_list, time_limit_s=time_limit, chunks=chunks)
+                           sizes=size_list, time_limit_s=time_limit, chunks=chunks, extra=extra)
     best = result.best
     files = [str(write_schedule(best.schedule, target))]
     if as_json:

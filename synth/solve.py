@@ -81,11 +81,13 @@ class SolveResult:
 
 def solve(topology: Topology, collective: Collective, *, encoding: str = "auto",
           algorithm: str | None = None, sizes: Sequence[int] = DEFAULT_SIZES,
-          time_limit_s: float | None = None, chunks: int | None = None) -> SolveResult:
+          time_limit_s: float | None = None, chunks: int | None = None,
+          extra: dict[str, Any] | None = None) -> SolveResult:
     """Produce, verify and rank schedules; the best is the one closest to the bound overall."""
     start = time.perf_counter()
     found = run_encoding(encoding, topology, collective,
-                         Options(algorithm=algorithm, chunks=chunks, time_limit_s=time_limit_s))
+                         Options(algorithm=algorithm, chunks=chunks, time_limit_s=time_limit_s,
+                                 extra=dict(extra or {})))
     bound = lower_bound(topology, collective)
     candidates = []
     for name in sorted(found):
