@@ -109,6 +109,7 @@ def multinode(node: Topology, count: int) -> Topology:
 
     Each copy keeps its own links and switches (renamed ``name@i``); every NIC of every copy becomes
     one port of a non-blocking fabric switch, so a NIC shared by several ranks is a shared budget.
+    The fabric joins NICs of different nodes only (port domains): intra-node traffic stays inside.
     Ranks of node i are ``i*n .. i*n+n-1`` (local indices preserved: symmetric groups).
     """
     _need(count >= 1, f"--nodes must be at least 1, got {count}")
@@ -132,16 +133,21 @@ def multinode(node: Topology, count: int) -> Topology:
         for nic in node.nics:
             ranks = tuple(r + off for r in nic.ranks)
             nics.append(Nic(f"{nic.name}@{i}", ranks, nic.alpha_us, nic.beta_us_per_mb, nic.kind))
-            ports.append(Port(f"{nic.name}@{i}", ranks, nic.beta_us_per_mb))
+            ports.append(Port(f"{nic.name}@{i}", ranks, nic.beta_us_per_mb, domain=i))
         nodes.append(tuple(range(off, off + n)))
     kinds = sorted({nic.kind for nic in node.nics})
     fabric = Switch("fabric", max(nic.alpha_us for nic in node.nics), tuple(ports), "+".join(kinds))
     return Topology(
-        name=f"{node.name}x{count}", num_ranks=n * count, links=tuple(links),
+        name=multinode_name(node.name, count), num_ranks=n * count, links=tuple(links),
         switches=(*switches, fabric), nodes=tuple(nodes), nics=tuple(nics),
         description=f"{count} x {node.name} joined through their NICs by a non-blocking fabric",
         sources=node.sources, meta=(*node.meta, ("nodes", count)),
     )
+
+
+def multinode_name(name: str, count: int) -> str:
+    """'dgx_a100x4' for shipped names; 'torus:2x2-x2' for builders, whose specs contain 'x'."""
+    return f"{name}-x{count}" if ":" in name else f"{name}x{count}"
 
 
 def _need(ok: bool, message: str) -> None:

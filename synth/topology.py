@@ -66,6 +66,12 @@ class Port:
     beta_us_per_mb: float
     lanes: int = 1
     """Chunks the port may carry per round in each direction (SCCL's switch bandwidth)."""
+    domain: int = -1
+    """Ports of one domain (>= 0) do not reach each other through the switch: the inter-node
+    fabric joins NICs of *different* nodes only, traffic inside a node stays on its own links."""
+
+    def reaches(self, other: Port) -> bool:
+        return other is not self and (self.domain < 0 or self.domain != other.domain)
 
     @property
     def bandwidth_GBps(self) -> float:
@@ -189,10 +195,12 @@ class Topology:
             dst_ports = dict(self._ports_of.get(dst, ()))
             for s, p in self._ports_of.get(src, ()):
                 q = dst_ports.get(s)
-                if q is None or q == p:
+                if q is None:
                     continue
                 switch = self.switches[s]
                 out_port, in_port = switch.ports[p], switch.ports[q]
+                if not out_port.reaches(in_port):
+                    continue
                 resources = (
                     (("out", switch.name, out_port.name), out_port.beta_us_per_mb, out_port.lanes),
                     (("in", switch.name, in_port.name), in_port.beta_us_per_mb, in_port.lanes),
@@ -213,8 +221,9 @@ class Topology:
         if rank not in cache:
             out = set(self._out_links.get(rank, ()))
             for s, p in self._ports_of.get(rank, ()):
-                for q, port in enumerate(self.switches[s].ports):
-                    if q != p:
+                mine = self.switches[s].ports[p]
+                for port in self.switches[s].ports:
+                    if mine.reaches(port):
                         out.update(port.ranks)
             out.discard(rank)
             cache[rank] = tuple(sorted(out))
@@ -307,7 +316,8 @@ class Topology:
             "switches": [
                 {"name": sw.name, "kind": sw.kind, "alpha_us": sw.alpha_us,
                  "ports": [{"name": p.name, "ranks": list(p.ranks),
-                            "beta_us_per_mb": p.beta_us_per_mb, "lanes": p.lanes}
+                            "beta_us_per_mb": p.beta_us_per_mb, "lanes": p.lanes,
+                            "domain": p.domain}
                            for p in sw.ports]}
                 for sw in self.switches
             ],

@@ -274,7 +274,7 @@ def load_topology(spec: str, nodes: int = 1) -> Topology:
     """
     if nodes < 1:
         raise SynthError(f"--nodes must be at least 1, got {nodes}")
-    multi = re.fullmatch(r"(.+)x([0-9]+)", spec)
+    multi = re.fullmatch(r"(.+?)-?x([0-9]+)", spec)
     if multi and not _resolvable(spec) and _resolvable(multi.group(1)):
         # 'dgx_a100x4' is how a multi-node topology names itself; read it back the same way
         return load_topology(multi.group(1), int(multi.group(2)) * nodes)

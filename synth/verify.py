@@ -1,9 +1,11 @@
 """Semantic verification of a Schedule: symbolic execution with contribution sets.
 
-Each (rank, chunk) slot holds the set of original contributions it contains. A copy overwrites the
-destination with the sender's set; a reduce unions two *disjoint* sets (an overlap would count a
-contribution twice). All transfers of a step read the state at its start and write at its end. At
-the end every postcondition slot must hold exactly the full set of its chunk's contributions.
+Each (rank, chunk) slot holds the set of original contributions it contains (a bitset over the
+contributing ranks, as a Python int, so unions and overlap tests stay cheap at 1024 ranks). A copy
+overwrites the destination with the sender's set; a reduce unions two *disjoint* sets (an overlap
+would count a contribution twice). All transfers of a step read the state at its start and write
+at its end. At the end every postcondition slot must hold exactly the full set of its chunk's
+contributions.
 
 Every failure raises :class:`~synth.errors.VerificationError` with a reason tag and the step, rank
 and chunk involved:
@@ -51,12 +53,12 @@ def verify(schedule: Schedule, topology: Topology, *, check_bandwidth: bool = Tr
         raise SynthError(f"the collective has {coll.num_ranks} ranks but topology "
                          f"'{topology.name}' has {topology.num_ranks}")
     n, num = coll.num_ranks, coll.num_chunks
-    full = [frozenset(p) if coll.combining else frozenset((-1,)) for p in coll.pre]
-    # state[r]: chunk -> contribution set; non-combining values are the single marker {-1}
-    state: list[dict[int, frozenset[int]]] = [{} for _ in range(n)]
+    # state[r]: chunk -> bitset of contributing ranks; a non-combining value is the marker 1
+    full = [sum(1 << r for r in set(p)) for p in coll.pre] if coll.combining else [1] * num
+    state: list[dict[int, int]] = [{} for _ in range(n)]
     for c, holders in enumerate(coll.pre):
         for r in holders:
-            state[r][c] = frozenset((r,)) if coll.combining else full[c]
+            state[r][c] = (1 << r) if coll.combining else 1
     max_load = 0
     for s, step in enumerate(schedule.steps):
         if step.rounds < 1:
@@ -115,7 +117,7 @@ def verify(schedule: Schedule, topology: Topology, *, check_bandwidth: bool = Tr
                 if overlap:
                     raise VerificationError(
                         "double_count", f"rank {t.src} reduces chunk {c} into rank {dst} and the "
-                        f"contribution(s) of rank(s) {sorted(overlap)[:4]} would be counted twice",
+                        f"contribution(s) of rank(s) {_ranks(overlap)[:4]} would be counted twice",
                         step=s, rank=dst, chunk=c)
                 current = current | value
             state[dst][c] = current
@@ -126,12 +128,17 @@ def verify(schedule: Schedule, topology: Topology, *, check_bandwidth: bool = Tr
                 raise VerificationError("missing", f"rank {r} never receives chunk {c}",
                                         rank=r, chunk=c)
             if have != full[c]:
-                lacking = sorted(full[c] - have)
+                lacking = _ranks(full[c] & ~have)
                 raise VerificationError("missing", f"rank {r} ends with a partial chunk {c}: "
                                         f"contributions of rank(s) {lacking[:4]} are missing",
                                         rank=r, chunk=c)
     return VerifyReport(steps=len(schedule.steps), rounds=schedule.total_rounds,
                         transfers=schedule.num_transfers, max_link_load=max_load)
+
+
+def _ranks(bits: int) -> list[int]:
+    """The ranks whose bits are set, in order."""
+    return [r for r in range(bits.bit_length()) if bits >> r & 1]
 
 
 def _describe(res: tuple) -> str:

@@ -28,6 +28,10 @@ class Options:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+RING_ALLTOALL = ("ring", "bidir_ring")
+RING_ALLTOALL_MAX_RANKS = 32
+
+
 def _baseline(topology: Topology, collective: Collective, options: Options) -> dict[str, Schedule]:
     from .baseline import ALGORITHMS, baseline, preferred_chunks
 
@@ -35,6 +39,11 @@ def _baseline(topology: Topology, collective: Collective, options: Options) -> d
     found: dict[str, Schedule] = {}
     reasons: list[str] = []
     for name in names:
+        if (not options.algorithm and collective.kind == "alltoall" and name in RING_ALLTOALL
+                and collective.num_ranks > RING_ALLTOALL_MAX_RANKS):
+            # ring alltoall moves O(n^3) chunk-hops: minutes to build and verify at 128 ranks and
+            # never competitive with direct there; it stays available with --algo ring
+            continue
         coll = collective
         if options.chunks is None and collective.custom is None:
             k = preferred_chunks(name, collective.kind, collective.num_ranks)

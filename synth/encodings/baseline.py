@@ -21,269 +21,22 @@ topology, and the same input always gives the same schedule.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from ..collectives import KINDS, Collective
 from ..errors import NotApplicable, SynthError, unknown_name
 from ..schedule import Schedule
 from ..topology import Topology
-from .baseline_graph import Plan, RankGraph, Tree, tree_from_parent
+from .baseline_graph import RankGraph, Tree, tree_from_parent
+from .baseline_job import Job
+from .baseline_ring import ring_algorithm
+
+__all__ = ["ALGORITHMS", "Algorithm", "all_baselines", "applicable", "baseline", "btree_parent",
+           "dtree_parents", "preferred_chunks"]
 
 ALL_KINDS = KINDS
 ROOTED_TREE_KINDS = ("broadcast", "reduce", "gather", "scatter", "allreduce")
-
-
-class Job:
-    """One (topology, collective, algorithm) build: shared helpers and the plan being filled."""
-
-    def __init__(self, topology: Topology, collective: Collective, graph: RankGraph,
-                 algorithm: str) -> None:
-        self.topology = topology
-        self.coll = collective
-        self.g = graph
-        self.name = algorithm
-        self.n = collective.num_ranks
-        self.k = collective.chunks_per_rank
-        self.kind = collective.kind
-        self.root = collective.root if collective.root is not None else 0
-        self.plan = Plan()
-        self.meta: dict[str, Any] = {}
-        self._holding: list[set[int]] | None = None
-
-    def fail(self, reason: str) -> NotApplicable:
-        return NotApplicable(f"{self.name} {reason}")
-
-    def own(self, r: int) -> list[int]:
-        """Chunks indexed by rank r: its allgather input, its reducescatter output, ..."""
-        return list(range(r * self.k, (r + 1) * self.k))
-
-    def a2a(self, s: int, d: int) -> list[int]:
-        """The alltoall chunks rank s sends to rank d."""
-        base = (s * self.n + d) * self.k
-        return list(range(base, base + self.k))
-
-    def data(self) -> list[int]:
-        return list(range(self.coll.num_chunks))
-
-    def need_link(self, a: int, b: int, what: str) -> None:
-        if not self.g.adjacent(a, b):
-            raise self.fail(f"{what} from rank {a} to rank {b}, which are not directly connected in "
-                            f"'{self.topology.name}' (reductions cannot be relayed)")
-
-    # ------------------------------------------------------------------ tree primitives
-    def bcast_tree(self, tree: Tree, chunks: Sequence[int], start: int = 0, *,
-                   pipeline: bool = True, relay: bool = True) -> int:
-        """Copy ``chunks`` down an out-tree. Pipelined: chunk j leaves the root at ``start + j``;
-        otherwise all chunks move together, level by level. A tree edge that is not a link is
-        relayed along a shortest path. Returns the end step."""
-        if not chunks:
-            return start
-        ready = {r: 0 for r in tree.roots}
-        last = 0
-        for v in tree.order:
-            for c in tree.children.get(v, ()):
-                if self.g.adjacent(v, c):
-                    path = [v, c]
-                elif relay:
-                    path = self.g.path(v, c)
-                else:
-                    raise self.fail(f"sends from rank {v} to rank {c}, which are not directly "
-                                    f"connected in '{self.topology.name}'")
-                for j, ch in enumerate(chunks):
-                    self.plan.route(path, (ch,), start + ready[v] + (j if pipeline else 0))
-                ready[c] = ready[v] + len(path) - 1
-                last = max(last, ready[c])
-        return start + last + (len(chunks) - 1 if pipeline else 0)
-
-    def reduce_tree(self, tree: Tree, chunks: Sequence[int], start: int = 0, *,
-                    pipeline: bool = True) -> int:
-        """Reduce ``chunks`` up an in-tree (edges ``v -> parent[v]`` must be links): a rank sends
-        its partial sum once all its children's have arrived. Returns the end step."""
-        if not chunks:
-            return start
-        height = tree.height
-        for v in tree.order:
-            p = tree.parent.get(v)
-            if p is None:
-                continue
-            self.need_link(v, p, "reduces")
-            if pipeline:
-                for j, ch in enumerate(chunks):
-                    self.plan.add(start + height[v] + j, v, p, ch, "reduce")
-            else:
-                self.plan.send(start + height[v], v, p, chunks, "reduce")
-        top = max(height[r] for r in tree.roots)
-        return start + top + (len(chunks) - 1 if pipeline else 0)
-
-    def phase(self, start: int, sends: Sequence[tuple[int, int, Sequence[int]]], op: str = "copy"
-              ) -> int:
-        """One logical step of (src, dst, chunks) messages. Copies between ranks that are not
-        adjacent are relayed (the phase then takes as many steps as its longest path); reductions
-        need links. Returns the end step.
-
-        In a non-combining collective a relay hop is skipped when its receiver already holds the
-        chunks (from before the phase, or from a shorter path of this phase that delivers the same
-        chunks no later); it forwards them all the same. This keeps relayed recursive doubling on a
-        long ring linear in its output instead of cubic.
-        """
-        end = start
-        held = self._held() if op == "copy" else None
-        routes = []
-        for src, dst, chunks in sends:
-            if op == "reduce":
-                self.need_link(src, dst, "reduces")
-                path = [src, dst]
-            else:
-                path = self.g.path(src, dst)
-            if chunks:
-                routes.append((path, chunks))
-                end = max(end, start + len(path) - 1)
-        if op != "copy":
-            for path, chunks in routes:
-                self.plan.send(start, path[0], path[1], chunks, op)
-        elif held is None:
-            for path, chunks in routes:
-                self.plan.route(path, chunks, start)
-        else:
-            first: dict[tuple[int, tuple[int, ...]], int] = {}  # earliest delivery of a message
-            for path, chunks in routes:
-                key = tuple(chunks)
-                for h in range(1, len(path)):
-                    if first.get((path[h], key), h) >= h:
-                        first[(path[h], key)] = h
-            for path, chunks in routes:
-                key, want = tuple(chunks), set(chunks)
-                for h in range(1, len(path)):
-                    if first.get((path[h], key)) == h:
-                        del first[(path[h], key)]  # one delivery only
-                        self.plan.send(start + h - 1, path[h - 1], path[h],
-                                       sorted(want - held[path[h]]))
-            for path, chunks in routes:
-                for r in path[1:]:
-                    held[r].update(chunks)
-        return end
-
-    def _held(self) -> list[set[int]] | None:
-        """Chunks each rank holds so far, tracked across phases (non-combining collectives only)."""
-        if self.coll.combining:
-            return None
-        if self._holding is None:
-            self._holding = [set() for _ in range(self.n)]
-            for c, holders in enumerate(self.coll.pre):
-                for r in holders:
-                    self._holding[r].add(c)
-        return self._holding
-
-
-# ---------------------------------------------------------------------------------------- ring
-def _ring_ag(plan: Plan, order: Sequence[int], groups: Sequence[Sequence[int]], start: int) -> int:
-    """Ring allgather: the group at position g travels g -> g+1 -> ... (m-1 hops)."""
-    m = len(order)
-    for g, chunks in enumerate(groups):
-        for t in range(m - 1):
-            plan.send(start + t, order[(g + t) % m], order[(g + t + 1) % m], chunks)
-    return start + m - 1
-
-
-def _ring_rs(plan: Plan, order: Sequence[int], groups: Sequence[Sequence[int]], start: int) -> int:
-    """Ring reduce-scatter: the group owned by position g is reduced g+1 -> g+2 -> ... -> g."""
-    m = len(order)
-    for g, chunks in enumerate(groups):
-        for t in range(m - 1):
-            plan.send(start + t, order[(g + 1 + t) % m], order[(g + 2 + t) % m], chunks, "reduce")
-    return start + m - 1
-
-
-def _chain_tree(order: Sequence[int], root: int, toward_root: bool) -> Tree:
-    """The ring as a chain starting (``toward_root`` False) or ending (True) at ``root``."""
-    m = len(order)
-    p0 = order.index(root)
-    if toward_root:  # root+1 -> root+2 -> ... -> root
-        parent = {order[(p0 + i) % m]: order[(p0 + i + 1) % m] for i in range(1, m)}
-    else:  # root -> root+1 -> ...
-        parent = {order[(p0 + i) % m]: order[(p0 + i - 1) % m] for i in range(1, m)}
-    return tree_from_parent(root, parent)
-
-
-def ring_order(job: Job) -> list[int]:
-    """A Hamiltonian cycle over real links, crossing nodes as few times as possible."""
-    cyc, why = job.g.ring()
-    if cyc is None:
-        raise job.fail(f"needs a Hamiltonian cycle; {why} in '{job.topology.name}'")
-    return cyc
-
-
-def _ring(job: Job, bidir: bool) -> None:
-    n, kind, plan = job.n, job.kind, job.plan
-    cyc = ring_order(job)
-    job.meta["order"] = list(cyc)
-    dirs = [cyc]
-    if bidir:
-        rev = [cyc[0], *cyc[:0:-1]]
-        if not job.g.valid_cycle(rev):
-            raise job.fail(f"needs links both ways around the ring {cyc} in '{job.topology.name}'")
-        dirs.append(rev)
-        if kind in ("allgather", "reducescatter", "allreduce", "broadcast", "reduce") \
-                and job.k % 2:
-            per = "each rank's" if kind in ("allgather", "reducescatter", "allreduce") else "the"
-            raise job.fail(f"splits {per} {job.k} chunk(s) in half, one half each way round the "
-                           "ring; use an even --chunks (e.g. --chunks 2)")
-
-    def part(chunks: list[int], d: int) -> list[int]:
-        if not bidir:
-            return chunks
-        h = len(chunks) // 2
-        return chunks[:h] if d == 0 else chunks[h:]
-
-    if kind in ("allgather", "reducescatter", "allreduce"):
-        for d, o in enumerate(dirs):
-            groups = [part(job.own(r), d) for r in o]
-            if kind == "allgather":
-                _ring_ag(plan, o, groups, 0)
-            elif kind == "reducescatter":
-                _ring_rs(plan, o, groups, 0)
-            else:
-                _ring_ag(plan, o, groups, _ring_rs(plan, o, groups, 0))
-    elif kind in ("broadcast", "reduce"):
-        for d, o in enumerate(dirs):
-            chunks = part(job.data(), d)
-            if kind == "broadcast":
-                job.bcast_tree(_chain_tree(o, job.root, False), chunks)
-            else:
-                job.reduce_tree(_chain_tree(o, job.root, True), chunks)
-    else:  # gather, scatter, alltoall: each message takes the shorter way (ties alternate)
-        pos = [{r: i for i, r in enumerate(o)} for o in dirs]
-
-        def way(s: int, t: int, tie: int) -> list[int]:
-            best = None
-            for d in range(len(dirs)):
-                hops = (pos[d][t] - pos[d][s]) % n
-                if best is None or hops < best[0] or (hops == best[0] and tie % 2 == d):
-                    best = (hops, d)
-            assert best is not None
-            hops, d = best
-            o, p = dirs[d], pos[d][s]
-            return [o[(p + h) % n] for h in range(hops + 1)]
-
-        if kind == "gather":
-            for r in range(n):
-                if r != job.root:
-                    for i, c in enumerate(job.own(r)):
-                        plan.route(way(r, job.root, i), (c,), 0)
-        elif kind == "scatter":
-            paths = {(r, i): way(job.root, r, i) for r in range(n) if r != job.root
-                     for i in range(job.k)}
-            longest = max((len(p) for p in paths.values()), default=1)
-            for (r, i), p in paths.items():  # farthest first, so each link carries one per step
-                plan.route(p, (job.own(r)[i],), longest - len(p))
-        else:
-            for s in range(n):
-                for t in range(n):
-                    if s != t:
-                        for i, c in enumerate(job.a2a(s, t)):
-                            plan.route(way(s, t, i + pos[0][s]), (c,), 0)
 
 
 # -------------------------------------------------------------------------------------- direct
@@ -407,6 +160,11 @@ def _need_pow2(job: Job) -> None:
 def _halving(job: Job, start: int) -> tuple[int, list[list[int]]]:
     """Recursive-halving reduce-scatter of rank blocks: partner r xor d for d = n/2 .. 1."""
     n = job.n
+    d = n // 2
+    while d:  # check every partner before building anything
+        for r in range(n):
+            job.need_link(r, r ^ d, "reduces")
+        d //= 2
     blocks = [list(range(n)) for _ in range(n)]
     d = n // 2
     while d:
@@ -457,9 +215,8 @@ def _binomial(job: Job) -> None:
         return (v + root) % n
 
     levels = max(1, (n - 1).bit_length())
-    t = 0
+    phases: list[tuple[str, list[tuple[int, int, list[int]]]]] = []
     if kind in ("reduce", "allreduce", "gather"):
-        chunks = job.data()
         for lvl in range(levels):
             bit = 1 << lvl
             sends = []
@@ -467,11 +224,10 @@ def _binomial(job: Job) -> None:
                 if kind == "gather":
                     part = [c for u in range(v, min(v + bit, n)) for c in job.own(real(u))]
                 else:
-                    part = chunks
+                    part = job.data()
                 sends.append((real(v), real(v - bit), part))
-            t = job.phase(t, sends, "copy" if kind == "gather" else "reduce")
+            phases.append(("copy" if kind == "gather" else "reduce", sends))
     if kind in ("broadcast", "allreduce", "scatter"):
-        chunks = job.data()
         for lvl in reversed(range(levels)):
             bit = 1 << lvl
             sends = []
@@ -481,12 +237,16 @@ def _binomial(job: Job) -> None:
                         part = [c for u in range(v + bit, min(v + 2 * bit, n))
                                 for c in job.own(real(u))]
                     else:
-                        part = chunks
+                        part = job.data()
                     sends.append((real(v), real(v + bit), part))
-            if kind == "allreduce":
-                for a, b, _ in sends:
-                    job.need_link(a, b, "sends the reduced result")
-            t = job.phase(t, sends)
+            phases.append(("copy", sends))
+    if job.coll.combining:  # check every edge before building anything
+        for op, sends in phases:
+            for a, b, _ in sends:
+                job.need_link(a, b, "reduces" if op == "reduce" else "sends the reduced result")
+    t = 0
+    for op, sends in phases:
+        t = job.phase(t, sends, op)
 
 
 # -------------------------------------------------------------------------- double binary tree
@@ -565,6 +325,10 @@ class Algorithm:
     description: str
     build: Callable[[Job], None]
 
+    def __call__(self, topology: Topology, collective: Collective) -> Schedule:
+        """Same as ``baseline(topology, collective, self.name)``."""
+        return baseline(topology, collective, self.name)
+
 
 def _hierarchical(job: Job) -> None:
     from .baseline_hier import hierarchical
@@ -573,9 +337,9 @@ def _hierarchical(job: Job) -> None:
 
 ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
     Algorithm("ring", ALL_KINDS, "unidirectional ring over a Hamiltonian cycle of real links; "
-              "broadcast/reduce pipelined along it", lambda j: _ring(j, False)),
+              "broadcast/reduce pipelined along it", lambda j: ring_algorithm(j, False)),
     Algorithm("bidir_ring", ALL_KINDS, "both directions of the ring, half the data each way",
-              lambda j: _ring(j, True)),
+              lambda j: ring_algorithm(j, True)),
     Algorithm("direct", ALL_KINDS, "every chunk straight to every rank that needs it (all-pairs on "
               "a switch; per-chunk BFS trees otherwise)", _direct),
     Algorithm("recursive_doubling", ("allgather", "allreduce"),

@@ -18,8 +18,10 @@ cycle, else BFS trees inside the node; inter-node phases use a ring over ``G_l``
 
 from __future__ import annotations
 
-from .baseline import Job, _ring_ag, _ring_rs, btree_parent
+from .baseline import btree_parent
 from .baseline_graph import Tree, tree_from_parent
+from .baseline_job import Job
+from .baseline_ring import ring_ag, ring_rs
 
 
 class _Hier:
@@ -70,7 +72,7 @@ class _Hier:
         members = self.nodes[i]
         cyc, _ = self.g.cycle(members)
         if cyc is not None:
-            return _ring_ag(self.job.plan, cyc, [chunks_of[r] for r in cyc], start)
+            return ring_ag(self.job.plan, cyc, [chunks_of[r] for r in cyc], start)
         return max(self.job.bcast_tree(self.node_tree(i, r, False), chunks_of[r], start,
                                        pipeline=False) for r in members)
 
@@ -78,7 +80,7 @@ class _Hier:
         members = self.nodes[i]
         cyc, _ = self.g.cycle(members)
         if cyc is not None:
-            return _ring_rs(self.job.plan, cyc, [chunks_of[r] for r in cyc], start)
+            return ring_rs(self.job.plan, cyc, [chunks_of[r] for r in cyc], start)
         return max(self.job.reduce_tree(self.node_tree(i, r, True), chunks_of[r], start,
                                         pipeline=False) for r in members)
 
@@ -91,7 +93,7 @@ class _Hier:
         end = start
         for loc in range(self.m):
             ring = self.inter_ring(loc)
-            end = max(end, _ring_ag(job.plan, ring, [job.own(r) for r in ring], start))
+            end = max(end, ring_ag(job.plan, ring, [job.own(r) for r in ring], start))
         return max(self.intra_ag(i, self.by_local(i), end) for i in range(self.N))
 
     def reducescatter(self, start: int = 0) -> int:
@@ -100,7 +102,7 @@ class _Hier:
         done = end
         for loc in range(self.m):
             ring = self.inter_ring(loc)
-            done = max(done, _ring_rs(job.plan, ring, [job.own(r) for r in ring], end))
+            done = max(done, ring_rs(job.plan, ring, [job.own(r) for r in ring], end))
         return done
 
     def allreduce(self) -> int:
@@ -110,7 +112,7 @@ class _Hier:
         for loc in range(self.m):
             ring = self.inter_ring(loc)
             groups = [job.own(r) for r in ring]
-            done = max(done, _ring_ag(job.plan, ring, groups, _ring_rs(job.plan, ring, groups, end)))
+            done = max(done, ring_ag(job.plan, ring, groups, ring_rs(job.plan, ring, groups, end)))
         return max(self.intra_ag(i, self.by_local(i), done) for i in range(self.N))
 
     def alltoall(self) -> None:
