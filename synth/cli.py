@@ -60,11 +60,11 @@ def topo_list(as_json: bool) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     table = Table(title="shipped topologies (multi-node: --nodes N)")
-    for col in ("name", "aliases", "ranks", "links", "switches", "NICs", "description"):
+    for col in ("name", "aliases", "ranks", "links", "switches", "NICs", "machine"):
         table.add_column(col, overflow="fold")
     for r in rows:
         table.add_row(r["name"], ", ".join(r["aliases"]), str(r["ranks"]), str(r["links"]),
-                      str(r["switches"]), str(r["nics"]), r["description"])
+                      str(r["switches"]), str(r["nics"]), r["description"].split(":")[0])
     out.print(table)
 
 
@@ -285,3 +285,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(1)
+
+
+# ---------------------------------------------------------------------------------------- closed stacks
+from .cli_closed import calibrate, strategies  # noqa: E402
+
+cli.add_command(strategies)
+cli.add_command(calibrate)
