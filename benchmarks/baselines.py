@@ -1,0 +1,95 @@
+"""Baseline quality: every NCCL-style baseline on every shipped topology, as % of the lower bound.
+
+This is the reference every synthesized result is compared with. For each (topology, collective)
+it builds and verifies every applicable baseline, costs it over 1 KB..1 GB, and records the best
+baseline per size and its percentage of the bound, plus build+verify time per algorithm.
+
+    python benchmarks/baselines.py            # writes results/baselines.{json,md}
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from synth.bounds import lower_bound
+from synth.collectives import make_collective
+from synth.cost import format_size
+from synth.encodings.baseline import ALGORITHMS, baseline, preferred_chunks
+from synth.errors import NotApplicable
+from synth.files import atomic_write
+from synth.solve import cost_profile
+from synth.topology_io import load_topology
+from synth.verify import verify
+
+PROBLEMS = [(name, 1) for name in ("dgx1", "ndv2", "dgx2", "dgx_a100", "dgx_h100", "mi300x",
+                                   "trn1_32", "trn2_64")] + [("dgx_a100", 2), ("trn1_32", 2)]
+KINDS = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast")
+SIZES = (2**10, 2**20, 2**30)
+
+
+def measure() -> list[dict]:
+    rows = []
+    for name, nodes in PROBLEMS:
+        topo = load_topology(name, nodes)
+        for kind in KINDS:
+            bound = lower_bound(topo, make_collective(kind, topo.num_ranks))
+            algos = {}
+            for algo in ALGORITHMS:
+                if kind == "alltoall" and algo in ("ring", "bidir_ring") and topo.num_ranks > 32:
+                    continue
+                k = preferred_chunks(algo, kind, topo.num_ranks)
+                coll = make_collective(kind, topo.num_ranks, k)
+                start = time.perf_counter()
+                try:
+                    sched = baseline(topo, coll, algo)
+                except NotApplicable:
+                    continue
+                verify(sched, topo)
+                seconds = time.perf_counter() - start
+                costs = cost_profile(sched, topo, SIZES, bound)
+                algos[algo] = {"steps": sched.num_steps, "seconds": round(seconds, 3),
+                               "time_us": [round(p.time_us, 3) for p in costs],
+                               "pct_of_bound": [round(p.pct_of_bound, 2) for p in costs]}
+            best = []
+            for i, size in enumerate(SIZES):
+                winner = min(algos, key=lambda a, i=i: (algos[a]["time_us"][i], a))
+                best.append({"bytes": size, "algorithm": winner,
+                             "time_us": algos[winner]["time_us"][i],
+                             "pct_of_bound": algos[winner]["pct_of_bound"][i],
+                             "bound_us": round(bound.time_us(size), 3)})
+            rows.append({"topology": topo.name, "ranks": topo.num_ranks, "collective": kind,
+                         "bound_method": bound.method, "best": best, "algorithms": algos})
+            print(f"{topo.name:>12} {kind:>13}: " + ", ".join(
+                f"{format_size(b['bytes'])} {b['algorithm']} {b['pct_of_bound']}%" for b in best),
+                file=sys.stderr)
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["# Baselines as a percentage of the lower bound", "",
+             "Best verified NCCL-style baseline per message size (α-β model, `synth.cost`), "
+             "and its percentage of the lower bound (`synth.bounds`). Produced by "
+             "`python benchmarks/baselines.py`.", "",
+             "| topology | ranks | collective | " + " | ".join(
+                 f"best @ {format_size(s)} (% of bound)" for s in SIZES) + " | bound |",
+             "|---|---|---|" + "---|" * len(SIZES) + "---|"]
+    for r in rows:
+        cells = [f"{b['algorithm']} ({b['pct_of_bound']:.1f}%)" for b in r["best"]]
+        lines.append(f"| {r['topology']} | {r['ranks']} | {r['collective']} | "
+                     + " | ".join(cells) + f" | {r['bound_method']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    rows = measure()
+    out = Path(__file__).resolve().parents[1] / "results"
+    out.mkdir(exist_ok=True)
+    atomic_write(out / "baselines.json", json.dumps(rows, indent=1, sort_keys=True) + "\n")
+    atomic_write(out / "baselines.md", markdown(rows))
+
+
+if __name__ == "__main__":
+    main()
