@@ -294,7 +294,9 @@ def test_registry_entries_are_callable():
 def test_preferred_chunks():
     assert preferred_chunks("bidir_ring", "allgather", 8) == 2
     assert preferred_chunks("bidir_ring", "alltoall", 8) == 1
-    assert preferred_chunks("double_binary_tree", "broadcast", 8) == 2
+    assert preferred_chunks("double_binary_tree", "broadcast", 8) == 16  # pipelined: 2n pieces
+    assert preferred_chunks("ring", "reduce", 5) == 10
+    assert preferred_chunks("direct", "broadcast", 8) == 1
     assert preferred_chunks("ring", "allgather", 8) == 1
 
 
