@@ -17,7 +17,7 @@ from rich.table import Table
 
 from . import __version__
 from .collectives import KINDS, load_collective
-from .cost import DEFAULT_SIZES, format_size, parse_sizes
+from .cost import DEFAULT_SIZES, format_size, parse_size, parse_sizes
 from .errors import SynthError
 from .schedule import Schedule
 from .topology import Topology
@@ -109,30 +109,47 @@ def topo_show(name: str, nodes: int, as_json: bool) -> None:
 @click.option("--algo", default=None, help="Baseline algorithm (ring, bidir_ring, direct, ...).")
 @click.option("--chunks", type=int, default=None, help="Chunks per rank (default: per algorithm).")
 @click.option("--root", type=int, default=None, help="Root rank of a rooted collective.")
-@click.option("--inplace/--outofplace", default=False, show_default=True)
+@click.option("--inplace/--outofplace", default=None,
+              help="Buffer layout; XML defaults to one file valid for both where allowed.")
 @click.option("--sizes", default=None, help="Message sizes: 1KB:1GB (powers of 2) or 1KB,1MB.")
 @click.option("--time-limit", type=float, default=None, help="Solver time limit (seconds).")
 @click.option("--steps", type=int, default=None, help="SMT: number of steps S.")
 @click.option("--rounds", type=int, default=None, help="SMT: total rounds R (default: S).")
 @click.option("--least-steps", is_flag=True, help="SMT: the latency-optimal algorithm.")
 @click.option("--engine", default=None, help="Solver engine for the encoding (e.g. cpsat, z3).")
+@click.option("--xml/--no-xml", "want_xml", default=True, show_default=True,
+              help="Also write the verified MSCCL-IR XML.")
+@click.option("--xml-profile", default="exec", show_default=True,
+              type=click.Choice(["exec", "legacy", "rccl"]), help="Runtime the XML is for.")
+@click.option("--proto", default="Simple", show_default=True,
+              type=click.Choice(["Simple", "LL", "LL128"]))
+@click.option("--instances", default=1, show_default=True, help="XML instances (channels).")
+@click.option("--min-bytes", default="0", show_default=True, help="XML minBytes (e.g. 1MB).")
+@click.option("--max-bytes", default="0", show_default=True, help="XML maxBytes; 0 = unbounded.")
 @click.option("--out", "out_dir", default="out", show_default=True, type=click.Path(),
               help="Folder for the schedule files.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str | None,
-          chunks: int | None, root: int | None, inplace: bool, sizes: str | None,
+          chunks: int | None, root: int | None, inplace: bool | None, sizes: str | None,
           time_limit: float | None, steps: int | None, rounds: int | None, least_steps: bool,
-          engine: str | None, out_dir: str, as_json: bool) -> None:
+          engine: str | None, want_xml: bool, xml_profile: str, proto: str, instances: int,
+          min_bytes: str, max_bytes: str, out_dir: str, as_json: bool) -> None:
     """Synthesize a verified schedule and print its cost against the bound."""
+    from .emit import XmlOptions
     from .files import ensure_writable_dir
     from .solve import solve as run_solve
-    from .solve import write_schedule
+    from .solve import write_best
 
     if chunks is not None and chunks < 1:
         raise SynthError(f"--chunks must be at least 1, got {chunks}")
+    if instances < 1:
+        raise SynthError(f"--instances must be at least 1, got {instances}")
     size_list = parse_sizes(sizes) if sizes else DEFAULT_SIZES
+    xml = XmlOptions(profile=xml_profile, proto=proto, instances=instances,
+                     min_bytes=_bytes(min_bytes), max_bytes=_bytes(max_bytes),
+                     inplace=inplace) if want_xml else None
     topology = load_topology(topo_spec, nodes)
-    collective = load_collective(coll_spec, topology.num_ranks, chunks or 1, root, inplace)
+    collective = load_collective(coll_spec, topology.num_ranks, chunks or 1, root, bool(inplace))
     target = ensure_writable_dir(Path(out_dir))
     with err.status(f"solving {collective.name} on {topology.name} ({encoding})",
                     spinner="dots") if not as_json else _nullcontext():
@@ -142,17 +159,29 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
             extra["least_steps"] = True
         result = run_solve(topology, collective, encoding=encoding, algorithm=algo,
                            sizes=size_list, time_limit_s=time_limit, chunks=chunks, extra=extra)
-    best = result.best
-    files = [str(write_schedule(best.schedule, target))]
+        chosen, written = write_best(result, target, xml)
+        result.best = chosen
+    files = [str(f) for f in written.files]
     if as_json:
-        click.echo(json.dumps(_solve_json(result, files), indent=2))
+        click.echo(json.dumps(_solve_json(result, files, written), indent=2))
         return
     _print_solve(result, files)
+    for note in written.notes:
+        out.print(f"[yellow]{note}[/yellow]")
+    for rep in written.xml_reports:
+        out.print(f"XML verified by the interpreter ({rep.mode}): {rep.threadblocks} threadblocks, "
+                  f"{rep.operations} operations, {rep.messages} messages")
 
 
-def _solve_json(result: Any, files: list[str]) -> dict[str, Any]:
+def _bytes(text: str) -> int:
+    return 0 if text.strip() == "0" else parse_size(text)
+
+
+def _solve_json(result: Any, files: list[str], written: Any) -> dict[str, Any]:
     best = result.best
     return {
+        "xml_verified_modes": [rep.mode for rep in written.xml_reports],
+        "notes": written.notes,
         "topology": result.topology.name,
         "collective": result.collective.name,
         "ranks": result.topology.num_ranks,
@@ -227,11 +256,21 @@ def _load_schedule(path: str, topo_spec: str | None) -> tuple[Schedule, Topology
 @cli.command("verify")
 @click.argument("file")
 @click.option("--topo", "topo_spec", default=None, help="Topology, if not the one the file names.")
+@click.option("--mode", default="both", show_default=True,
+              type=click.Choice(["inplace", "outofplace", "both"]),
+              help="XML: which declared modes to execute.")
+@click.option("--xml-profile", default="exec", show_default=True,
+              type=click.Choice(["exec", "legacy", "rccl"]), help="XML: the runtime's rules.")
+@click.option("--root", type=int, default=None, help="XML broadcast/reduce: the root rank.")
 @click.option("--json", "as_json", is_flag=True)
-def verify_cmd(file: str, topo_spec: str | None, as_json: bool) -> None:
-    """Verify a schedule JSON file: exit 0 if correct, 1 with the reason if not."""
+def verify_cmd(file: str, topo_spec: str | None, mode: str, xml_profile: str, root: int | None,
+               as_json: bool) -> None:
+    """Verify a schedule JSON or MSCCL-IR XML file: exit 0 if correct, 1 with the reason if not."""
     from .verify import verify
 
+    if file.endswith(".xml"):
+        _verify_xml(file, mode, xml_profile, root, as_json)
+        return
     schedule, topology = _load_schedule(file, topo_spec)
     report = verify(schedule, topology)
     if as_json:
@@ -240,6 +279,33 @@ def verify_cmd(file: str, topo_spec: str | None, as_json: bool) -> None:
         return
     out.print(f"[green]verified[/green]: {schedule.collective.name} on {topology.name}, "
               f"{report.steps} steps, {report.rounds} rounds, {report.transfers} transfers")
+
+
+def _verify_xml(file: str, mode: str, profile: str, root: int | None, as_json: bool) -> None:
+    from .emit.interpreter import MODES, verify_program
+    from .emit.xml_parse import normalize_coll, parse_program
+
+    path = Path(file)
+    if not path.exists():
+        raise SynthError(f"file '{file}' does not exist")
+    program = parse_program(path.read_text(), str(path), profile)
+    expected = None
+    if root is not None:
+        kind = normalize_coll(program.coll)
+        chunks = program.nchunksperloop
+        expected = load_collective(kind, program.ngpus, chunks, root)
+    modes = MODES if mode == "both" else (mode,)
+    reports = verify_program(program, modes, collective=expected, profile=profile)
+    if as_json:
+        click.echo(json.dumps({"file": file, "verified": True, "profile": profile,
+                               "modes": [r.mode for r in reports],
+                               "threadblocks": reports[0].threadblocks,
+                               "operations": reports[0].operations}, indent=2))
+        return
+    for r in reports:
+        out.print(f"[green]verified[/green]: {file} ({r.collective}, {program.ngpus} ranks, "
+                  f"{r.mode}): {r.threadblocks} threadblocks, {r.operations} operations, "
+                  f"{r.messages} messages")
 
 
 @cli.command()
@@ -292,3 +358,9 @@ from .cli_closed import calibrate, strategies  # noqa: E402
 
 cli.add_command(strategies)
 cli.add_command(calibrate)
+
+# ---------------------------------------------------------------------------------------- smt (SCCL)
+from .cli_smt import analyze, pareto  # noqa: E402
+
+cli.add_command(pareto)
+cli.add_command(analyze)

@@ -16,7 +16,9 @@ from typing import Any
 from .bounds import Bound, lower_bound
 from .collectives import Collective
 from .cost import DEFAULT_SIZES, algbw_GBps, schedule_times_us
+from .emit import XmlOptions, emit_verified_xml, xml_unsupported_reason
 from .encodings import Options, run_encoding
+from .errors import SynthError
 from .files import atomic_write, ensure_writable_dir
 from .schedule import Schedule
 from .topology import Topology
@@ -111,3 +113,55 @@ def write_schedule(schedule: Schedule, out_dir: Path) -> Path:
     """Write the (already verified) schedule's canonical JSON atomically."""
     ensure_writable_dir(out_dir)
     return atomic_write(out_dir / schedule_file_name(schedule), schedule.to_json())
+
+
+@dataclass
+class Written:
+    """What :func:`write_outputs` put on disk, and why an output was left out."""
+
+    files: list[Path]
+    xml_reports: list[Any]
+    notes: list[str]
+
+
+def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = XmlOptions()
+                  ) -> Written:
+    """Write the schedule JSON and, where MSCCL-IR can express it, the verified XML beside it.
+
+    Everything is produced and verified in memory first; only then is anything written, each file
+    atomically, so a failure leaves nothing half-written.
+    """
+    ensure_writable_dir(out_dir)
+    outputs: list[tuple[Path, str]] = [(out_dir / schedule_file_name(schedule), schedule.to_json())]
+    reports: list[Any] = []
+    notes: list[str] = []
+    if xml is not None:
+        reason = xml_unsupported_reason(schedule, xml)
+        if reason:
+            notes.append(f"no XML: {reason}")
+        else:
+            text, reports = emit_verified_xml(schedule, xml)
+            stem = schedule_file_name(schedule).removesuffix(".schedule.json")
+            outputs.append((out_dir / f"{stem}.{xml.profile}.xml", text))
+    return Written([atomic_write(path, text) for path, text in outputs], reports, notes)
+
+
+def write_best(result: SolveResult, out_dir: Path, xml: XmlOptions | None = XmlOptions()
+               ) -> tuple[Candidate, Written]:
+    """Write the best candidate whose outputs can all be produced and verified.
+
+    A schedule can be correct yet not fit a runtime's hard limits (threadblocks, steps, depid):
+    then the next candidate is tried, and the notes say what was passed over and why.
+    """
+    skipped: list[str] = []
+    for candidate in result.candidates:
+        try:
+            written = write_outputs(candidate.schedule, out_dir, xml)
+        except SynthError as exc:
+            if xml is None or len(result.candidates) == 1:
+                raise
+            skipped.append(f"{candidate.name} passed over: {exc.message}")
+            continue
+        written.notes[:0] = skipped
+        return candidate, written
+    raise SynthError("no candidate could be emitted: " + "; ".join(skipped))

@@ -97,3 +97,40 @@ def test_verify_rejects_corrupt_file(synth_cli, tmp_path):
     bad.write_text("\n".join(lines) + "\n")
     v = synth_cli("verify", str(bad))
     assert v.returncode == 1 and "missing" in v.stderr and "Traceback" not in v.stderr
+
+
+def test_solve_writes_verified_xml(synth_cli, tmp_path):
+    r = synth_cli("solve", "--topo", "dgx1", "--coll", "allreduce", "--encoding", "baseline",
+                  "--algo", "ring", "--json", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    xml = [f for f in data["files"] if f.endswith(".xml")]
+    assert len(xml) == 1 and set(data["xml_verified_modes"]) == {"inplace", "outofplace"}
+    text = Path(xml[0]).read_text()
+    assert not text.startswith("<?xml") and "\t" not in text
+    v = synth_cli("verify", xml[0], "--json")
+    assert v.returncode == 0, v.stderr
+    assert set(json.loads(v.stdout)["modes"]) == {"inplace", "outofplace"}
+
+
+def test_gather_has_no_xml_but_says_why(synth_cli, tmp_path):
+    r = synth_cli("solve", "--topo", "ring:4", "--coll", "gather", "--json", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert all(f.endswith(".json") for f in data["files"])
+    assert any("no XML" in n for n in data["notes"])
+
+
+def test_verify_corpus_xml_and_reject_broken(synth_cli, tmp_path):
+    from tests.conftest import SHARED
+
+    corpus = SHARED / "reference" / "xml-corpus" / "ndv4__ag-1m.xml"
+    if not corpus.exists():
+        import pytest
+        pytest.skip(f"{corpus} is absent (shared/ is not beside the checkout)")
+    ok = synth_cli("verify", str(corpus))
+    assert ok.returncode == 0 and "verified" in ok.stdout
+    broken = tmp_path / "broken.xml"
+    broken.write_text('<?xml version="1.0"?>\n' + corpus.read_text())
+    bad = synth_cli("verify", str(broken))
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr

@@ -1,0 +1,62 @@
+"""Emitters: Schedule -> runtime programs, each proven before it leaves memory.
+
+:func:`emit_verified_xml` is the one way synth produces MSCCL-IR text: compile, print, parse the
+*text* back with the runtimes' lexical rules and run it through the interpreter in every mode the
+file declares. A file that fails is never returned, so it is never written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..collectives import make_collective
+from ..errors import SynthError
+from ..schedule import Schedule
+
+XML_KINDS = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce")
+"""Collectives MSCCL-IR gives a buffer layout for (spec §3.3)."""
+
+
+@dataclass(frozen=True)
+class XmlOptions:
+    profile: str = "exec"
+    proto: str = "Simple"
+    instances: int = 1
+    min_bytes: int = 0
+    max_bytes: int = 0
+    inplace: bool | None = None
+    """None: one file for both modes where the runtime allows it."""
+
+
+def xml_unsupported_reason(schedule: Schedule, options: XmlOptions) -> str | None:
+    """Why this schedule has no MSCCL-IR form (None when it has one)."""
+    coll = schedule.collective
+    if coll.custom is not None and options.profile != "legacy":
+        return f"custom collectives exist only in the legacy profile, not '{options.profile}'"
+    if coll.custom is None and coll.kind not in XML_KINDS:
+        return f"MSCCL-IR defines no buffer layout for {coll.kind}"
+    return None
+
+
+def emit_verified_xml(schedule: Schedule, options: XmlOptions = XmlOptions()) -> tuple[str, list]:
+    """MSCCL-IR text for ``schedule`` plus the interpreter's reports (one per declared mode)."""
+    from .compile import emit_xml
+    from .interpreter import verify_program
+    from .xml_parse import parse_program
+
+    reason = xml_unsupported_reason(schedule, options)
+    if reason:
+        raise SynthError(f"cannot emit XML: {reason}")
+    text = emit_xml(schedule, profile=options.profile, proto=options.proto,
+                    instances=options.instances, min_bytes=options.min_bytes,
+                    max_bytes=options.max_bytes, inplace=options.inplace)
+    program = parse_program(text, f"{schedule.algorithm}.xml", options.profile)
+    coll = schedule.collective
+    expected = None
+    if coll.custom is None:
+        # instances split every chunk further: the program's collective has that many more chunks
+        expected = make_collective(coll.kind, coll.num_ranks,
+                                   coll.chunks_per_rank * options.instances, coll.root,
+                                   coll.inplace)
+    reports = verify_program(program, collective=expected, profile=options.profile)
+    return text, reports

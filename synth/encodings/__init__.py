@@ -70,6 +70,8 @@ ENCODINGS: dict[str, Callable[[Topology, Collective, Options], dict[str, Schedul
 
 def run_encoding(name: str, topology: Topology, collective: Collective,
                  options: Options) -> dict[str, Schedule]:
+    if name == "auto" and options.algorithm:
+        name = "baseline"  # --algo names a baseline algorithm
     if name == "auto":
         found: dict[str, Schedule] = {}
         for enc in ENCODINGS:
@@ -83,3 +85,5 @@ def run_encoding(name: str, topology: Topology, collective: Collective,
     if name not in ENCODINGS:
         raise unknown_name("encoding", name, [*ENCODINGS, "auto"])
     return ENCODINGS[name](topology, collective, options)
+
+

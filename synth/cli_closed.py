@@ -1,0 +1,171 @@
+"""``synth strategies`` and ``synth calibrate``: the closed-stack strategy layer on the command line.
+
+Parse, call :mod:`synth.closed`, print. Attached to the main group at the end of :mod:`synth.cli`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .cost import format_size, parse_size
+from .errors import SynthError
+
+out = Console(highlight=False)
+if not out.is_terminal:
+    out = Console(highlight=False, width=180)
+COLLS = ("allgather", "reducescatter", "allreduce", "alltoall")
+
+
+def _platform_for(topology, platform: str | None) -> str:
+    if platform:
+        return platform
+    from .closed.cost import hardware_of
+    return "jax" if hardware_of(topology) == "tpu" else "neuron"
+
+
+@click.command()
+@click.option("--topo", "topo_spec", required=True,
+              help="Shipped name (trn1_32, trn2_64), builder, file, or tpu_v5e_4x4.")
+@click.option("--coll", "coll", required=True, help=f"One of {', '.join(COLLS)}.")
+@click.option("--nodes", default=1, show_default=True, help="Join N copies through their NICs.")
+@click.option("--bytes", "size", default="1MB", show_default=True,
+              help="Per tensor: allgather output, reducescatter input, allreduce buffer, alltoall "
+                   "per-rank buffer (nccl-tests convention).")
+@click.option("--tensors", default=1, show_default=True,
+              help="M tensors (e.g. one per microbatch): per-tensor calls vs one bundled call.")
+@click.option("--platform", type=click.Choice(["neuron", "jax"]), default=None,
+              help="Whose rules apply (default: jax on TPU, neuron otherwise).")
+@click.option("--dtype", default="float32", show_default=True)
+@click.option("--reduce", "reduce_op", default="add", show_default=True, help="add | min | max")
+@click.option("--calibration", type=click.Path(), default=None,
+              help="Calibration JSON from `synth calibrate` (default: documented figures).")
+@click.option("--limit", default=15, show_default=True, help="Rows of the ranked table (0: all).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (every strategy).")
+def strategies(topo_spec: str, coll: str, nodes: int, size: str, tensors: int, platform: str | None,
+               dtype: str, reduce_op: str, calibration: str | None, limit: int,
+               as_json: bool) -> None:
+    """Rank the composed vendor-primitive strategies for a closed stack (Trainium, TPU)."""
+    from .closed.mesh import resolve_topology
+    from .closed.search import rank_strategies
+
+    topology = resolve_topology(topo_spec, nodes)
+    nbytes = parse_size(size)
+    plat = _platform_for(topology, platform)
+    r = rank_strategies(topology, coll, plat, nbytes, tensors, calibration, dtype=dtype,
+                        reduce_op=reduce_op)
+    best = r.best
+    if as_json:
+        click.echo(json.dumps(r.to_dict(), indent=2))
+        return
+    out.print(f"[bold]{coll}[/bold] on [bold]{topology.name}[/bold] ({r.mesh.size} ranks, mesh "
+              f"{r.mesh.describe()}), {format_size(nbytes)} {dtype} × {r.tensors} tensor(s), "
+              f"platform {plat}, cost model: {r.model.source}")
+    shown = r.ranked if limit <= 0 else r.ranked[:limit]
+    # always show the best of every family
+    fams = {}
+    for s in r.ranked:
+        for f in s.families(r.mesh):
+            fams.setdefault(f, s)
+    extra = [s for s in fams.values() if s not in shown]
+    table = Table(title=f"{len(r.ranked)} valid strategies, best first"
+                  + (f" (top {len(shown)} + best of each family)" if extra else ""))
+    for col in ("#", "strategy", "families", "calls", "predicted µs", "launch", "α", "bytes",
+                "memcopy", "vs best"):
+        table.add_column(col, justify="right" if col not in ("strategy", "families") else "left",
+                         overflow="fold")
+    t0 = best.estimate.time_us
+    for s in shown + extra:
+        e = s.estimate
+        table.add_row(str(r.ranked.index(s) + 1), escape(s.name), ", ".join(s.families(r.mesh)),
+                      str(e.calls), f"{e.time_us:.2f}", f"{e.launch_us:.1f}", f"{e.alpha_us:.1f}",
+                      f"{e.bytes_us:.1f}", f"{e.memcopy_us:.1f}", f"{e.time_us / t0:.2f}x")
+    out.print(table)
+    out.print(f"[bold]winner[/bold]: {escape(best.name)} — {best.estimate.time_us:.2f} µs")
+    out.print(f"[bold]why[/bold]: {escape(r.reason())}")
+    gain = r.bundling_gain()
+    if gain:
+        out.print(f"[bold]bundling[/bold] {r.tensors} tensors: {escape(gain['bundled'])} "
+                  f"{gain['bundled_us']:.2f} µs vs {escape(gain['per_tensor'])} "
+                  f"{gain['per_tensor_us']:.2f} µs "
+                  f"— modeled gain {gain['gain']:.2f}x ({gain['calls'][0]} calls -> "
+                  f"{gain['calls'][1]}, launch tax saved {gain['launch_saved_us']:.1f} µs)")
+    out.print("families (best of each): " + ", ".join(
+        f"{f} {s.estimate.time_us:.1f} µs" for f, s in fams.items()))
+    if r.infeasible:
+        reasons: dict[str, int] = {}
+        for s in r.infeasible:
+            for p in s.problems:
+                reasons[p.rule] = reasons.get(p.rule, 0) + 1
+        example = r.infeasible[0]
+        out.print(f"rejected on {plat}: {len(r.infeasible)} strategies ("
+                  + ", ".join(f"{k}: {v}" for k, v in sorted(reasons.items()))
+                  + f"), e.g. {escape(example.name)}: {escape(str(example.problems[0]))}")
+
+
+@click.command()
+@click.argument("log", type=click.Path())
+@click.option("--platform", type=click.Choice(["neuron", "jax"]), required=True,
+              help="neuron: nccom-test output; jax: a timing JSON (synth-timings/1).")
+@click.option("--topo", "topo_spec", default=None,
+              help="Topology the log was measured on (default: trn1_32 for neuron, tpu_v5e_4x4 for jax).")
+@click.option("--nodes", default=None, type=int, help="Nodes (default: as many as the log uses).")
+@click.option("--out", "out_path", default=None, type=click.Path(),
+              help="Calibration JSON to write (default: calibration.json beside the log).")
+@click.option("--json", "as_json", is_flag=True, help="Print the calibration (with the fit) as JSON.")
+def calibrate(log: str, platform: str, topo_spec: str | None, nodes: int | None,
+              out_path: str | None, as_json: bool) -> None:
+    """Fit the closed-stack cost model (launch tax, α/β per key, amortization, memcopy) from LOG."""
+    from .closed.calibrate import calibrate as run_calibrate
+    from .closed.calibrate import nodes_in_log
+    from .closed.mesh import resolve_topology
+    from .files import atomic_write, ensure_writable_dir
+
+    spec = topo_spec or ("trn1_32" if platform == "neuron" else "tpu_v5e_4x4")
+    if nodes is None:
+        nodes = nodes_in_log(log)
+    if nodes < 1:
+        raise SynthError(f"--nodes must be at least 1, got {nodes}")
+    topology = resolve_topology(spec, nodes)
+    fit = run_calibrate(log, topology, platform)
+    data = fit.to_json()
+    target = Path(out_path) if out_path else Path(log).with_name("calibration.json")
+    ensure_writable_dir(target.parent if str(target.parent) else Path("."))
+    atomic_write(target, json.dumps(data, indent=2) + "\n")
+    if as_json:
+        click.echo(json.dumps({**data, "file": str(target)}, indent=2))
+        return
+    out.print(f"calibrated [bold]{topology.name}[/bold] ({platform}) from {log}: "
+              f"{fit.records} records, rms relative error {100 * fit.rms_rel_error:.2f}%")
+    table = Table(title="parameters")
+    for col in ("term", "value", "± std err", "source"):
+        table.add_column(col)
+    for name, t in fit.params.items():
+        d = t.to_dict()
+        err = f"{d['stderr_pct']:.2f}%" if d["stderr_pct"] is not None else "-"
+        table.add_row(name, f"{t.value:.4g}", err, t.source)
+    out.print(table)
+    terms = Table(title="α/β per (primitive, group, link class)")
+    for col in ("primitive", "group", "class", "α µs", "± α", "β µs/MB", "± β", "busbw GB/s",
+                "points", "fit rms", "fit max", "default max err"):
+        terms.add_column(col, justify="right")
+    for t in fit.terms:
+        terms.add_row(t["primitive"], f"{t['group'][0]}x{t['group'][1]}", t["link_class"],
+                      f"{t['alpha_us']:.3f}", _pct(t["alpha_stderr_pct"]), f"{t['beta_us_per_mb']:.3f}",
+                      _pct(t["beta_stderr_pct"]),
+                      f"{t['busbw_GBps']:.2f}" if t["busbw_GBps"] else "-", str(t["points"]),
+                      _pct(100 * t["rms_rel_error"]), _pct(100 * t["max_rel_error"]),
+                      _pct(100 * t["default_max_rel_error"]))
+    out.print(terms)
+    for note in fit.notes:
+        out.print(f"[dim]note: {escape(note)}[/dim]")
+    out.print(f"wrote {target}")
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}%"

@@ -1,0 +1,531 @@
+"""Calibration: fit the closed-stack cost model's terms from measurements.
+
+Inputs (detected by content):
+
+* **nccom-test output** (Neuron): a ``nccom-test -r RANKS [-N NODES] OP ...`` command line followed
+  by its table (``size(B) count(elems) type time(us) algbw(GB/s) busbw(GB/s)``); several runs may
+  follow each other. OP is allr / allg / redsc / alltoall / permute (long names accepted). A run of
+  R ranks on N nodes measures the key (primitive, (N, R/N), link class of those ranks).
+* **timing JSON** (JAX, or anything): ``{"format": "synth-timings/1", "records": [...]}`` where a
+  record is ``{"primitive", "axes": [...] | "group": [nodes, per_node] + "link_class", "bytes",
+  "time_us", "calls": M}`` (M independent calls issued back to back in one program),
+  ``{"transform": NAME, "bytes", "time_us"}`` (a memcopy), or ``{"launch": true, "time_us"}`` (a
+  call that moves nothing: the launch tax alone).
+
+Model fitted (weighted least squares, weights 1/time so every size counts by relative error):
+
+    time(M calls) = M·A_k − (M−1)·D + M·wire_bytes·β_k        A_k = launch + α_k,  D = (1−ρ)·launch
+    time(transform) = transform_us + bytes / memcopy
+    time(launch) = launch
+
+``α_k = A_k − launch`` (launch fitted from launch records, else the default), ``ρ = 1 − D/launch``
+(fitted when some record has M > 1, else the default). A key measured at one size only keeps its
+default α and gets β alone. Every term is reported with its standard error and every key with the
+relative residuals of its points: the "fit error per term".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import SynthError
+from ..topology import MB, Topology
+from .cost import CostModel, default_model, wire_factor
+from .mesh import Mesh, mesh_for_topology
+
+OPS = {
+    "allr": "all_reduce", "all_reduce": "all_reduce", "allreduce": "all_reduce",
+    "allg": "all_gather", "all_gather": "all_gather", "allgather": "all_gather",
+    "redsc": "reduce_scatter", "reduce_scatter": "reduce_scatter", "reducescatter": "reduce_scatter",
+    "rs": "reduce_scatter", "alltoall": "all_to_all", "all_to_all": "all_to_all",
+    "all2all": "all_to_all", "a2a": "all_to_all", "permute": "permute",
+}
+FORMAT = "synth-calibration/1"
+TIMINGS_FORMAT = "synth-timings/1"
+
+
+@dataclass
+class Record:
+    kind: str  # call | transform | launch
+    time_us: float
+    primitive: str = ""
+    group: tuple[int, int] = (1, 1)
+    link_class: str = ""
+    nbytes: int = 0
+    calls: int = 1
+    logged_busbw: float | None = None
+    line: str = ""
+
+    @property
+    def key(self) -> tuple[str, tuple[int, int], str]:
+        return (self.primitive, self.group, self.link_class)
+
+    @property
+    def ranks(self) -> int:
+        return self.group[0] * self.group[1]
+
+
+# ------------------------------------------------------------------------------------ parsing
+def parse_nccom(text: str, source: str, mesh: Mesh, model: CostModel) -> list[Record]:
+    records: list[Record] = []
+    ctx: tuple[str, int, int] | None = None
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if any(tok.endswith("nccom-test") for tok in line.split()):
+            ctx = _parse_command(line, f"{source}:{lineno}")
+            continue
+        nums = line.split()
+        if len(nums) >= 4 and re.fullmatch(r"[0-9]+", nums[0]):
+            if ctx is None:
+                raise SynthError(f"{source}:{lineno}: a result row before any nccom-test command line "
+                                 "(the command names the operation and the ranks)")
+            op, ranks, nodes = ctx
+            try:
+                size = int(nums[0])
+                time_us = float(nums[3])
+                busbw = float(nums[5]) if len(nums) >= 6 else None
+            except ValueError:
+                raise SynthError(f"{source}:{lineno}: cannot read row '{line}'") from None
+            if time_us <= 0:
+                raise SynthError(f"{source}:{lineno}: time must be positive")
+            per_node = ranks // nodes
+            cls = _class_for(mesh, model, nodes, per_node, f"{source}:{lineno}")
+            records.append(Record("call", time_us, op, (nodes, per_node), cls, size, 1, busbw,
+                                  f"{source}:{lineno}"))
+    if not records:
+        raise SynthError(f"{source}: no nccom-test results found (expected a 'nccom-test -r N OP' line "
+                         "and rows 'size count type time algbw busbw')")
+    return records
+
+
+def _parse_command(line: str, where: str) -> tuple[str, int, int]:
+    tokens = line.split()
+    tokens = tokens[tokens.index(next(t for t in tokens if t.endswith("nccom-test"))) + 1:]
+    ranks, nodes, op = None, 1, None
+    i = 0
+    while i < len(tokens):
+        t = tokens[i]
+        if t in ("-r", "--nworkers", "--ranks") and i + 1 < len(tokens):
+            ranks = _int(tokens[i + 1], where)
+            i += 2
+            continue
+        if t in ("-N", "--nnodes", "--nodes") and i + 1 < len(tokens):
+            nodes = _int(tokens[i + 1], where)
+            i += 2
+            continue
+        if t.startswith("-"):
+            i += 2 if i + 1 < len(tokens) and not tokens[i + 1].startswith("-") \
+                and tokens[i + 1].lower() not in OPS else 1
+            continue
+        if t.lower() in OPS:
+            op = OPS[t.lower()]
+        i += 1
+    if ranks is None or op is None:
+        raise SynthError(f"{where}: cannot read the nccom-test command '{line}' (need -r RANKS and "
+                         f"an operation: {', '.join(sorted(set(OPS)))})")
+    if nodes < 1 or ranks % nodes:
+        raise SynthError(f"{where}: {ranks} ranks do not split evenly over {nodes} nodes")
+    return op, ranks, nodes
+
+
+def _int(text: str, where: str) -> int:
+    if not re.fullmatch(r"[0-9]+", text):
+        raise SynthError(f"{where}: expected a whole number, got '{text}'")
+    return int(text)
+
+
+def _class_for(mesh: Mesh, model: CostModel, nodes: int, per_node: int, where: str) -> str:
+    """Link class of a run over ranks 0..per_node-1 of each of ``nodes`` nodes."""
+    node_axes = [a.name for a in mesh.axes if a.role == "node"]
+    avail_nodes = mesh.axis("node").size if node_axes else 1
+    if nodes > avail_nodes:
+        raise SynthError(f"{where}: the log has {nodes} nodes; calibrate with --nodes {nodes}")
+    intra = [a for a in mesh.axes if a.role != "node"]
+    if per_node > math.prod(a.size for a in intra):
+        raise SynthError(f"{where}: {per_node} ranks per node is more than the topology has")
+    axes = []
+    span = 1
+    for a in reversed(intra):
+        if span >= per_node:
+            break
+        axes.append(a.name)
+        span *= a.size
+    if nodes > 1:
+        axes += node_axes
+    return model.group_class(axes) if axes else "local"
+
+
+def parse_timings(data: Any, source: str, mesh: Mesh, model: CostModel) -> list[Record]:
+    if not isinstance(data, dict) or data.get("format") != TIMINGS_FORMAT:
+        raise SynthError(f"{source}: not a timing file (expected \"format\": \"{TIMINGS_FORMAT}\")")
+    out = []
+    for i, r in enumerate(data.get("records", [])):
+        where = f"{source}: records.{i}"
+        try:
+            t = float(r["time_us"])
+            if t <= 0:
+                raise ValueError("time_us must be positive")
+            if r.get("launch"):
+                out.append(Record("launch", t, line=where))
+            elif "transform" in r:
+                out.append(Record("transform", t, primitive=str(r["transform"]),
+                                  nbytes=int(r["bytes"]), line=where))
+            else:
+                prim = OPS.get(str(r["primitive"]).lower())
+                if prim is None:
+                    raise ValueError(f"unknown primitive {r['primitive']!r}")
+                if "axes" in r:
+                    axes = mesh.ordered(r["axes"])
+                    prim_key = model.group_key(prim, axes)
+                    group, cls = prim_key[1], prim_key[2]
+                else:
+                    group = (int(r["group"][0]), int(r["group"][1]))
+                    cls = str(r["link_class"])
+                calls = int(r.get("calls", 1))
+                if calls < 1:
+                    raise ValueError("calls must be at least 1")
+                out.append(Record("call", t, prim, group, cls, int(r["bytes"]), calls, None, where))
+        except SynthError as exc:
+            raise SynthError(f"{where}: {exc.message}") from None
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise SynthError(f"{where}: malformed record: {exc}") from None
+    if not out:
+        raise SynthError(f"{source}: no records")
+    return out
+
+
+def read_log(path: str | Path, mesh: Mesh, model: CostModel) -> list[Record]:
+    p = Path(path)
+    if not p.exists():
+        raise SynthError(f"log file '{p}' does not exist")
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SynthError(f"cannot read '{p}': {exc}") from None
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SynthError(f"{p}: not valid JSON: {exc}") from None
+        return parse_timings(data, str(p), mesh, model)
+    return parse_nccom(text, str(p), mesh, model)
+
+
+# ------------------------------------------------------------------------------------ fitting
+@dataclass
+class Term:
+    name: str
+    value: float
+    stderr: float | None
+    source: str  # fit | default | derived
+
+    def to_dict(self) -> dict[str, Any]:
+        rel = (100.0 * self.stderr / abs(self.value)) if self.stderr is not None and self.value \
+            and math.isfinite(self.stderr) else None
+        return {"value": _r(self.value), "stderr": _r(self.stderr), "stderr_pct": _r(rel),
+                "source": self.source}
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(f"{x:.6g}")
+
+
+@dataclass
+class Fit:
+    platform: str
+    topology: str
+    source: str
+    params: dict[str, Term]
+    terms: list[dict[str, Any]]
+    records: int
+    rms_rel_error: float
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "platform": self.platform,
+            "topology": self.topology,
+            "source": self.source,
+            "parameters": {k: _r(v.value) for k, v in self.params.items()},
+            "terms": self.terms,
+            "fit": {"parameters": {k: v.to_dict() for k, v in self.params.items()},
+                    "records": self.records, "rms_rel_error": _r(self.rms_rel_error),
+                    "notes": self.notes},
+        }
+
+
+def fit(records: Sequence[Record], model: CostModel, platform: str, topology: str,
+        source: str) -> Fit:
+    calls = [r for r in records if r.kind == "call"]
+    transforms = [r for r in records if r.kind == "transform"]
+    launches = [r for r in records if r.kind == "launch"]
+    notes: list[str] = []
+    params: dict[str, Term] = {}
+
+    # launch tax
+    if launches:
+        vals = np.array([r.time_us for r in launches])
+        se = float(vals.std(ddof=1) / math.sqrt(len(vals))) if len(vals) > 1 else None
+        params["launch_us"] = Term("launch_us", float(vals.mean()), se, "fit")
+    else:
+        params["launch_us"] = Term("launch_us", model.launch_us, None, "default")
+        notes.append("no launch-only records: launch tax kept at its default; α is the per-call "
+                     "fixed cost minus that default")
+    tau = params["launch_us"].value
+
+    # memcopy
+    if transforms:
+        x = np.array([[1.0, r.nbytes / MB] for r in transforms])
+        y = np.array([r.time_us for r in transforms])
+        coef, se, _ = _wls(x, y, weights=1.0 / y)
+        if len({r.nbytes for r in transforms}) < 2:
+            raise SynthError("transform records need at least two sizes to separate the fixed cost "
+                             "from the bandwidth")
+        bw = 1000.0 / coef[1]
+        params["memcopy_GBps"] = Term("memcopy_GBps", bw, se[1] * bw / coef[1], "fit")
+        params["transform_us"] = Term("transform_us", max(coef[0], 0.0), se[0], "fit")
+    else:
+        params["memcopy_GBps"] = Term("memcopy_GBps", model.memcopy_GBps, None, "default")
+        params["transform_us"] = Term("transform_us", model.transform_us, None, "default")
+
+    # calls: unknowns [A_k, beta_k per key] + D
+    keys = sorted({r.key for r in calls})
+    multi = any(r.calls > 1 for r in calls)
+    sizes_by_key = {k: {r.nbytes for r in calls if r.key == k} for k in keys}
+    col: dict[tuple, int] = {}
+    fixed_a: dict[tuple, float] = {}
+    for k in keys:
+        if len(sizes_by_key[k]) >= 2 or any(r.calls > 1 for r in calls if r.key == k):
+            col[("A", k)] = len(col)
+        else:
+            fixed_a[k] = tau + _default_alpha(model, k)
+            notes.append(f"{_key_text(k)}: measured at one size only, so α keeps its default "
+                         f"({fixed_a[k] - tau:.3g} µs) and β alone is fitted")
+        col[("B", k)] = len(col)
+    if multi:
+        col[("D",)] = len(col)
+    terms_out: list[dict[str, Any]] = []
+    if calls:
+        x = np.zeros((len(calls), len(col)))
+        y = np.zeros(len(calls))
+        for i, r in enumerate(calls):
+            m = r.calls
+            w = wire_factor(r.primitive, r.ranks) * r.nbytes / MB
+            y[i] = r.time_us
+            if ("A", r.key) in col:
+                x[i, col[("A", r.key)]] = m
+            else:
+                y[i] -= m * fixed_a[r.key]
+            x[i, col[("B", r.key)]] = m * w
+            if multi:
+                x[i, col[("D",)]] = -(m - 1)
+        coef, se, _ = _wls(x, y, weights=1.0 / np.array([r.time_us for r in calls]))
+        if multi:
+            d = coef[col[("D",)]]
+            rho = 1.0 - d / tau if tau > 0 else model.amortization
+            rho_se = se[col[("D",)]] / tau if tau > 0 else None
+            params["amortization"] = Term("amortization", min(max(rho, 0.0), 1.0), rho_se, "fit")
+        else:
+            params["amortization"] = Term("amortization", model.amortization, None, "default")
+            notes.append("no back-to-back records (calls > 1): amortization kept at its default")
+        pred = x @ coef
+        resid_rel = (y - pred) / np.array([r.time_us for r in calls])
+        for k in keys:
+            idx = [i for i, r in enumerate(calls) if r.key == k]
+            if ("A", k) in col:
+                a_total = coef[col[("A", k)]]
+                a_se = se[col[("A", k)]]
+            else:
+                a_total, a_se = fixed_a[k], None
+            alpha = a_total - tau
+            if alpha < 0:
+                notes.append(f"{_key_text(k)}: per-call fixed cost {a_total:.3g} µs is below the launch "
+                             f"tax {tau:.3g} µs; α clamped to 0")
+                alpha = 0.0
+            beta = coef[col[("B", k)]]
+            b_se = se[col[("B", k)]]
+            logged = [calls[i].logged_busbw for i in idx if calls[i].logged_busbw]
+            d_alpha, d_beta = _default_terms_for(model, k)
+            default_err = max(abs(model.launch_us * (1 + (calls[i].calls - 1) * model.amortization)
+                                  + calls[i].calls * (d_alpha + wire_factor(k[0], calls[i].ranks)
+                                                      * calls[i].nbytes / MB * d_beta)
+                                  - calls[i].time_us) / calls[i].time_us for i in idx)
+            big = max(idx, key=lambda i: calls[i].nbytes)
+            busbw_pred = (wire_factor(k[0], k[1][0] * k[1][1]) * calls[big].nbytes
+                          / (calls[big].time_us * 1e-6) / 1e9)
+            terms_out.append({
+                "primitive": k[0], "group": list(k[1]), "link_class": k[2],
+                "alpha_us": _r(alpha), "beta_us_per_mb": _r(beta),
+                "busbw_GBps": _r(1000.0 / beta) if beta > 0 else None,
+                "alpha_stderr_pct": _r(100 * a_se / alpha) if a_se is not None and alpha > 0 else None,
+                "beta_stderr_pct": _r(100 * b_se / beta) if beta > 0 else None,
+                "points": len(idx),
+                "rms_rel_error": _r(float(np.sqrt(np.mean(resid_rel[idx] ** 2)))),
+                "max_rel_error": _r(float(np.max(np.abs(resid_rel[idx])))),
+                "busbw_measured_GBps": _r(busbw_pred),
+                "busbw_logged_GBps": _r(logged[-1]) if logged else None,
+                "default_max_rel_error": _r(default_err),
+            })
+        rms = float(np.sqrt(np.mean(resid_rel ** 2)))
+    else:
+        params["amortization"] = Term("amortization", model.amortization, None, "default")
+        rms = 0.0
+    return Fit(platform, topology, source, params, terms_out, len(records), rms, notes)
+
+
+def _default_terms_for(model: CostModel, key) -> tuple[float, float]:
+    """Default (α, β) of a key: those of mesh axes with that group shape and class."""
+    prim, _, cls = key
+    mesh = model.mesh
+    assert mesh is not None
+    for size in range(1, len(mesh.axes) + 1):
+        for combo in _combos(mesh.names, size):
+            if model.group_key(prim, combo) == key:
+                return model.default_terms(prim, combo)
+    alpha = max((a.alpha_us for a in model.axes.values() if a.link_class == cls), default=0.0)
+    bw = min((a.ring_GBps for a in model.axes.values() if a.link_class == cls), default=1.0)
+    return alpha, 1000.0 / bw
+
+
+def _default_alpha(model: CostModel, key) -> float:
+    return _default_terms_for(model, key)[0]
+
+
+def _combos(names, size):
+    import itertools
+    return itertools.combinations(names, size)
+
+
+def _key_text(k) -> str:
+    return f"{k[0]} on {k[1][0]}x{k[1][1]} ranks over {k[2]}"
+
+
+def _wls(x: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None):
+    w = np.ones(len(y)) if weights is None else weights
+    xw = x * w[:, None]
+    yw = y * w
+    coef, *_ = np.linalg.lstsq(xw, yw, rcond=None)
+    resid = yw - xw @ coef
+    dof = max(len(y) - x.shape[1], 1)
+    if len(y) <= x.shape[1]:
+        return coef, np.full(x.shape[1], np.nan), resid  # exact fit: no error estimate
+    sigma2 = float(resid @ resid) / dof
+    try:
+        cov = sigma2 * np.linalg.pinv(xw.T @ xw)
+        se = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    except np.linalg.LinAlgError:
+        se = np.full(x.shape[1], np.nan)
+    return coef, se, resid
+
+
+def nodes_in_log(log: str | Path) -> int:
+    """The most nodes any run in a log uses (1 for a timing JSON without a node axis)."""
+    p = Path(log)
+    if not p.exists():
+        raise SynthError(f"log file '{p}' does not exist")
+    text = p.read_text(errors="replace")
+    if text.lstrip().startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SynthError(f"{p}: not valid JSON: {exc}") from None
+        recs = data.get("records", []) if isinstance(data, dict) else []
+        groups = [r.get("group") for r in recs if isinstance(r, dict) and r.get("group")]
+        return max([int(g[0]) for g in groups if isinstance(g, list) and g] + [1])
+    most = 1
+    for lineno, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if s and not s.startswith("#") and any(t.endswith("nccom-test") for t in s.split()):
+            most = max(most, _parse_command(s, f"{p}:{lineno}")[2])
+    return most
+
+
+def calibrate(log: str | Path, topology: Topology, platform: str) -> Fit:
+    """Read a log (nccom-test text or timing JSON) and fit the model for ``topology``."""
+    if platform not in ("neuron", "jax"):
+        from ..errors import unknown_name
+        raise unknown_name("platform", platform, ("neuron", "jax"))
+    mesh = mesh_for_topology(topology)
+    model = default_model(topology, mesh)
+    records = read_log(log, mesh, model)
+    return fit(records, model, platform, topology.name, str(log))
+
+
+# ------------------------------------------------------------------------------------ synthetic
+def synthetic_nccom(truth: dict, runs: Sequence[tuple[str, int, int, str]], sizes: Sequence[int],
+                    noise: float = 0.02, seed: int = 0) -> str:
+    """nccom-test output generated from known terms, with multiplicative Gaussian noise.
+
+    ``truth``: {"launch_us": τ, (prim, (nodes, per_node), class): (α, β)}; ``runs``: (op name,
+    ranks, nodes, class) per run.
+    """
+    rng = np.random.default_rng(seed)
+    lines = []
+    for op, ranks, nodes, cls in runs:
+        prim = OPS[op]
+        alpha, beta = truth[(prim, (nodes, ranks // nodes), cls)]
+        lines.append(f"$ nccom-test -r {ranks} -N {nodes} {op} -b {sizes[0]} -e {sizes[-1]} -f 2")
+        lines.append("     size(B)    count(elems)     type    time(us)    algbw(GB/s)    busbw(GB/s)")
+        for s in sizes:
+            t = truth["launch_us"] + alpha + wire_factor(prim, ranks) * s / MB * beta
+            t *= 1 + noise * rng.standard_normal()
+            algbw = s / (t * 1e-6) / 1e9
+            lines.append(f"{s:>12d}{s // 4:>16d}     fp32{t:>12.2f}{algbw:>15.2f}"
+                         f"{algbw * wire_factor(prim, ranks):>15.2f}")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def synthetic_timings(truth: dict, keys: Sequence[tuple[str, tuple[int, int], str]],
+                      sizes: Sequence[int], calls: Sequence[int] = (1, 4, 16),
+                      noise: float = 0.02, seed: int = 0) -> dict:
+    """A timing JSON generated from known terms (launch, amortization, memcopy, per-key α/β)."""
+    rng = np.random.default_rng(seed)
+    tau, rho = truth["launch_us"], truth["amortization"]
+    recs: list[dict[str, Any]] = []
+
+    def noisy(t: float) -> float:
+        return float(t * (1 + noise * rng.standard_normal()))
+
+    for _ in range(8):
+        recs.append({"launch": True, "time_us": noisy(tau)})
+    for s in sizes:
+        t = truth["transform_us"] + s / MB * 1000.0 / truth["memcopy_GBps"]
+        recs.append({"transform": "transpose", "bytes": s, "time_us": noisy(t)})
+    for key in keys:
+        prim, group, cls = key
+        alpha, beta = truth[key]
+        g = group[0] * group[1]
+        for s in sizes:
+            for m in calls:
+                t = tau * (1 + (m - 1) * rho) + m * (alpha + wire_factor(prim, g) * s / MB * beta)
+                recs.append({"primitive": prim, "group": list(group), "link_class": cls,
+                             "bytes": s, "calls": m, "time_us": noisy(t)})
+    return {"format": TIMINGS_FORMAT, "records": recs}
+
+
+PUBLISHED_NCCOM = """\
+# Published nccom-test figures (shared/reference/hardware.md, from the AWS Neuron docs):
+# 32-rank all-gather on trn1.32xlarge: 1 KiB in 6.2 us, 512 KiB in 23 us.
+$ nccom-test -r 32 allg -b 1024 -e 524288
+     size(B)    count(elems)     type    time(us)    algbw(GB/s)    busbw(GB/s)
+        1024             256     fp32        6.20           0.17           0.16
+      524288          131072     fp32       23.00          22.80          22.09
+# 2 x trn1.32xlarge, 64-rank all-reduce: 1 GiB in 41.8 ms, bus bandwidth 47.1 GB/s.
+$ nccom-test -r 64 -N 2 allr -b 1073741824 -e 1073741824
+     size(B)    count(elems)     type    time(us)    algbw(GB/s)    busbw(GB/s)
+  1073741824       268435456     fp32    41800.00          25.69          47.10
+"""
+"""The published figures as an nccom-test log (calibrate it against trn1_32 with --nodes 2)."""

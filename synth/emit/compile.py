@@ -1,0 +1,346 @@
+"""Compile a :class:`~synth.schedule.Schedule` to an MSCCL-IR :class:`~synth.emit.program.Program`.
+
+MSCCLang-style (ASPLOS'23) lowering; the passes live in :mod:`synth.emit.passes`::
+
+    lower -> fuse -> aggregate -> order -> hazards -> allocate -> progress -> dependencies
+          -> replicate (instances) -> Program -> XML (:mod:`synth.emit.xml_write`)
+
+The driver loops: when the allocation cannot pair a fused op's peers on any channel, or the
+progress check finds an op that could block under the runtime's FIFO model (capacity 2 messages
+for Simple, 8 for LL/LL128; ``ceil(cnt/M)`` messages per step with M from ``max_bytes``), the fused
+ops involved are split back into a receive and a send and the program is rebuilt; when a
+threadblock has more steps than the profile allows, routes spread over more channels. The result
+is deterministic: the same schedule and options give the same program and the same XML bytes.
+
+In-place / out-of-place (``inplace``): ``False`` writes an out-of-place file, ``True`` an in-place
+one (spec §3.4 aliasing), ``None`` a file valid for both call kinds (``inplace="1"
+outofplace="1"``) -- except alltoall and the LEGACY profile (which cannot declare both), where
+``None`` follows the collective's own ``inplace`` flag.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+from dataclasses import dataclass, field
+from math import ceil
+from typing import Any
+
+from ..errors import SynthError
+from ..schedule import Schedule
+from . import passes as P
+from .program import Gpu, Program, Threadblock
+from .xml_write import PROTOCOLS, check_limits, coll_name, get_limits, program_to_xml
+
+MAX_ATTEMPTS = 12
+"""Rebuilds that un-fuse ops before the driver gives up fusion entirely (always deadlock-free)."""
+
+_FUSED = frozenset(("rcs", "rrs", "rrcs"))
+
+
+@dataclass(frozen=True)
+class PassCounts:
+    """Size of the program one configuration of the passes produces."""
+
+    name: str
+    instructions: int
+    """Non-nop steps over all ranks."""
+    nops: int
+    steps: int
+    """All steps (instructions + nops)."""
+    threadblocks: int
+    max_steps_per_tb: int
+    channels: int
+    by_type: tuple[tuple[str, int], ...]
+    fused: int = 0
+    unfused: int = 0
+    """Fusion candidates the driver split again (pairing clash or progress check)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "instructions": self.instructions, "nops": self.nops,
+                "steps": self.steps, "threadblocks": self.threadblocks,
+                "max_steps_per_tb": self.max_steps_per_tb, "channels": self.channels,
+                "by_type": dict(self.by_type), "fused": self.fused, "unfused": self.unfused}
+
+
+@dataclass(frozen=True)
+class CompileStats:
+    """Per-pass counts: the DAG as lowered, after fusion, after aggregation, and the final program
+    (limits enforced: channel spreading, instances)."""
+
+    passes: tuple[PassCounts, ...]
+    schedule_steps: int
+    transfers: int
+    notes: tuple[str, ...] = field(default=())
+
+    def get(self, name: str) -> PassCounts:
+        for p in self.passes:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"schedule_steps": self.schedule_steps, "transfers": self.transfers,
+                "passes": [p.as_dict() for p in self.passes], "notes": list(self.notes)}
+
+
+def _mode(schedule: Schedule, profile: str, inplace: bool | None) -> str:
+    coll = schedule.collective
+    aliasable = coll.custom is None and coll.kind in P.ALIASED_KINDS
+    if inplace is None:
+        if profile != "legacy" and aliasable and coll.kind != "alltoall":
+            return P.BOTH
+        inplace = coll.inplace
+    if not inplace:
+        return P.OOP
+    if not aliasable:
+        raise SynthError(f"{coll.name} has no in-place form in MSCCL-IR (spec §3.4 defines it for "
+                         f"{', '.join(P.ALIASED_KINDS)}); compile it out-of-place")
+    if profile == "legacy" and coll.kind == "alltoall":
+        raise SynthError("the legacy runtime refuses in-place alltoall; compile it out-of-place")
+    return P.INPLACE
+
+
+def _algo_name(schedule: Schedule) -> str:
+    coll = schedule.collective
+    base = f"{schedule.algorithm}_{coll.kind}_n{coll.num_ranks}"
+    name = re.sub(r"[^A-Za-z0-9_.+:-]", "_", base)[:63]
+    return "algo_2D" if name == "2D" else name
+
+
+def _check_args(schedule: Schedule, profile: str, proto: str, instances: int, min_bytes: int,
+                max_bytes: int) -> None:
+    get_limits(profile)
+    if proto not in PROTOCOLS:
+        raise SynthError(f"unknown protocol '{proto}' (known: {', '.join(PROTOCOLS)})")
+    if not isinstance(instances, int) or instances < 1:
+        raise SynthError(f"instances must be a positive integer, got {instances!r}")
+    if min_bytes < 0 or max_bytes < 0:
+        raise SynthError(f"min_bytes and max_bytes must be >= 0, got {min_bytes}, {max_bytes}")
+    if max_bytes and min_bytes > max_bytes:
+        raise SynthError(f"min_bytes {min_bytes} exceeds max_bytes {max_bytes} (0 = unbounded)")
+    coll = schedule.collective
+    if coll.num_ranks < 2:
+        raise SynthError("MSCCL-IR needs at least 2 ranks (ngpus >= 2)")
+    if coll.custom is not None:
+        if profile != "legacy":
+            raise SynthError(f"the {profile} runtime has no custom collectives; use profile "
+                             "'legacy' (coll=\"custom\")")
+    elif coll.kind in ("gather", "scatter"):
+        raise SynthError(f"MSCCL-IR defines no buffer layout for {coll.kind} (spec §3.3); "
+                         "there is nothing to emit it for")
+    else:
+        coll_name(coll.kind, profile)
+    if get_limits(profile).max_channels < instances:
+        raise SynthError(f"instances={instances} needs {instances} channels but the {profile} "
+                         f"runtime has {get_limits(profile).max_channels} (MAXCHANNELS)")
+
+
+@dataclass
+class _Built:
+    program: Program
+    fused: int
+    unfused: int
+
+
+def _build(schedule: Schedule, **kw: Any) -> _Built:
+    """Run the passes. The cyclic garbage collector is paused meanwhile: the passes allocate
+    millions of small acyclic objects (a 512-rank ring: 260k ops), and its scans would double the
+    time; the op graph's few cycles are collected once it is back on."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _build_passes(schedule, **kw)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: int, min_bytes: int,
+                  max_bytes: int, inplace: bool | None, do_fuse: bool = True,
+                  do_aggregate: bool = True, enforce: bool = True) -> _Built:
+    _check_args(schedule, profile, proto, instances, min_bytes, max_bytes)
+    lim = get_limits(profile)
+    coll = schedule.collective
+    mode = _mode(schedule, profile, inplace)
+    kind = "custom" if coll.custom is not None else coll.kind
+    cname = "custom" if coll.custom is not None else coll_name(coll.kind, profile)
+    nchunks = coll.buffer_chunks * instances
+    m, cap = P.units_params(proto, max_bytes, nchunks, kind, profile)
+    budget = lim.max_channels // instances if enforce else 1 << 20
+    dag = P.lower(schedule, mode)
+    fuse_on = do_fuse
+    attempts = 0
+    while True:
+        attempts += 1
+        if attempts > MAX_ATTEMPTS and fuse_on:
+            fuse_on = False
+        fused = P.fuse(dag, fuse_on)
+        ir = P.aggregate(dag, do_aggregate)
+        if instances > 1 and do_aggregate and not P.consistent_groups(ir):
+            ir = P.split_bundles(dag, ir)
+            assert P.consistent_groups(ir)
+        P.order(ir)
+        P.hazards(ir, dag.alias)
+        tbs, misfits, bad = _place(ir, lim.max_steps, budget, m, cap, enforce)
+        if misfits:
+            _unfuse(dag, misfits)
+            continue
+        if bad:
+            if not fuse_on:     # cannot happen (see synth.emit.passes): a bug, not a user error
+                raise AssertionError(f"progress check failed without fused ops at {bad[0].typ} "
+                                     f"rank {bad[0].rank} step {bad[0].step}")
+            if not _unfuse(dag, _culprits(bad)):
+                fuse_on = False
+            continue
+        break
+    nchannels = max(tb.chan for row in tbs for tb in row) + 1
+    tbs = P.renumber(P.replicate(tbs, instances, nchannels))
+    gpus = tuple(
+        Gpu(id=r, i_chunks=len(coll.inputs[r]) * instances, o_chunks=len(coll.outputs[r]) * instances,
+            s_chunks=dag.scratch[r] * instances, tbs=tuple(tbs[r]))
+        for r in range(coll.num_ranks))
+    program = Program(name=_algo_name(schedule), coll=cname, proto=proto,
+                      nchannels=nchannels * instances, nchunksperloop=nchunks,
+                      ngpus=coll.num_ranks, inplace=int(mode in (P.INPLACE, P.BOTH)),
+                      outofplace=int(mode in (P.OOP, P.BOTH)), min_bytes=min_bytes,
+                      max_bytes=max_bytes, gpus=gpus)
+    if enforce:
+        check_limits(program, profile)
+    candidates = sum(1 for rv in dag.recvs if rv.last and rv.cands)
+    unfused = candidates - fused if do_fuse else 0
+    return _Built(program, fused, unfused)
+
+
+def _place(ir: P.Ir, max_steps: int, budget: int, m: int, cap: int, enforce: bool
+           ) -> tuple[list[list[Threadblock]], list[P.IOp], list[P.IOp]]:
+    """Allocate, check progress, add dependencies; spread over more channels while a threadblock
+    is longer than ``max_steps``: chunk blocks first (keeps related routes together), then
+    load-balanced routes. Returns (step lists, fused ops that did not pair, blocked ops)."""
+    spread, balance = 1, False
+    if enforce:     # a threadblock holds all ops of one (rank, peer, direction) of its channel
+        side: dict[tuple[int, int], int] = {}
+        for op in ir.ordered:
+            if op.sendp >= 0:
+                side[(op.rank, op.sendp)] = side.get((op.rank, op.sendp), 0) + 1
+            if op.recvp >= 0:
+                side[(op.rank, -1 - op.recvp)] = side.get((op.rank, -1 - op.recvp), 0) + 1
+        spread = max(1, min(budget, ceil(max(side.values(), default=0) / max_steps)))
+    while True:
+        per_rank, misfits = P.allocate(ir, spread, budget, balance=balance)
+        if misfits:
+            return [], misfits, []
+        longest = max(len(tb.ops) for tbs in per_rank for tb in tbs)
+        tbs: list[list[Threadblock]] = []
+        if not enforce or longest <= max_steps:
+            bad = P.progress(ir, m, cap)
+            if bad:
+                return [], [], bad
+            tbs = P.dependencies(per_rank)
+            longest = max(len(tb.steps) for row in tbs for tb in row)
+            if not enforce or longest <= max_steps:
+                return tbs, [], []
+        if spread < budget:
+            spread = min(budget, max(spread + 1, ceil(spread * longest / max_steps)))
+        elif not balance:
+            balance, spread = True, min(budget, 2)
+        else:       # nothing fits: return what we have, the limit check names the overflow
+            if not tbs:
+                bad = P.progress(ir, m, cap)
+                if bad:
+                    return [], [], bad
+                tbs = P.dependencies(per_rank)
+            return tbs, [], []
+
+
+def _culprits(bad: list[P.IOp]) -> list[P.IOp]:
+    """Fused ops to split for the ops the progress check found blocked."""
+    out: list[P.IOp] = []
+    for op in bad:
+        if op.typ in _FUSED:
+            out.append(op)
+        elif op.typ == "s":
+            for tb in (op.nxt.tb, op.tb):
+                found = [x for x in tb.ops if x.typ in _FUSED]
+                if found:
+                    out.extend(found)
+                    break
+    return out
+
+
+def _unfuse(dag: P.Dag, ops: list[P.IOp]) -> bool:
+    """Mark the receives behind ``ops`` as not fusable; False when nothing new was marked."""
+    targets = {id(op) for op in ops}
+    changed = False
+    for rv in dag.recvs:
+        if rv.fwd is not None and rv.iop is not None and id(rv.iop) in targets and not rv.nofuse:
+            rv.nofuse = True
+            changed = True
+    return changed
+
+
+def compile_schedule(schedule: Schedule, *, profile: str = "exec", proto: str = "Simple",
+                     instances: int = 1, min_bytes: int = 0, max_bytes: int = 0,
+                     inplace: bool | None = None) -> Program:
+    """Lower ``schedule`` to an MSCCL-IR program for ``profile`` (``exec``, ``rccl``, ``legacy``).
+
+    ``proto`` is Simple, LL or LL128; ``instances`` replicates the program on that many channel
+    sets with every chunk split as many times; ``min_bytes``/``max_bytes`` bound the message sizes
+    the file is selected for (0 = unbounded; the deadlock analysis uses the largest size);
+    ``inplace`` as in the module docstring. Raises SynthError when the schedule cannot be emitted
+    or the program exceeds one of the profile's hard limits (the message names it).
+    """
+    return _build(schedule, profile=profile, proto=proto, instances=instances, min_bytes=min_bytes,
+                  max_bytes=max_bytes, inplace=inplace).program
+
+
+def emit_xml(schedule: Schedule, *, profile: str = "exec", proto: str = "Simple",
+             instances: int = 1, min_bytes: int = 0, max_bytes: int = 0,
+             inplace: bool | None = None) -> str:
+    """:func:`compile_schedule` then :func:`~synth.emit.xml_write.program_to_xml`."""
+    program = compile_schedule(schedule, profile=profile, proto=proto, instances=instances,
+                               min_bytes=min_bytes, max_bytes=max_bytes, inplace=inplace)
+    return program_to_xml(program, profile)
+
+
+def _counts(name: str, program: Program, fused: int = 0, unfused: int = 0) -> PassCounts:
+    types: dict[str, int] = {}
+    tbs = 0
+    longest = 0
+    for g in program.gpus:
+        tbs += len(g.tbs)
+        for tb in g.tbs:
+            longest = max(longest, len(tb.steps))
+            for st in tb.steps:
+                types[st.type] = types.get(st.type, 0) + 1
+    nops = types.get("nop", 0)
+    steps = sum(types.values())
+    return PassCounts(name=name, instructions=steps - nops, nops=nops, steps=steps,
+                      threadblocks=tbs, max_steps_per_tb=longest, channels=program.nchannels,
+                      by_type=tuple(sorted(types.items())), fused=fused, unfused=unfused)
+
+
+def compile_stats(schedule: Schedule, *, profile: str = "exec", proto: str = "Simple",
+                  instances: int = 1, min_bytes: int = 0, max_bytes: int = 0,
+                  inplace: bool | None = None) -> CompileStats:
+    """Counts after each pass, for reporting (results/compiler.md).
+
+    ``dag``: the lowered ops (one per send, receive and copy), ``fusion``: after fusion,
+    ``aggregation``: after aggregation -- these three on one instance without the profile's limits
+    (no channel spreading) so they compare directly; ``program``: what :func:`compile_schedule`
+    returns (limits enforced, instances applied), absent with a note when it raises.
+    """
+    kw = dict(profile=profile, proto=proto, min_bytes=min_bytes, max_bytes=max_bytes,
+              inplace=inplace)
+    rows = []
+    for name, f, a in (("dag", False, False), ("fusion", True, False), ("aggregation", True, True)):
+        b = _build(schedule, instances=1, do_fuse=f, do_aggregate=a, enforce=False, **kw)
+        rows.append(_counts(name, b.program, b.fused, b.unfused if f else 0))
+    notes = []
+    try:
+        b = _build(schedule, instances=instances, **kw)
+        rows.append(_counts("program", b.program, b.fused, b.unfused))
+    except SynthError as exc:
+        notes.append(f"program: {exc.message}")
+    return CompileStats(passes=tuple(rows), schedule_steps=schedule.num_steps,
+                        transfers=schedule.num_transfers, notes=tuple(notes))
