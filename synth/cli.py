@@ -126,6 +126,13 @@ def topo_show(name: str, nodes: int, as_json: bool) -> None:
 @click.option("--instances", default=1, show_default=True, help="XML instances (channels).")
 @click.option("--min-bytes", default="0", show_default=True, help="XML minBytes (e.g. 1MB).")
 @click.option("--max-bytes", default="0", show_default=True, help="XML maxBytes; 0 = unbounded.")
+@click.option("--target", default="msccl", show_default=True,
+              type=click.Choice(["msccl", "neuron", "jax"]),
+              help="msccl: schedule + MSCCL-IR XML; neuron/jax: a composed vendor-primitive program.")
+@click.option("--tensors", default=1, show_default=True, help="neuron/jax: tensors per call site.")
+@click.option("--bytes", "nbytes", default=None, help="neuron/jax: bytes per tensor (e.g. 64MB).")
+@click.option("--calibration", default=None, type=click.Path(),
+              help="neuron/jax: calibration file from `synth calibrate`.")
 @click.option("--out", "out_dir", default="out", show_default=True, type=click.Path(),
               help="Folder for the schedule files.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -133,8 +140,13 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
           chunks: int | None, root: int | None, inplace: bool | None, sizes: str | None,
           time_limit: float | None, steps: int | None, rounds: int | None, least_steps: bool,
           engine: str | None, want_xml: bool, xml_profile: str, proto: str, instances: int,
-          min_bytes: str, max_bytes: str, out_dir: str, as_json: bool) -> None:
+          min_bytes: str, max_bytes: str, target: str, tensors: int, nbytes: str | None,
+          calibration: str | None, out_dir: str, as_json: bool) -> None:
     """Synthesize a verified schedule and print its cost against the bound."""
+    if target != "msccl":
+        _solve_closed(topo_spec, coll_spec, nodes, target, tensors, nbytes, calibration, out_dir,
+                      as_json)
+        return
     from .emit import XmlOptions
     from .files import ensure_writable_dir
     from .solve import solve as run_solve
@@ -171,6 +183,37 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
     for rep in written.xml_reports:
         out.print(f"XML verified by the interpreter ({rep.mode}): {rep.threadblocks} threadblocks, "
                   f"{rep.operations} operations, {rep.messages} messages")
+
+
+def _solve_closed(topo_spec: str, coll_spec: str, nodes: int, target: str, tensors: int,
+                  nbytes: str | None, calibration: str | None, out_dir: str, as_json: bool) -> None:
+    """`solve --target neuron|jax`: rank strategies, prove the winner on the stand-in, write it."""
+    import time
+
+    from .closed import emit_closed_program, resolve_topology
+    from .files import ensure_writable_dir
+
+    if tensors < 1:
+        raise SynthError(f"--tensors must be at least 1, got {tensors}")
+    if calibration is not None and not Path(calibration).exists():
+        raise SynthError(f"calibration file '{calibration}' does not exist")
+    topology = resolve_topology(topo_spec, nodes)
+    size = parse_size(nbytes) if nbytes else None
+    target_dir = ensure_writable_dir(Path(out_dir))
+    start = time.perf_counter()
+    files = emit_closed_program(topology, coll_spec, target, target_dir, nbytes=size,
+                                tensors=tensors, calibration=calibration)
+    report = json.loads(files[1].read_text())
+    data = {"topology": topology.name, "collective": coll_spec, "ranks": topology.num_ranks,
+            "target": target, "verified": True, "solve_seconds": round(time.perf_counter() - start, 3),
+            "files": [str(f) for f in files], "strategy": report.get("winner", report)}
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    out.print(f"[bold]{coll_spec}[/bold] on [bold]{topology.name}[/bold] for {target}: "
+              f"program proven on the NumPy stand-in of the vendor primitives")
+    for f in files:
+        out.print(f"wrote {f}")
 
 
 def _bytes(text: str) -> int:

@@ -198,6 +198,39 @@ def rank_strategies(topology: Topology, collective: str, platform: str = "neuron
                    ranked, infeasible)
 
 
+PROVE_MAX_BYTES = 64 << 20
+"""Largest total input (all ranks) on which the emitted module itself is executed before writing."""
+PROVE_SMALL_SHAPE = (5, 3)
+"""Shape for proving a strategy whose real tensors are too large to execute here: not divisible by
+any group size, so padding and unpadding are exercised too."""
+
+
+def prove_module(text: str, program: Any, target: str, topology: Topology) -> None:
+    """Execute emitted module text on the NumPy stand-in and compare with the collective's result.
+
+    Raises VerificationError on any difference (shape, dtype or value), so a wrong program is never
+    written. Inputs are random small integers, exact in every dtype's arithmetic.
+    """
+    from ..errors import VerificationError
+    from .reference import expected, random_inputs
+    from .standin import run_jax_standin, run_neuron_standin
+
+    specs = [spec for _, spec in program.inputs]
+    xs = random_inputs([s.shape for s in specs], specs[0].dtype, program.mesh.size, seed=0)
+    run = (run_neuron_standin(text, xs, topology=topology) if target == "neuron"
+           else run_jax_standin(text, xs))
+    for i, (x, y) in enumerate(zip(xs, run, strict=True)):
+        want = expected(program.collective, x, program.reduce_op)
+        if y.shape != want.shape or y.dtype != want.dtype or not np.array_equal(y, want):
+            raise VerificationError("postcondition", f"the emitted {target} program for "
+                                    f"{program.collective} gives a wrong result for tensor {i}")
+
+
+def _input_bytes(program: Any) -> int:
+    return program.mesh.size * sum(int(np.prod(s.shape)) * np.dtype(s.dtype).itemsize
+                                   for _, s in program.inputs)
+
+
 def emit_closed_program(topology: Topology, collective_kind: str, target: str, out_dir: str | Path,
                         nbytes: int | None = None, tensors: int = 1,
                         calibration: str | Path | dict | None = None, *, dtype: str = "float32",
@@ -238,6 +271,17 @@ def emit_closed_program(topology: Topology, collective_kind: str, target: str, o
     note = (f"{best.estimate.time_us:.2f} µs for {size} on {target} ({best.estimate.calls} "
             f"call(s); cost model: {ranking.model.source})")
     text = emit(best.program, target, note)
+    if _input_bytes(best.program) <= PROVE_MAX_BYTES:
+        prove_module(text, best.program, target, topology)
+    else:
+        # too large to execute here: prove the same strategy, through the same emitter, on
+        # small tensors of the same dtype (one per real tensor)
+        small = [TensorSpec(PROVE_SMALL_SHAPE, spec.dtype) for _, spec in best.program.inputs]
+        if isinstance(best.plan, LoweredPlan):
+            probe = lower_schedule(best.plan.schedule, ranking.mesh, small, reduce_op)
+        else:
+            probe = build_program(best.plan, Context(ranking.mesh, topology), small, reduce_op)
+        prove_module(emit(probe, target, note), probe, target, topology)
     name = module_name(topology.name, collective_kind, target)
     module = write_module(text, Path(out_dir), name)
     report = ranking.to_dict(limit=10)
