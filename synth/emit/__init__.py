@@ -33,6 +33,9 @@ def xml_unsupported_reason(schedule: Schedule, options: XmlOptions) -> str | Non
     coll = schedule.collective
     if coll.custom is not None and options.profile != "legacy":
         return f"custom collectives exist only in the legacy profile, not '{options.profile}'"
+    if coll.custom is not None and options.instances != 1:
+        return "a custom collective compiles with instances=1 only: its chunks cannot be split "\
+            "without a new pre/postcondition"
     if coll.custom is None and coll.kind not in XML_KINDS:
         return f"MSCCL-IR defines no buffer layout for {coll.kind}"
     return None
@@ -52,7 +55,7 @@ def emit_verified_xml(schedule: Schedule, options: XmlOptions = XmlOptions()) ->
                     max_bytes=options.max_bytes, inplace=options.inplace)
     program = parse_program(text, f"{schedule.algorithm}.xml", options.profile)
     coll = schedule.collective
-    expected = None
+    expected = coll  # a custom collective: its own pre/postcondition (coll="custom" has none)
     if coll.custom is None:
         # instances split every chunk further: the program's collective has that many more chunks
         expected = make_collective(coll.kind, coll.num_ranks,
