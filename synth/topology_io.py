@@ -230,11 +230,25 @@ def read_data_file(path: Path) -> Any:
                          f"{msg}") from None
 
 
+def _topology_dir() -> Any:
+    """Where the shipped topology files are.
+
+    Installed, they are the package ``synth.topologies`` (setuptools maps the repository's
+    ``topologies/`` folder onto it). Imported straight from a source checkout (``python -m``
+    from the repository root puts the checkout first on the path), that package does not exist
+    and the files are read from ``topologies/`` beside ``synth/``.
+    """
+    try:
+        return resources.files("synth.topologies")
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parent.parent / "topologies"
+
+
 @cache
 def shipped_files() -> dict[str, str]:
     """Shipped topology name (and alias) -> resource file name."""
     names: dict[str, str] = {}
-    for entry in sorted(resources.files("synth.topologies").iterdir(), key=lambda e: e.name):
+    for entry in sorted(_topology_dir().iterdir(), key=lambda e: e.name):
         if entry.name.endswith((".yaml", ".yml")):
             data = yaml.safe_load(entry.read_text())
             names[data["name"]] = entry.name
@@ -250,7 +264,7 @@ def shipped_names() -> list[str]:
 
 @cache
 def _load_shipped(file_name: str) -> Topology:
-    entry = resources.files("synth.topologies").joinpath(file_name)
+    entry = _topology_dir().joinpath(file_name)
     return parse_topology(yaml.safe_load(entry.read_text()), f"topologies/{file_name}")
 
 

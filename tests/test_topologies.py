@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from importlib import resources
-
 import jsonschema
 import networkx as nx
 import pytest
 import yaml
 
 from synth.topology import Topology
-from synth.topology_io import TOPOLOGY_SCHEMA, load_topology, shipped_files, shipped_names
+from synth.topology_io import (
+    TOPOLOGY_SCHEMA,
+    _topology_dir,
+    load_topology,
+    shipped_files,
+    shipped_names,
+)
 
 SHIPPED = ["dgx1", "dgx2", "dgx_a100", "dgx_h100", "mi300x", "ndv2", "trn1_32", "trn2_64"]
 
@@ -28,7 +32,7 @@ DGX1_MATRIX = [
 
 
 def _raw(name: str) -> dict:
-    entry = resources.files("synth.topologies").joinpath(shipped_files()[name])
+    entry = _topology_dir().joinpath(shipped_files()[name])
     return yaml.safe_load(entry.read_text())
 
 
