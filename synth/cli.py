@@ -401,3 +401,9 @@ from .cli_closed import calibrate, strategies  # noqa: E402
 
 cli.add_command(strategies)
 cli.add_command(calibrate)
+
+# ---------------------------------------------------------------------------------------- smt (SCCL)
+from .cli_smt import analyze, pareto  # noqa: E402
+
+cli.add_command(pareto)
+cli.add_command(analyze)

@@ -115,6 +115,10 @@ def write_schedule(schedule: Schedule, out_dir: Path) -> Path:
     return atomic_write(out_dir / schedule_file_name(schedule), schedule.to_json())
 
 
+DEFAULT_XML = XmlOptions()
+"""The exec runtime, Simple protocol, one instance, all sizes."""
+
+
 @dataclass
 class Written:
     """What :func:`write_outputs` put on disk, and why an output was left out."""
@@ -124,7 +128,7 @@ class Written:
     notes: list[str]
 
 
-def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = XmlOptions()
+def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML
                   ) -> Written:
     """Write the schedule JSON and, where MSCCL-IR can express it, the verified XML beside it.
 
@@ -146,7 +150,7 @@ def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = Xm
     return Written([atomic_write(path, text) for path, text in outputs], reports, notes)
 
 
-def write_best(result: SolveResult, out_dir: Path, xml: XmlOptions | None = XmlOptions()
+def write_best(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML
                ) -> tuple[Candidate, Written]:
     """Write the best candidate whose outputs can all be produced and verified.
 

@@ -87,3 +87,27 @@ def run_encoding(name: str, topology: Topology, collective: Collective,
     return ENCODINGS[name](topology, collective, options)
 
 
+def _trees(topology: Topology, collective: Collective, options: Options) -> dict[str, Schedule]:
+    from .trees import trees_encoding
+
+    return trees_encoding(topology, collective, options)
+
+
+def _flow(topology: Topology, collective: Collective, options: Options) -> dict[str, Schedule]:
+    from .flow import flow_encoding
+
+    return flow_encoding(topology, collective, options)
+
+
+ENCODINGS["trees"] = _trees
+ENCODINGS["flow"] = _flow
+
+
+def _smt(topology: Topology, collective: Collective, options: Options) -> dict[str, Schedule]:
+    """SCCL's steps/rounds/chunks encoding (CP-SAT or z3); see :mod:`synth.encodings.smt`."""
+    from .smt import smt_encoding
+
+    return smt_encoding(topology, collective, options)
+
+
+ENCODINGS["smt"] = _smt
