@@ -74,7 +74,7 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
     from .encodings.smt_search import pareto as walk
     from .encodings.smt_search import pareto_sccl
     from .files import ensure_writable_dir
-    from .solve import cost_profile, write_schedule
+    from .solve import cost_profile, write_outputs
     from .verify import verify
 
     if max_steps is not None and max_steps < 1:
@@ -104,11 +104,18 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
         assert sched is not None
         verify(sched, topology)
         costs = cost_profile(sched, topology, _sizes(), bound)
-        path = write_schedule(sched, target)
+        try:
+            written = write_outputs(sched, target)  # schedule JSON + interpreter-verified XML
+        except SynthError as exc:
+            written = write_outputs(sched, target, None)
+            written.notes.append(f"no XML: {exc.message}")
+        for note in written.notes:
+            err.print(f"(S{point.steps},R{point.rounds},C{point.chunks}) {note}")
         by = {p.bytes: p for p in costs}
         rows.append({"steps": point.steps, "rounds": point.rounds, "chunks": point.chunks,
                      "rounds_per_chunk": str(point.rpc),
-                     "solve_seconds": round(point.seconds, 3), "files": [str(path)],
+                     "solve_seconds": round(point.seconds, 3),
+                     "files": [str(f) for f in written.files],
                      "costs": [p.to_dict() for p in costs],
                      "_small": by[SMALL].time_us, "_large": by[LARGE].time_us})
     if plot_file is not None:
