@@ -138,7 +138,8 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
                           f"{r['solve_seconds']:.2f}")
         out.print(table)
         for r in rows:
-            out.print(f"wrote {r['files'][0]}")
+            for f in r['files']:
+                out.print(f"wrote {f}")
         if plot_file is not None:
             out.print(f"wrote {plot_file}")
     if not report.complete:
