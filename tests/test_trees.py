@@ -156,7 +156,12 @@ def test_not_applicable_and_registry():
         trees_encoding(topo, make_collective("alltoall", 4), Options())
     assert "trees" in ENCODINGS and "flow" in ENCODINGS
     found = run_encoding("trees", topo, make_collective("allgather", 4), Options())
-    assert set(found) == {"trees"}
+    assert "trees" in found and set(found) <= {"trees", "trees_1MB"}
+    for sched in found.values():
+        verify(sched, topo)
+    only = run_encoding("trees", topo, make_collective("allgather", 4),
+                        Options(extra={"small_size": 0}))
+    assert set(only) == {"trees"}
 
 
 def test_auto_choice_says_why():

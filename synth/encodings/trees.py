@@ -25,8 +25,10 @@ into its owner and broadcast back); broadcast packs the trees of its root alone.
 Options (``Options.extra``): ``size`` (bytes the plan is tuned for, default 1 GiB), ``symmetry``
 (False to plan every root), ``max_transfers`` (cap on the schedule's transfers, default 2.2M),
 ``max_tasks`` (cap on planned tasks per phase, default 12000), ``max_pieces`` (cap on the pieces
-per root, e.g. to fit a runtime's per-rank instruction limit), ``rail_stripes`` (each rank talks
-to about nodes/8 fabric peers instead of all nodes: fits MSCCL's 32 threadblocks per channel).
+per root, e.g. to fit a runtime's per-rank instruction limit), ``small_size`` (a second
+candidate ``trees_<size>`` is planned for this size, default 1 MiB; 0: none), ``rail_stripes``
+(each rank talks to about nodes/8 fabric peers instead of all nodes: fits MSCCL's 32 threadblocks
+per channel).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..collectives import Collective, make_collective
-from ..cost import make_step, parse_size
+from ..cost import format_size, make_step, parse_size
 from ..errors import NotApplicable, SynthError
 from ..schedule import Schedule, Step, Transfer
 from ..topology import MB, Topology
@@ -50,6 +52,8 @@ TREE_KINDS = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce")
 DEFAULT_SIZE = 2**30
 DEFAULT_MAX_TRANSFERS = 2_200_000
 DEFAULT_MAX_TASKS = 12_000
+DEFAULT_SMALL_SIZE = 2**20
+"""A second candidate is planned for this size (few pieces, few steps) unless ``small_size`` is 0."""
 
 
 @dataclass
@@ -97,11 +101,12 @@ def pack_phases(topology: Topology, kind: str, group: RankGroup, roots: tuple[in
     for rev in reverses:
         if rev not in cache:
             graph = logical_graph(topology, group, reverse=rev, resources=rm, stripes=stripes)
+            target = _target_T(topology, kind, rev, roots)
             variants: list[Phase] = []
             seen: set[tuple] = set()
             for name, shallow, balance in PACKINGS:
                 packing = pack_trees(graph, roots, time_limit_s=time_limit_s, shallow=shallow,
-                                     balance=balance)
+                                     balance=balance, target_T=target)
                 key = tuple(sorted((t.rep, t.edges.tobytes(), round(t.weight, 9))
                                    for t in packing.trees))
                 if key in seen:
@@ -115,6 +120,21 @@ def pack_phases(topology: Topology, kind: str, group: RankGroup, roots: tuple[in
             cache[rev] = variants
         out.append(cache[rev])
     return out
+
+
+def _target_T(topology: Topology, kind: str, reverse: bool, roots: tuple[int, ...]) -> float | None:
+    """The cut bound in packing units (time per unit of per-root data): stage 1 stops there."""
+    from ..bounds import allgather_inv_bandwidth, reducescatter_inv_bandwidth, root_mincut_inv_bandwidth
+
+    n = topology.num_ranks
+    try:
+        if kind in ("broadcast", "reduce"):
+            slope, _ = root_mincut_inv_bandwidth(topology, roots[0], reduce=reverse)
+            return slope * 1e3
+        fn = reducescatter_inv_bandwidth if reverse else allgather_inv_bandwidth
+        return fn(topology)[0] * n * 1e3
+    except SynthError:
+        return None
 
 
 def k_candidates(phases: list[list[Phase]], kmax: int, rooted: bool = False) -> list[int]:
@@ -257,6 +277,27 @@ def trees_encoding(topology: Topology, collective: Collective, options) -> dict[
                   for k in ks}
         good = min(losses.values())
         ks = [k for k in ks if losses[k] <= good * 1.003] or ks
+    out: dict[str, Schedule] = {}
+    small = int(extra.get("small_size", DEFAULT_SMALL_SIZE))
+    targets = [("trees", size)]
+    if small and small < size and not options.chunks:
+        targets.append((f"trees_{format_size(small)}", small))
+    for name, target in targets:
+        cands = ks if name == "trees" else sorted({k for k in (1, 2, 4, *ks) if k <= min(kmax, 4)})
+        sched = _schedule_for(topology, kind, collective, phases, group, roots, cands, target,
+                              rooted, name)
+        if name != "trees" and sched.collective.chunks_per_rank == out["trees"].collective.chunks_per_rank \
+                and sched.num_steps == out["trees"].num_steps:
+            continue  # same plan as the main candidate
+        out[name] = sched
+    return out
+
+
+def _schedule_for(topology: Topology, kind: str, collective: Collective, phases: list[list[Phase]],
+                  group: RankGroup, roots: tuple[int, ...], ks: list[int], size: int, rooted: bool,
+                  name: str) -> Schedule:
+    """Plan for message size ``size`` over the piece counts ``ks`` and build the schedule."""
+    n = topology.num_ranks
     buffer_of = (lambda k: k) if rooted else (lambda k: n * k)
     trials = []
     for k in ks:
@@ -305,5 +346,4 @@ def trees_encoding(topology: Topology, collective: Collective, options) -> dict[
             for p in plans
         ],
     }
-    return {"trees": Schedule(coll, topology.name, topology.content_hash, tuple(steps), "trees",
-                              "trees", meta)}
+    return Schedule(coll, topology.name, topology.content_hash, tuple(steps), name, "trees", meta)

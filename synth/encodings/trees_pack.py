@@ -18,6 +18,13 @@ ever enumerated blindly. With a rank group ``H`` (:mod:`.symmetry`) only one roo
 priced and the capacity rows are per *resource orbit*: a representative's tree edge on a resource
 of orbit O puts ``|H|/|O|`` units on every resource of O once replicated.
 
+Three lexicographic LP stages share the columns — least T, then the least load ratio on the
+resources the bottleneck leaves slack (balance), then the least busy time plus a small charge per
+tree level (lean) — and, besides Edmonds, the pricing step offers shortest-path trees and
+"relay-first" trees (the root hands the data to one neighbour, which fans it out) so that shallow
+trees are available when they are as good. Optional restrictions (``shallow``) keep each root's
+trees on near-shortest paths.
+
 Large switches are unwound sparsely: all pairs up to :data:`FULL_SWITCH_PAIRS`, else the pairs of
 ranks with the same local index in different nodes (the NIC rails), which keeps every cut the
 bound uses and makes a 1024-rank fabric 130k edges instead of a million.
@@ -355,7 +362,7 @@ def pack_trees(graph: LogicalGraph, roots: tuple[int, ...], *, time_limit_s: flo
     hops = [_hops_from(n, src, dst, r) for r in roots]
     # tie-break towards shallow trees: a tiny cost growing with the sender's distance to the root
     tiny = [1e-7 * (h[src] + 1.0) for h in hops]
-    if shallow is not None:  # edges off the near-shortest paths never enter a tree
+    if shallow is not None and shallow is not False:  # edges off near-shortest paths never enter
         pattern = load.copy()
         pattern.data = np.ones_like(pattern.data)
         wt = np.asarray(pattern @ graph.tau_per_mb()).ravel()
@@ -380,6 +387,9 @@ def pack_trees(graph: LogicalGraph, roots: tuple[int, ...], *, time_limit_s: flo
         return True
 
     pair_index = sp.csr_array((np.arange(src.size) + 1.0, (src, dst)), shape=(n, n))
+    out_nbrs: dict[int, list[int]] = {}
+    for a, b in zip(src.tolist(), dst.tolist(), strict=True):
+        out_nbrs.setdefault(a, []).append(b)
 
     base = load @ (1.0 / cap)  # busy time of one use of each edge per unit of data
     for i, r in enumerate(roots):
@@ -390,12 +400,17 @@ def pack_trees(graph: LogicalGraph, roots: tuple[int, ...], *, time_limit_s: flo
 
     def generate(stage: _Stage) -> tuple[float, np.ndarray]:
         nonlocal iterations, optimal
+        rounds = 0
         while True:
             iterations += 1
+            rounds += 1
             value, sol, price, mu = _restricted_lp(columns, cap, len(roots), stage, depths)
             if stage.kind == "T" and target_T is not None and value <= target_T * (1 + 1e-9):
                 optimal = True
                 notes.append("reached the cut bound")
+                return value, sol
+            if stage.kind != "T" and rounds > SECONDARY_ROUNDS:
+                notes.append(f"{stage.kind}: stopped after {SECONDARY_ROUNDS} LP rounds")
                 return value, sol
             if iterations >= max_iterations or time.perf_counter() - start > time_limit_s:
                 notes.append(f"stopped after {iterations} LP rounds "
@@ -408,10 +423,17 @@ def pack_trees(graph: LogicalGraph, roots: tuple[int, ...], *, time_limit_s: flo
             scale = max(float(cost.max(initial=0.0)), 1e-12)
             for i, r in enumerate(roots):
                 cands = [_arborescence(n, src, dst, cost + scale * tiny[i], r)]
+                allowed = np.isfinite(tiny[i])
                 if stage.kind == "lean":  # shallow candidates: shortest paths with a per-hop toll
                     for toll in (0.25, 1.0, 4.0):
                         cands.append(_path_tree(n, src, dst, cost + toll * stage.depth_weight,
-                                                np.isfinite(tiny[i]), pair_index, r))
+                                                allowed, pair_index, r))
+                if n <= RELAY_FIRST_MAX_RANKS:  # relay-first: root -> a, then a's path tree
+                    toll = stage.depth_weight or 0.05 * float(np.mean(cost)) + 1e-12
+                    for a in _spread(out_nbrs[r], RELAY_FIRST_NEIGHBOURS):
+                        tree = _relay_tree(n, src, dst, cost + toll, allowed, pair_index, r, a)
+                        if tree is not None:
+                            cands.append(tree)
                 for edges in cands:
                     reduced = float(cost[edges].sum()) - float(mu[i])
                     if stage.kind == "lean":
@@ -488,6 +510,40 @@ def _path_tree(n: int, src: np.ndarray, dst: np.ndarray, cost: np.ndarray, allow
         raise SynthError("the logical graph does not reach every rank from the root")
     edges = np.asarray(pair_index[pred[vs], vs]).ravel().astype(np.int64) - 1
     return np.sort(edges)
+
+
+SECONDARY_ROUNDS = 40
+"""LP rounds allowed to the balance and lean stages (secondary objectives: a good answer suffices)."""
+
+RELAY_FIRST_MAX_RANKS = 64
+"""Relay-first candidate trees are priced up to this many ranks (one Dijkstra per neighbour)."""
+RELAY_FIRST_NEIGHBOURS = 16
+
+
+def _spread(items: list[int], k: int) -> list[int]:
+    items = sorted(items)
+    if len(items) <= k:
+        return items
+    return [items[(i * len(items)) // k] for i in range(k)]
+
+
+def _relay_tree(n: int, src: np.ndarray, dst: np.ndarray, cost: np.ndarray, allowed: np.ndarray,
+                pair_index: sp.csr_array, root: int, first: int) -> np.ndarray | None:
+    """root -> ``first``, then a shortest-path tree from ``first`` to everyone else (a broadcast
+    that hands the data to one relay before it fans out: shallow, and off the root's own links)."""
+    from scipy.sparse.csgraph import dijkstra
+
+    e0 = int(pair_index[root, first]) - 1
+    if e0 < 0 or not allowed[e0]:
+        return None
+    idx = np.flatnonzero(allowed & (dst != root) & (dst != first))
+    g = sp.csr_array((cost[idx], (src[idx], dst[idx])), shape=(n, n))
+    _, pred = dijkstra(g, directed=True, indices=first, return_predecessors=True)
+    vs = np.flatnonzero(pred >= 0)
+    if vs.size != n - 2:
+        return None
+    edges = np.asarray(pair_index[pred[vs], vs]).ravel().astype(np.int64) - 1
+    return np.sort(np.append(edges, e0))
 
 
 def _arborescence(n: int, src: np.ndarray, dst: np.ndarray, cost: np.ndarray, root: int) -> np.ndarray:

@@ -7,12 +7,14 @@ a step costs the maximum over resources of α + load · chunk · β / lanes, so 
 the sum over steps. A list scheduler fills step s with ready tasks, highest subtree first, while the
 busiest resource stays within a time budget ``B_s``.
 
-Budgets decrease geometrically (``B_s = B_0 · ρ^s``, floored at one task): a big first step puts most
-of the data on the bottleneck at once, and every later step carries a fraction ρ of the previous
-one, so the relays that a step triggers fit under the next step's bottleneck work and the last
-step — the only one whose work is not overlapped — is tiny. Fewer, larger steps pay α fewer times;
-a steady pipeline (ρ = 1, ``S`` equal budgets) suits deep trees (rings, tori). A small grid of
-(ρ, B_0) and of S is tried and the cheapest schedule at the target message size wins.
+Budgets decrease geometrically (floored at one task): a big first step puts most of the data on the
+bottleneck at once, and every later step carries a fraction ρ of the previous one, so the relays
+that a step triggers fit under the next step's bottleneck work and the last step — the only one
+whose work is not overlapped — is tiny. Fewer, larger steps pay α fewer times; a steady pipeline
+(``S`` equal budgets) suits deep trees (rings, tori). Three families are tried — geometric
+``B_s = B_0 · ρ^s``; adaptive ``B_s = f · (work left) · (1 - ρ)``, which sends the rest in one step
+once that falls below a few α; uniform ``W / S`` — and the cheapest plan at the target message
+size is refined by coordinate descent on single step budgets (the first 4 and last 12 steps).
 
 All counting is per resource orbit (:mod:`.symmetry`), for the representative roots only: a
 representative task on orbit O costs ``mult_O · τ_O`` on every resource of O once replicated, so
@@ -244,7 +246,10 @@ class Scheduler:
         best = plan
         for _ in range(rounds):
             improved = False
-            for s in range(len(best.steps)):
+            count = len(best.steps)
+            # the ramps matter, the steady middle rarely does: the first 4 and last 12 steps
+            indices = sorted(set(range(min(4, count))) | set(range(max(0, count - 12), count)))
+            for s in indices:
                 for factor in (0.75, 0.9, 1.1, 1.3):
                     budgets = list(best.budgets)
                     if s >= len(budgets):
