@@ -442,7 +442,9 @@ def render(results: dict) -> str:
              "(bounds, model building, every instance, decoding; synth also verifies every frontier "
              "schedule); *CLI wall* is the full command (`synth pareto ...` / "
              "`msccl solve pareto-optimal ...`) including Python start-up and imports. "
-             "SCCL = msccl-tools as shipped, run with its command-line defaults.", "",
+             "SCCL = msccl-tools as shipped, run with its command-line defaults; dgx1 and ring:8 are "
+             "its own named topologies (same link matrices), dgx2 and trn1_32 are handed to its API "
+             "as the very same links and switch-port budgets synth uses.", "",
              "| problem | synth frontier | synth s | bar s | meets bar | SCCL frontier (this run) "
              "| SCCL s | ratio SCCL/synth | synth CLI wall s | SCCL CLI wall s |",
              "|---|---|---:|---:|---|---|---:|---:|---:|---:|"]

@@ -205,6 +205,7 @@ def _plot(path: Path, topology, collective, rows: list[dict[str, Any]]) -> None:
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=110, metadata={"Software": None})
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a plot is for everyone to read
         os.replace(tmp, path)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)

@@ -458,6 +458,14 @@ class SmtProblem:
             return t
         return make_collective(t.kind, t.num_ranks, chunks, t.root, t.inplace)
 
+    def release(self, chunks: int) -> None:
+        """Drop the solver models kept for ``chunks`` (a walk that moved on frees their memory)."""
+        if self.mode == "allreduce":
+            self.rs.release(chunks)
+            self.ag.release(chunks)
+        elif chunks in self.family._parts:
+            self.family._parts[chunks].engines.clear()
+
     # ------------------------------------------------------------------ bounds
     def steps_lower_bound(self) -> int:
         if self.mode == "allreduce":

@@ -205,6 +205,7 @@ def pareto(problem: SmtProblem, *, max_steps: int | None = None, min_chunks: int
                         break
                 if stopped or verdict == SAT:
                     break
+        problem.release(C)
         if stopped:
             report.stop = "time limit"
             break
@@ -264,6 +265,7 @@ def pareto_sccl(problem: SmtProblem, *, max_steps: int | None = None, min_chunks
                     got = res
                     break
                 step_rpc_lb[S] = max(step_rpc_lb.get(S, Fraction(0)), rpc)
+        problem.release(C)
         if stopped:
             report.stop = "time limit"
             break
