@@ -407,3 +407,8 @@ from .cli_smt import analyze, pareto  # noqa: E402
 
 cli.add_command(pareto)
 cli.add_command(analyze)
+
+# ---------------------------------------------------------------------------------------- sketches
+from .cli_sketch import sketch  # noqa: E402
+
+cli.add_command(sketch)
