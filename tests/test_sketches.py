@@ -80,6 +80,7 @@ def test_shipped_sketches_cover_the_required_machines():
                 ("ndv2", 2), ("ndv2", 4), ("dgx2", 1), ("dgx2", 2), ("dgx_a100", 1),
                 ("dgx_a100", 2), ("dgx_a100", 4), ("dgx_h100", 2), ("dgx_h100", 8)}
     assert required <= covered
+    assert {t for t, _ in covered} == set(shipped_names())  # a sketch for every shipped topology
     for s in shipped_sketches().values():
         assert s.topology in shipped_names()
         assert s.name.startswith(s.topology + "-")
@@ -219,6 +220,10 @@ def test_may_carry():
     rail = shipped_sketches()["dgx_a100-rail"]
     assert rail.may_carry(load_topology("dgx_a100", 2), 5, 3, 11)  # empty carries: any data
     assert sk(topology="dgx2", nodes=(2,)).may_carry(topo, 0, 5, 20)  # direct
+    carriers = sketch.carriers(topo)
+    assert len(carriers) == 16 and carriers[(1, 16)] == frozenset({0, 1})
+    assert set(rail.carriers(load_topology("dgx_a100", 2)).values()) == {None}
+    assert sk().carriers(load_topology("dgx1")) == {}
 
 
 def test_rotate_is_taccl_sym_rank():

@@ -18,7 +18,7 @@ import networkx as nx
 
 from ..errors import SynthError
 from ..topology import Switch, Topology
-from .model import ANY_SWITCH, Sketch, SwitchPolicy
+from .model import ANY_SWITCH, Sketch, SwitchPolicy, local_indices
 from .schema import symmetry_problem
 
 
@@ -223,19 +223,42 @@ def _symmetry_problems(sketch: Sketch, topology: Topology, pairs: frozenset[tupl
                         f"{switch.name} onto {_ranks(image_set)}, which share no port: not a "
                         "symmetry of the machine"]
     if sketch.internode == "relay":
-        local = range(topology.num_ranks)
-        for u, v in sorted(pairs):
-            if topology.node_of[u] == topology.node_of[v]:
-                continue
-            for origin in local:
-                if sketch.may_carry(topology, origin, u, v) != sketch.may_carry(
-                        topology, sigma(origin), sigma(u), sigma(v)):
-                    return [f"{what} does not respect the relays' carries: the data of rank "
-                            f"{origin} may{'' if sketch.may_carry(topology, origin, u, v) else ' not'}"
-                            f" cross {u}->{v}, but the data of rank {sigma(origin)} "
-                            f"may{' not' if sketch.may_carry(topology, origin, u, v) else ''} cross "
-                            f"{sigma(u)}->{sigma(v)}"]
+        problem = _carries_symmetry_problem(sketch, topology, sigma)
+        if problem:
+            return [f"{what} does not respect the relays' carries: {problem}"]
     return []
+
+
+def _carries_symmetry_problem(sketch: Sketch, topology: Topology,
+                              sigma: Callable[[int], int]) -> str | None:
+    """The rotation must map the ranks whose data a relay pair may carry onto its image's.
+
+    Compared as rank sets, one per distinct carries set, so the cost is per relay pair, not per
+    relay pair and origin.
+    """
+    carriers = sketch.carriers(topology)
+    local = local_indices(topology)
+    everyone = frozenset(topology.ranks)
+    origins: dict[frozenset[int] | None, frozenset[int]] = {None: everyone}
+
+    def allowed(carried: frozenset[int] | None) -> frozenset[int]:
+        if carried not in origins:
+            origins[carried] = frozenset(r for r in topology.ranks if local[r] in carried)
+        return origins[carried]
+
+    rotated: dict[frozenset[int] | None, frozenset[int]] = {}
+    for (u, v), carried in sorted(carriers.items(), key=lambda kv: kv[0]):
+        image = (sigma(u), sigma(v))
+        if carried not in rotated:
+            rotated[carried] = frozenset(sigma(r) for r in allowed(carried))
+        mine = rotated[carried]
+        theirs = allowed(carriers.get(image, frozenset()))
+        if mine != theirs:
+            extra = sorted(mine ^ theirs)
+            return (f"the data of ranks {_ranks(allowed(carried))} may cross {u}->{v}, the data of "
+                    f"ranks {_ranks(theirs)} may cross {image[0]}->{image[1]} (they differ at rank "
+                    f"{extra[0]})")
+    return None
 
 
 def _ranks(ranks) -> str:
@@ -261,10 +284,8 @@ def _delivery_problems(sketch: Sketch, topology: Topology,
     # carries restrict which relays an origin's data may use; the graph depends on the origin
     # only through its node-local index, so build one graph per index
     by_index: dict[int, list[int]] = {}
-    view_local = [0] * topology.num_ranks
     for members in topology.nodes:
         for i, r in enumerate(members):
-            view_local[r] = i
             by_index.setdefault(i, []).append(r)
     inter = [(u, v) for u, v in pairs if topology.node_of[u] != topology.node_of[v]]
     for index in sorted(by_index):

@@ -123,6 +123,8 @@ class Sketch:
         if unknown:
             raise SynthError(f"sketch '{self.name}': unknown hint(s) {', '.join(unknown)} "
                              f"(known: {', '.join(sorted(HINTS))})")
+        if not self.nodes:
+            raise SynthError(f"sketch '{self.name}': nodes must list at least one node count")
         setv = object.__setattr__
         setv(self, "nodes", tuple(sorted(set(self.nodes))))
         setv(self, "intranode_links", tuple(sorted({(int(a), int(b)) for a, b in self.intranode_links})))
@@ -196,6 +198,14 @@ class Sketch:
             return False
         allowed = view.carriers[(u, v)]
         return allowed is None or view.local[origin] in allowed
+
+    def carriers(self, topology: Topology) -> Mapping[tuple[int, int], frozenset[int] | None]:
+        """Inter-node relay pair ``(u, v)`` -> node-local origin indices it may carry (None: any).
+
+        Empty under ``direct``. The bulk form of :meth:`may_carry`, for encodings that build one
+        constraint per relay pair rather than asking per chunk.
+        """
+        return MappingProxyType(self._view(topology).carriers)
 
     def _view(self, topology: Topology) -> _GlobalView:
         cache: dict[str, _GlobalView] = self.__dict__.setdefault("_views", {})

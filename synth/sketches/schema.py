@@ -16,9 +16,11 @@ Example (TACCL's NDv2 two-node sketch, in this format)::
     internode:
       strategy: relay
       relays: [{sender: 0, receiver: 1}]
-    switches: [{switch: "*", max_peers: 3}]      # optional
     symmetry: [[8, 16]]                          # (offset, group_size) rotations
     hints: {time_limit_s: 300}
+
+On a machine with an NVSwitch, ``switches: [{switch: "*", max_peers: 3}]`` caps each rank's
+distinct peers through every intra-node switch.
 """
 
 from __future__ import annotations
