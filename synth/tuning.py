@@ -246,8 +246,7 @@ def _tpe(space: Space, ev: _Counter, seed: int) -> None:
         sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True,
                                              n_startup_trials=min(10, max(2, space.size() // 4)))
     rungs = [max(1, round(b * 9)) for b in BUDGETS]  # Hyperband resources 1, 3, 9
-    pruner = optuna.pruners.HyperbandPruner(min_resource=rungs[0], max_resource=rungs[-1],
-                                            reduction_factor=3)
+    pruner = _pruner(optuna, rungs)
     # a fixed study name: Hyperband assigns brackets by hashing it with the trial number
     study = optuna.create_study(direction="minimize", sampler=sampler, pruner=pruner,
                                 study_name="synth-tune")
@@ -286,6 +285,11 @@ def _tpe(space: Space, ev: _Counter, seed: int) -> None:
             break
         repeats = repeats + 1 if ev.count == before and len(visited) == seen else 0
         stale = 0 if ev.best is not best else stale + 1
+
+
+def _pruner(optuna: Any, rungs: list[int]) -> Any:
+    return optuna.pruners.HyperbandPruner(min_resource=rungs[0], max_resource=rungs[-1],
+                                          reduction_factor=3)
 
 
 _METHODS: dict[str, Callable[[Space, _Counter, int], None]] = {"grid": _grid, "tpe": _tpe, "cd": _cd}
