@@ -117,6 +117,8 @@ def topo_show(name: str, nodes: int, as_json: bool) -> None:
 @click.option("--rounds", type=int, default=None, help="SMT: total rounds R (default: S).")
 @click.option("--least-steps", is_flag=True, help="SMT: the latency-optimal algorithm.")
 @click.option("--engine", default=None, help="Solver engine for the encoding (e.g. cpsat, z3).")
+@click.option("--sketch", default=None, help="MILP: communication sketch (shipped name or file).")
+@click.option("--solver", default=None, help="MILP: highs (default) | cbc | cpsat | gurobi.")
 @click.option("--xml/--no-xml", "want_xml", default=True, show_default=True,
               help="Also write the verified MSCCL-IR XML.")
 @click.option("--xml-profile", default="exec", show_default=True,
@@ -139,7 +141,8 @@ def topo_show(name: str, nodes: int, as_json: bool) -> None:
 def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str | None,
           chunks: int | None, root: int | None, inplace: bool | None, sizes: str | None,
           time_limit: float | None, steps: int | None, rounds: int | None, least_steps: bool,
-          engine: str | None, want_xml: bool, xml_profile: str, proto: str, instances: int,
+          engine: str | None, sketch: str | None, solver: str | None, want_xml: bool,
+          xml_profile: str, proto: str, instances: int,
           min_bytes: str, max_bytes: str, target: str, tensors: int, nbytes: str | None,
           calibration: str | None, out_dir: str, as_json: bool) -> None:
     """Synthesize a verified schedule and print its cost against the bound."""
@@ -165,8 +168,8 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
     target = ensure_writable_dir(Path(out_dir))
     with err.status(f"solving {collective.name} on {topology.name} ({encoding})",
                     spinner="dots") if not as_json else _nullcontext():
-        extra = {k: v for k, v in (("steps", steps), ("rounds", rounds), ("engine", engine))
-                 if v is not None}
+        extra = {k: v for k, v in (("steps", steps), ("rounds", rounds), ("engine", engine),
+                                   ("sketch", sketch), ("solver", solver)) if v is not None}
         if least_steps:
             extra["least_steps"] = True
         result = run_solve(topology, collective, encoding=encoding, algorithm=algo,
@@ -229,6 +232,7 @@ def _solve_json(result: Any, files: list[str], written: Any) -> dict[str, Any]:
         "collective": result.collective.name,
         "ranks": result.topology.num_ranks,
         "encoding": best.schedule.encoding,
+        "why": best.schedule.meta.get("why"),
         "algorithm": best.schedule.algorithm,
         "chunks_per_rank": best.schedule.collective.chunks_per_rank,
         "verified": True,
@@ -254,6 +258,13 @@ def _print_solve(result: Any, files: list[str]) -> None:
               f"{best.report.steps} steps, {best.report.rounds} rounds, "
               f"{s.collective.chunks_per_rank} chunk(s)/rank — [green]verified[/green] "
               f"in {result.seconds:.2f} s")
+    if result.encoding == "auto":
+        from .encodings import auto_reason
+
+        out.print(f"auto: {auto_reason(result.topology, result.collective)}; picked "
+                  f"{s.algorithm} (best mean % of bound over the sizes)")
+    if s.meta.get("why"):
+        out.print(f"why: {s.meta['why']}")
     table = Table(title=f"predicted cost (bound: {result.bound.method})")
     for col in ("size", "time µs", "algbw GB/s", "bound µs", "% of bound"):
         table.add_column(col, justify="right")

@@ -68,15 +68,42 @@ ENCODINGS: dict[str, Callable[[Topology, Collective, Options], dict[str, Schedul
 """name -> function returning {candidate name: schedule}. Later encodings register here."""
 
 
+AUTO_ALL_MAX_RANKS = 64
+"""Up to this many ranks ``auto`` runs every encoding and keeps the best; above, it runs the
+baselines and the one synthesis encoding :func:`.trees_auto.choose` picks for the collective."""
+
+
+def _auto_encodings(topology: Topology, collective: Collective) -> list[str]:
+    if topology.num_ranks <= AUTO_ALL_MAX_RANKS:
+        return list(ENCODINGS)
+    from .trees_auto import choose
+
+    chosen, _ = choose(topology, collective, ENCODINGS)
+    return ["baseline"] + ([chosen] if chosen != "baseline" else [])
+
+
+def auto_reason(topology: Topology, collective: Collective) -> str:
+    """What ``--encoding auto`` runs for this request, and why (printed by ``synth solve``)."""
+    if topology.num_ranks <= AUTO_ALL_MAX_RANKS:
+        return (f"{topology.num_ranks} ranks <= {AUTO_ALL_MAX_RANKS}: every encoding that applies "
+                "runs (each steps aside when it does not fit) and the best verified schedule wins")
+    from .trees_auto import choose
+
+    chosen, why = choose(topology, collective, ENCODINGS)
+    return f"{topology.num_ranks} ranks: baselines + {chosen} ({why})"
+
+
 def run_encoding(name: str, topology: Topology, collective: Collective,
                  options: Options) -> dict[str, Schedule]:
     if name == "auto" and options.algorithm:
         name = "baseline"  # --algo names a baseline algorithm
     if name == "auto":
         found: dict[str, Schedule] = {}
-        for enc in ENCODINGS:
+        auto = Options(options.algorithm, options.chunks, options.time_limit_s,
+                       {**options.extra, "auto": True})
+        for enc in _auto_encodings(topology, collective):
             try:
-                found.update(ENCODINGS[enc](topology, collective, options))
+                found.update(ENCODINGS[enc](topology, collective, auto))
             except NotApplicable:
                 continue
         if not found:
@@ -111,3 +138,27 @@ def _smt(topology: Topology, collective: Collective, options: Options) -> dict[s
 
 
 ENCODINGS["smt"] = _smt
+
+
+def _milp(topology: Topology, collective: Collective, options: Options) -> dict[str, Schedule]:
+    """TACCL's routing/ordering/scheduling MILPs with a sketch; see :mod:`synth.encodings.milp`.
+
+    Under ``auto`` it runs only where a shipped sketch fits the topology (or one was given) and
+    with a bounded time, as TACCL is meant to be used: guided, not blind.
+    """
+    from .milp import AUTO_MAX_RANKS, AUTO_TIME_LIMIT_S, milp_encoding
+
+    if options.extra.get("auto"):
+        from ..sketches import sketch_for
+
+        if collective.custom is not None or topology.num_ranks > AUTO_MAX_RANKS:
+            raise NotApplicable("milp steps aside under auto above "
+                                f"{AUTO_MAX_RANKS} ranks")
+        if not options.extra.get("sketch") and sketch_for(topology) is None:
+            raise NotApplicable(f"milp: no shipped sketch fits '{topology.name}' (give --sketch)")
+        if options.time_limit_s is None:
+            options = Options(options.algorithm, options.chunks, AUTO_TIME_LIMIT_S, options.extra)
+    return milp_encoding(topology, collective, options)
+
+
+ENCODINGS["milp"] = _milp
