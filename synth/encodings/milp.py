@@ -35,8 +35,8 @@ from ..errors import NotApplicable, SynthError
 from ..schedule import Schedule, Step, Transfer
 from ..topology import MB, Topology
 from .milp_problem import MILP_KINDS, LogicalLinks, MilpProblem, all_links, build_problem, reversed_links
-from .milp_route import PeerPolicy, route
-from .milp_schedule import Tasks, make_tasks, order, schedule_tasks, step_arrays
+from .milp_route import InfeasibleSketch, PeerPolicy, route
+from .milp_schedule import Tasks, make_tasks, order, outcome, schedule_tasks, step_arrays
 from .trees import DEFAULT_SIZE, _option_size
 
 DEFAULT_WINDOW = 2
@@ -100,12 +100,22 @@ class _Phase:
                  progress) -> None:
         t0 = time.perf_counter()
         hops = int(extra.get("max_extra_hops", 1 if routed.kind == "alltoall" else 0))
-        self.problem = build_problem(topology, routed, reversed_links(links) if reverse else links,
-                                     symmetry=bool(extra.get("symmetry", True)), extra_hops=hops,
-                                     reverse=reverse)
-        self.routes = route(self.problem, policies, solver=solver,
-                            time_limit_s=None if time_limit is None else 0.5 * time_limit,
-                            mip_gap=extra.get("mip_gap"), progress=progress)
+        logical = reversed_links(links) if reverse else links
+        # broadcast trees first on the shortest-path DAG (small, no level variables); only if the
+        # sketch makes that infeasible (e.g. a peer cap on a switch) with the sketch's extra hops
+        for tree_hops in sorted({0, hops}):
+            self.problem = build_problem(topology, routed, logical,
+                                         symmetry=bool(extra.get("symmetry", True)), extra_hops=hops,
+                                         reverse=reverse, tree_extra_hops=tree_hops)
+            try:
+                self.routes = route(self.problem, policies, solver=solver,
+                                    time_limit_s=None if time_limit is None else 0.5 * time_limit,
+                                    mip_gap=extra.get("mip_gap"), progress=progress,
+                                    diagnose=tree_hops == hops or routed.kind == "alltoall")
+                break
+            except InfeasibleSketch:
+                if tree_hops == hops or routed.kind == "alltoall":
+                    raise
         self.tasks = make_tasks(self.problem, self.routes.edges)
         self.seconds = time.perf_counter() - t0
 
@@ -121,15 +131,15 @@ class _Phase:
 
     def describe(self) -> dict:
         res = self.routes.result
+        # no wall-clock figures here: the schedule (meta included) must be byte-identical per input
         return {"group": self.problem.group.describe(), "rep_chunks": len(self.problem.chunks),
                 "candidate_pairs": self.problem.num_candidate_pairs,
-                "routing": res.summary(),  # type: ignore[attr-defined]
+                "routing": outcome(res),
                 "routing_size": {"variables": res.variables,  # type: ignore[attr-defined]
                                  "integer_variables": res.integer_variables,  # type: ignore[attr-defined]
                                  "constraints": res.constraints},  # type: ignore[attr-defined]
                 "routing_gap": res.gap,  # type: ignore[attr-defined]
-                "routing_busiest_us_per_mb": round(self.routes.objective_us_per_mb, 6),
-                "seconds": round(self.seconds, 3)}
+                "routing_busiest_us_per_mb": round(self.routes.objective_us_per_mb, 6)}
 
 
 CHUNK_MULTIPLES = (1, 2, 4, 8)

@@ -64,6 +64,8 @@ class RepChunk:
     edges: list[Edge]
     depth: int
     """Hops from the origin to its farthest destination on the sketch's graph."""
+    layered: bool = False
+    """Candidate links are not a DAG (a tree with extra hops): routing adds hop-level variables."""
 
 
 @dataclass
@@ -239,7 +241,9 @@ def candidate_edges(out: list[list[int]], origin: int, dests: Iterable[int],
             if d_from[u] < 0:
                 continue
             for v in out[u]:
-                if d_from[v] == d_from[u] + 1 and allowed(u, v):
+                if not allowed(u, v) or v == origin:
+                    continue
+                if d_from[v] == d_from[u] + 1 or (extra_hops and d_from[u] + 1 <= depth + extra_hops):
                     edges.append((u, v))
     return edges, depth
 
@@ -251,11 +255,14 @@ def reversed_links(links: LogicalLinks) -> LogicalLinks:
 
 
 def build_problem(topology: Topology, routed: Collective, links: LogicalLinks, *,
-                  symmetry: bool = True, extra_hops: int = 0, reverse: bool = False) -> MilpProblem:
+                  symmetry: bool = True, extra_hops: int = 0, reverse: bool = False,
+                  tree_extra_hops: int = 0) -> MilpProblem:
     """Representative chunks with their candidate links, under the sketch-preserving group.
 
     With ``reverse`` the allgather is routed over the reversed links (``links`` must already be
     reversed with :func:`reversed_links`) and costed on the real, opposite channels.
+    ``extra_hops`` is the slack of single-destination paths, ``tree_extra_hops`` that of broadcast
+    trees (0: the shortest-path DAG, no level variables needed).
     """
     if routed.combining or routed.kind not in ("allgather", "alltoall"):
         raise NotApplicable(f"milp routes allgather and alltoall (and reversed allgather); not "
@@ -281,11 +288,13 @@ def build_problem(topology: Topology, routed: Collective, links: LogicalLinks, *
 
         if len(dests) > 1:
             if origin not in tree_cache:
-                tree_cache[origin] = candidate_edges(out, origin, dests, allowed, 0, rev)
+                tree_cache[origin] = candidate_edges(out, origin, dests, allowed, tree_extra_hops, rev)
             edges, depth = tree_cache[origin]
+            layered = tree_extra_hops > 0
         else:
             edges, depth = candidate_edges(out, origin, dests, allowed, extra_hops, rev)
-        chunks.append(RepChunk(c, origin, dests, list(edges), depth))
+            layered = False
+        chunks.append(RepChunk(c, origin, dests, list(edges), depth, layered))
     problem = MilpProblem(topology, routed, group, links, rm, chunks, reverse=reverse)
     problem.chunk_image = chunk_images(routed, group)
     for ch in chunks:

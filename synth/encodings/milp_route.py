@@ -27,6 +27,10 @@ ROUTING_GROUPS = ("delivery", "forwarding", "switch_max_peers", "switch_min_peer
 """Constraint groups, named so an infeasible sketch can be explained (see :func:`diagnose`)."""
 
 
+class InfeasibleSketch(SynthError):
+    """The routing model has no solution under the sketch; the message names the groups."""
+
+
 @dataclass(frozen=True)
 class PeerPolicy:
     """A sketch switch policy resolved to a topology switch name ("*" = every intra-node switch)."""
@@ -72,8 +76,8 @@ def build_routing_model(problem: MilpProblem, policies: Sequence[PeerPolicy] = (
     x: dict[tuple[int, Edge], pulp.LpVariable] = {}
     for i, ch in enumerate(problem.chunks):
         for e in ch.edges:
-            x[(i, e)] = pulp.LpVariable(f"x_{i}_{e[0]}_{e[1]}", cat="Binary")
-    T = pulp.LpVariable("T", lowBound=0)
+            x[(i, e)] = model.add_variable(f"x_{i}_{e[0]}_{e[1]}", cat="Binary")
+    T = model.add_variable("T", lowBound=0)
     # delivery and forwarding, per chunk
     for i, ch in enumerate(problem.chunks):
         into: dict[int, list[pulp.LpVariable]] = {}
@@ -101,6 +105,17 @@ def build_routing_model(problem: MilpProblem, policies: Sequence[PeerPolicy] = (
                 have = pulp.lpSum(into.get(v, []))
                 for var in out[v]:
                     model += var <= have, f"fwd_{var.name}"
+            if ch.layered:
+                # extra hops allow cycles among non-origin ranks: hop levels forbid them
+                top = ch.depth + max(1, len(problem.topology.ranks))
+                level = {v: model.add_variable(f"lvl_{i}_{v}", lowBound=1, upBound=top)
+                         for v in sorted(set(into) | set(out)) if v != ch.origin}
+                for e in ch.edges:
+                    u, v = e
+                    if u == ch.origin:
+                        continue
+                    model += (level[v] >= level[u] + 1 - (top + 1) * (1 - x[(i, e)]),
+                              f"lvl_{i}_{u}_{v}")
     # load per resource orbit
     load: dict[int, list[tuple[float, pulp.LpVariable]]] = {}
     hops = []
@@ -124,7 +139,7 @@ def build_routing_model(problem: MilpProblem, policies: Sequence[PeerPolicy] = (
                     continue
                 key = _canonical(problem, e, inverse)
                 if key not in y:
-                    y[key] = pulp.LpVariable(f"y{p_index}_{key[0]}_{key[1]}", cat="Binary")
+                    y[key] = model.add_variable(f"y{p_index}_{key[0]}_{key[1]}", cat="Binary")
                 users.setdefault(key, []).append(var)
             for key, vars_ in users.items():
                 for var in vars_:
@@ -143,20 +158,23 @@ def build_routing_model(problem: MilpProblem, policies: Sequence[PeerPolicy] = (
 
 
 def route(problem: MilpProblem, policies: Sequence[PeerPolicy], *, solver: str,
-          time_limit_s: float | None, mip_gap: float | None, progress=None) -> Routes:
+          time_limit_s: float | None, mip_gap: float | None, progress=None,
+          diagnose: bool = True) -> Routes:
     """Solve stage 1 and read each chunk's tree/path back (BFS from its origin)."""
     from .milp_solvers import diagnose_infeasible, solve_milp
 
     model, var = build_routing_model(problem, policies)
     result = solve_milp(model, solver, time_limit_s=time_limit_s, mip_gap=mip_gap,
                         stage="routing", progress=progress)
+    if result.status == "infeasible" and not diagnose:
+        raise InfeasibleSketch("the sketch is infeasible: the routing model has no solution")
     if result.status == "infeasible":
         def rebuild(drop: frozenset[str]) -> pulp.LpProblem:
             return build_routing_model(problem, policies, drop)[0]
 
         groups = diagnose_infeasible(rebuild, ROUTING_GROUPS, solver=solver,
                                      time_limit_s=time_limit_s or 60.0)
-        raise SynthError("the sketch is infeasible: the routing model has no solution; constraint "
+        raise InfeasibleSketch("the sketch is infeasible: the routing model has no solution; constraint "
                          f"group(s) responsible: {', '.join(groups) or 'undetermined'} "
                          "(relax the sketch's switch policies or allow more links)")
     if result.status not in ("optimal", "feasible"):

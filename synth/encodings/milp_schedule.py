@@ -41,6 +41,13 @@ class Tasks:
         return len(self.chunk)
 
 
+def outcome(result) -> str:
+    """A solver result without its timing: status, objective, gap."""
+    gap = "n/a" if result.gap is None else f"{100 * result.gap:.2f}%"
+    obj = "n/a" if result.objective is None else f"{result.objective:.6g}"
+    return f"{result.solver}: {result.status}, objective {obj}, gap {gap}"
+
+
 def make_tasks(problem: MilpProblem, routes: dict[int, list[Edge]]) -> Tasks:
     t = Tasks([], [], [], [], [], [])
     for c in sorted(routes):
@@ -169,7 +176,7 @@ def build_scheduling_model(tasks: Tasks, initial: list[int], chunk_mb: float, wi
         choices = [s for s in range(max(lo[i], s0 - window), min(horizon, s0 + window + 1))]
         span.append(choices)
         for s in choices:
-            y[(i, s)] = pulp.LpVariable(f"y_{i}_{s}", cat="Binary")
+            y[(i, s)] = model.add_variable(f"y_{i}_{s}", cat="Binary")
         model += pulp.lpSum(y[(i, s)] for s in choices) == 1, f"once_{i}"
     # precedence, time-indexed (the strong form): a hop is done by step s only if the hop that
     # brings its chunk was done by step s - 1
@@ -188,9 +195,9 @@ def build_scheduling_model(tasks: Tasks, initial: list[int], chunk_mb: float, wi
             alpha[o] = max(alpha.get(o, 0.0), tasks.alpha[i])
             for s in span[i]:
                 on.setdefault((s, o), []).append((i, w))
-    D = [pulp.LpVariable(f"D_{s}", lowBound=0) for s in range(horizon)]
+    D = [model.add_variable(f"D_{s}", lowBound=0) for s in range(horizon)]
     for (s, o), members in sorted(on.items()):
-        u = pulp.LpVariable(f"u_{s}_{o}", cat="Binary")
+        u = model.add_variable(f"u_{s}_{o}", cat="Binary")
         for i, _ in members:
             model += u >= y[(i, s)], f"use_{s}_{o}_{i}"
         model += D[s] >= alpha[o] * u + chunk_mb * pulp.lpSum(w * y[(i, s)] for i, w in members), \
@@ -212,7 +219,7 @@ def schedule_tasks(tasks: Tasks, initial: list[int], chunk_mb: float, *, window:
     model, y = build_scheduling_model(tasks, initial, chunk_mb, window)
     result = solve_milp(model, solver, time_limit_s=time_limit_s, stage="scheduling",
                         progress=progress)
-    report["stage3"] = result.summary()
+    report["stage3"] = outcome(result)
     report["stage3_size"] = {"variables": result.variables, "constraints": result.constraints}
     if result.status not in ("optimal", "feasible"):
         return initial, report

@@ -1,0 +1,167 @@
+"""The MILP encoding (TACCL-style): verified schedules, sketch semantics, symmetry, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from synth.collectives import make_collective
+from synth.encodings import Options
+from synth.encodings.milp import milp_encoding, resolve_sketch
+from synth.encodings.milp_problem import all_links, build_problem, chunk_images, sketch_group
+from synth.encodings.milp_route import build_routing_model
+from synth.errors import SynthError
+from synth.topology_io import load_topology
+from synth.verify import verify
+
+from .conftest import run_synth
+
+FAST = {"window": 0}  # stage 3 off where a test is about routing/semantics, not batching
+
+
+@pytest.mark.parametrize("kind", ["allgather", "reducescatter", "allreduce", "alltoall"])
+def test_every_collective_verifies(kind):
+    topo = load_topology("torus:2x2")
+    out = milp_encoding(topo, make_collective(kind, 4, 1), Options(time_limit_s=20))
+    assert set(out) == {"milp", "milp_1MB"}
+    for schedule in out.values():
+        report = verify(schedule, topo)
+        assert report.steps == schedule.num_steps
+        assert schedule.encoding == "milp"
+        assert schedule.meta["stages"][0]["routing_size"]["variables"] > 0
+
+
+def test_reduction_reverses_the_allgather():
+    topo = load_topology("torus:2x2")
+    rs = milp_encoding(topo, make_collective("reducescatter", 4, 1), Options(chunks=1))["milp"]
+    assert all(t.op == "reduce" for step in rs.steps for t in step.transfers)
+    ar = milp_encoding(topo, make_collective("allreduce", 4, 1), Options(chunks=1))["milp"]
+    ops = [{t.op for t in step.transfers} for step in ar.steps]
+    first_copy = next(i for i, o in enumerate(ops) if "copy" in o)
+    assert all(o == {"reduce"} for o in ops[:first_copy]) and all(o == {"copy"} for o in ops[first_copy:])
+    verify(ar, topo)
+
+
+def test_relay_sketch_restricts_inter_node_traffic():
+    topo = load_topology("ndv2", 2)
+    out = milp_encoding(topo, make_collective("allgather", 16, 1),
+                        Options(chunks=1, extra={"sketch": "ndv2-relay", **FAST}))
+    schedule = out["milp"]
+    verify(schedule, topo)
+    crossing = {(topo.nodes[topo.node_of[t.src]].index(t.src), topo.nodes[topo.node_of[t.dst]].index(t.dst))
+                for step in schedule.steps for t in step.transfers
+                if topo.node_of[t.src] != topo.node_of[t.dst]}
+    assert crossing == {(0, 1)}
+    assert schedule.meta["sketch"] == "ndv2-relay"
+
+
+def test_symmetry_preserves_the_sketch_and_maps_chunks():
+    topo = load_topology("ndv2", 2)
+    _, links, _ = resolve_sketch(topo, "ndv2-relay")
+    group = sketch_group(topo, links)
+    assert group.order > 1
+    for perm in group.perms:
+        assert all((int(perm[u]), int(perm[v])) in links.pairs for u, v in links.pairs)
+    coll = make_collective("alltoall", 16, 2)
+    images = chunk_images(coll, group)
+    for h in range(group.order):  # every element permutes the chunks
+        assert sorted(images[h].tolist()) == list(range(coll.num_chunks))
+        c = 2 * 16 + 5 * 2 + 1  # chunk (s=1, d=5, piece 1)
+        perm = group.perms[h]
+        assert images[h, c] == (int(perm[1]) * 16 + int(perm[5])) * 2 + 1
+
+
+def test_routing_model_is_sparse():
+    """One representative rank's chunks, links on shortest paths only: far below TACCL's dense count."""
+    topo = load_topology("trn1_32")
+    problem = build_problem(topo, make_collective("allgather", 32, 4), all_links(topo))
+    model, _ = build_routing_model(problem)
+    dense = 32 * 4 * len(all_links(topo).pairs)
+    assert len(problem.chunks) == 4 and problem.group.order == 32
+    assert len(model.variables()) < dense / 20
+
+
+def test_trn1_allgather_near_bound_at_1gb():
+    from synth.solve import solve
+
+    topo = load_topology("trn1_32")
+    result = solve(topo, make_collective("allgather", 32, 1), encoding="milp", sizes=(2**30,),
+                   time_limit_s=30, extra=FAST)
+    assert result.best.costs[0].pct_of_bound > 90.0
+
+
+def test_solvers_agree_on_routing():
+    topo = load_topology("torus:2x2")
+    coll = make_collective("allgather", 4, 2)
+    busiest = set()
+    for solver in ("highs", "cbc", "cpsat"):
+        out = milp_encoding(topo, coll, Options(chunks=2, extra={"solver": solver, **FAST}))
+        verify(out["milp"], topo)
+        busiest.add(out["milp"].meta["stages"][0]["routing_busiest_us_per_mb"])
+    assert len(busiest) == 1
+
+
+def test_peer_cap_needs_extra_hops_and_is_met():
+    """dgx2-switch caps each GPU at 4 NVSwitch peers: a one-hop broadcast is infeasible, so the
+    routing retries with the sketch's extra hop, and the schedule respects the cap."""
+    topo = load_topology("dgx2")
+    out = milp_encoding(topo, make_collective("allgather", 16, 1), Options(chunks=1, extra=FAST))
+    schedule = out["milp"]
+    verify(schedule, topo)
+    peers: dict[int, set[int]] = {}
+    for step in schedule.steps:
+        for t in step.transfers:
+            peers.setdefault(t.src, set()).add(t.dst)
+    assert max(len(p) for p in peers.values()) <= 4
+
+
+def test_infeasible_sketch_names_the_constraint_group(tmp_path):
+    sketch = tmp_path / "tight.yaml"
+    sketch.write_text(
+        "name: tight\ndescription: one peer per GPU and no extra hops\ntopology: dgx2\nnodes: [1]\n"
+        "chunks_per_rank: 1\nintranode: {strategy: all}\ninternode: {strategy: direct}\n"
+        "switches:\n  - {switch: nvswitch, max_peers: 1}\nhints:\n  max_extra_hops: 0\n")
+    topo = load_topology("dgx2")
+    with pytest.raises(SynthError, match="switch_max_peers"):
+        milp_encoding(topo, make_collective("allgather", 16, 1),
+                      Options(chunks=1, extra={"sketch": str(sketch), **FAST}))
+
+
+def test_deterministic_output():
+    topo = load_topology("torus:2x2")
+    a = milp_encoding(topo, make_collective("alltoall", 4, 1), Options(chunks=2))["milp"]
+    b = milp_encoding(topo, make_collective("alltoall", 4, 1), Options(chunks=2))["milp"]
+    assert a.to_json() == b.to_json()
+
+
+def test_cli_milp_writes_verified_outputs(tmp_path):
+    proc = run_synth("solve", "--encoding", "milp", "--topo", "torus:2x2", "--coll", "allgather",
+                     "--sizes", "1KB,1GB", "--out", str(tmp_path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["encoding"] == "milp" and data["verified"]
+    assert data["xml_verified_modes"] == ["inplace", "outofplace"]
+    assert "milp" in data["why"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--solver", "glpk"], "unknown solver 'glpk'"),
+    (["--sketch", "ndv2-relay"], "sketch"),
+    (["--sketch", "no-such-sketch"], "no-such-sketch"),
+])
+def test_cli_bad_input(tmp_path, args, message):
+    proc = run_synth("solve", "--encoding", "milp", "--topo", "dgx1", "--coll", "allgather",
+                     "--no-xml", "--out", str(tmp_path), *args)
+    assert proc.returncode == 2
+    assert message in proc.stderr or message in proc.stdout
+    assert "Traceback" not in proc.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_chunk_images_identity_first():
+    topo = load_topology("torus:2x2")
+    group = sketch_group(topo, all_links(topo))
+    images = chunk_images(make_collective("allgather", 4, 3), group)
+    assert np.array_equal(images[0], np.arange(12))
