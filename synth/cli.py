@@ -134,7 +134,8 @@ def topo_show(name: str, nodes: int, as_json: bool) -> None:
 @click.option("--tensors", default=1, show_default=True, help="neuron/jax: tensors per call site.")
 @click.option("--bytes", "nbytes", default=None, help="neuron/jax: bytes per tensor (e.g. 64MB).")
 @click.option("--calibration", default=None, type=click.Path(),
-              help="neuron/jax: calibration file from `synth calibrate`.")
+              help="Calibration file from `synth calibrate`: msccl uses its measured α/β per link "
+                   "class (`--format nccl-tests`); neuron/jax its closed-stack fit.")
 @click.option("--out", "out_dir", default="out", show_default=True, type=click.Path(),
               help="Folder for the schedule files.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -163,7 +164,7 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
     xml = XmlOptions(profile=xml_profile, proto=proto, instances=instances,
                      min_bytes=_bytes(min_bytes), max_bytes=_bytes(max_bytes),
                      inplace=inplace) if want_xml else None
-    topology = load_topology(topo_spec, nodes)
+    topology = _with_calibration(load_topology(topo_spec, nodes), calibration)
     collective = load_collective(coll_spec, topology.num_ranks, chunks or 1, root, bool(inplace))
     target = ensure_writable_dir(Path(out_dir))
     with err.status(f"solving {collective.name} on {topology.name} ({encoding})",
@@ -172,6 +173,10 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
                                    ("sketch", sketch), ("solver", solver)) if v is not None}
         if least_steps:
             extra["least_steps"] = True
+        if not as_json and encoding in ("milp", "auto"):
+            from .encodings.milp_solvers import Progress
+
+            extra["progress"] = Progress(console=err)  # MILP stages: incumbent and gap, live
         result = run_solve(topology, collective, encoding=encoding, algorithm=algo,
                            sizes=size_list, time_limit_s=time_limit, chunks=chunks, extra=extra)
         chosen, written = write_best(result, target, xml)
@@ -186,6 +191,19 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
     for rep in written.xml_reports:
         out.print(f"XML verified by the interpreter ({rep.mode}): {rep.threadblocks} threadblocks, "
                   f"{rep.operations} operations, {rep.messages} messages")
+
+
+def _with_calibration(topology: Topology, calibration: str | None) -> Topology:
+    """``topology`` with a calibration's measured link-class α/β (unchanged without one).
+
+    Encodings then optimise, and costs are predicted, for the measured machine. The topology keeps
+    its name but not its content hash, so a schedule solved with a calibration is verified and
+    simulated with the same ``--calibration``.
+    """
+    if calibration is None:
+        return topology
+    from .calibration import apply_calibration
+    return apply_calibration(topology, calibration)
 
 
 def _solve_closed(topo_spec: str, coll_spec: str, nodes: int, target: str, tensors: int,
@@ -298,12 +316,18 @@ class _nullcontext:
 
 
 # ---------------------------------------------------------------------------------------- verify
-def _load_schedule(path: str, topo_spec: str | None) -> tuple[Schedule, Topology]:
+def _load_schedule(path: str, topo_spec: str | None, calibration: str | None = None,
+                   check: bool = True) -> tuple[Schedule, Topology]:
     p = Path(path)
     if not p.exists():
         raise SynthError(f"file '{path}' does not exist")
     schedule = Schedule.from_json(p.read_text(), str(p))
-    topology = load_topology(topo_spec or schedule.topology)
+    topology = _with_calibration(load_topology(topo_spec or schedule.topology), calibration)
+    if (check and schedule.topology_hash and schedule.topology_hash != topology.content_hash
+            and schedule.topology == topology.name):
+        raise SynthError(f"'{path}' was made for another version of '{topology.name}' (different "
+                         "link figures): if it was solved with --calibration, pass the same "
+                         "--calibration here")
     return schedule, topology
 
 
@@ -316,16 +340,18 @@ def _load_schedule(path: str, topo_spec: str | None) -> tuple[Schedule, Topology
 @click.option("--xml-profile", default="exec", show_default=True,
               type=click.Choice(["exec", "legacy", "rccl"]), help="XML: the runtime's rules.")
 @click.option("--root", type=int, default=None, help="XML broadcast/reduce: the root rank.")
+@click.option("--calibration", default=None, type=click.Path(),
+              help="Schedule JSON solved with `solve --calibration`: the same calibration file.")
 @click.option("--json", "as_json", is_flag=True)
 def verify_cmd(file: str, topo_spec: str | None, mode: str, xml_profile: str, root: int | None,
-               as_json: bool) -> None:
+               calibration: str | None, as_json: bool) -> None:
     """Verify a schedule JSON or MSCCL-IR XML file: exit 0 if correct, 1 with the reason if not."""
     from .verify import verify
 
     if file.endswith(".xml"):
         _verify_xml(file, mode, xml_profile, root, as_json)
         return
-    schedule, topology = _load_schedule(file, topo_spec)
+    schedule, topology = _load_schedule(file, topo_spec, calibration)
     report = verify(schedule, topology)
     if as_json:
         click.echo(json.dumps({"file": file, "verified": True, "steps": report.steps,
@@ -366,14 +392,20 @@ def _verify_xml(file: str, mode: str, profile: str, root: int | None, as_json: b
 @click.argument("file")
 @click.option("--topo", "topo_spec", default=None, help="Topology, if not the one the file names.")
 @click.option("--sizes", default=None, help="Message sizes: 1KB:1GB or 1KB,1MB.")
+@click.option("--calibration", default=None, type=click.Path(),
+              help="Predict with measured α/β per link class (`synth calibrate --format nccl-tests`).")
 @click.option("--json", "as_json", is_flag=True)
-def simulate(file: str, topo_spec: str | None, sizes: str | None, as_json: bool) -> None:
+def simulate(file: str, topo_spec: str | None, sizes: str | None, calibration: str | None,
+             as_json: bool) -> None:
     """Predict a schedule's time and bandwidth over message sizes (α-β model)."""
     from .solve import cost_profile
     from .verify import verify
 
-    schedule, topology = _load_schedule(file, topo_spec)
-    verify(schedule, topology)
+    schedule, base = _load_schedule(file, topo_spec, None, check=calibration is None)
+    topology = _with_calibration(base, calibration)
+    # a schedule solved without the calibration is checked on the file's figures, then costed
+    # with the measured ones; one solved with it names the calibrated topology itself
+    verify(schedule, base if schedule.topology_hash == base.content_hash else topology)
     points = cost_profile(schedule, topology, parse_sizes(sizes) if sizes else DEFAULT_SIZES)
     if as_json:
         click.echo(json.dumps({"file": file, "costs": [p.to_dict() for p in points]}, indent=2))
