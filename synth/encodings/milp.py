@@ -142,7 +142,7 @@ class _Phase:
                 "routing_busiest_us_per_mb": round(self.routes.objective_us_per_mb, 6)}
 
 
-CHUNK_MULTIPLES = (1, 2, 4, 8)
+CHUNK_MULTIPLES = (1, 2, 4, 8, 16)
 """Chunkings tried for the main candidate: the sketch's chunks per rank times these."""
 MAX_REP_TASKS = 3000
 """Largest representative transfer count a chunking may have (keeps stage 3 and memory small)."""

@@ -93,7 +93,7 @@ def orbit_totals(tasks: Tasks) -> dict[int, float]:
     return total
 
 
-def list_schedule(tasks: Tasks, rate: float) -> list[int]:
+def list_schedule(tasks: Tasks, rate: float, by_subtree: bool = False) -> list[int]:
     """Greedy steps: ready tasks by priority, each orbit fed at ``rate`` x its total load per step.
 
     Every orbit earns ``rate * total_O`` of credit per step (a token bucket, so a task heavier than
@@ -117,7 +117,13 @@ def list_schedule(tasks: Tasks, rate: float) -> list[int]:
             widest[o] = max(widest.get(o, 0.0), w)
     share = {o: rate * t for o, t in total.items()}
     credit = dict.fromkeys(total, 0.0)
-    key = [(-tasks.height[i], tasks.chunk[i], tasks.edge[i]) for i in range(n)]
+    below = [1] * n  # tasks in each task's subtree (itself included)
+    for i in range(n - 1, -1, -1):
+        if tasks.parent[i] >= 0:
+            below[tasks.parent[i]] += below[i]
+    key = [(-tasks.height[i], -below[i], tasks.chunk[i], tasks.edge[i]) for i in range(n)]
+    if by_subtree:
+        key = [(-below[i], -tasks.height[i], tasks.chunk[i], tasks.edge[i]) for i in range(n)]
     s = 0
     left = n
     while left:
@@ -142,21 +148,82 @@ def list_schedule(tasks: Tasks, rate: float) -> list[int]:
     return step
 
 
-def order(tasks: Tasks, chunk_mb: float) -> tuple[list[int], float, float]:
-    """Stage 2: (steps, cost µs, rate) of the best list schedule over a range of step counts."""
+def compact(tasks: Tasks, steps: list[int], chunk_mb: float, passes: int = 4) -> list[int]:
+    """Backfill: move each task to the earliest step where it costs nothing, then drop empty steps.
+
+    A task may move to any step after the hop that brings its chunk and before the hops that
+    forward it, if every orbit it loads stays within that step's current time (its busiest orbit
+    and α): the step does not get longer, and the step it leaves can only get shorter. This fills
+    the slack that integral chunks leave in every step (e.g. a link whose chunks do not divide
+    the step's duration) with work that would otherwise trail at the end.
+    """
+    n = len(tasks)
+    steps = list(steps)
+    children: list[list[int]] = [[] for _ in range(n)]
+    for i in range(n):
+        if tasks.parent[i] >= 0:
+            children[tasks.parent[i]].append(i)
+    horizon = max(steps) + 1
+    load = [dict[int, float]() for _ in range(horizon)]
+    alpha = [0.0] * horizon
+    for i, st in enumerate(steps):
+        alpha[st] = max(alpha[st], tasks.alpha[i])
+        for o, w in tasks.loads[i]:
+            load[st][o] = load[st].get(o, 0.0) + w
+
+    def duration(st: int) -> float:
+        return alpha[st] + chunk_mb * max(load[st].values(), default=0.0)
+
+    for _ in range(passes):
+        moved = False
+        for i in sorted(range(n), key=lambda j: (steps[j], j)):
+            here = steps[i]
+            lo = steps[tasks.parent[i]] + 1 if tasks.parent[i] >= 0 else 0
+            for st in range(lo, here):
+                if tasks.alpha[i] > alpha[st] or not load[st]:
+                    continue
+                limit = duration(st)
+                if all(alpha[st] + chunk_mb * (load[st].get(o, 0.0) + w) <= limit * (1 + 1e-12)
+                       for o, w in tasks.loads[i]):
+                    for o, w in tasks.loads[i]:
+                        load[here][o] -= w
+                        if load[here][o] <= 1e-12:
+                            del load[here][o]
+                        load[st][o] = load[st].get(o, 0.0) + w
+                    steps[i] = st
+                    moved = True
+                    break
+        if not moved:
+            break
+    used = sorted(set(steps))
+    renumber = {st: k for k, st in enumerate(used)}
+    return [renumber[st] for st in steps]
+
+
+def order(tasks: Tasks, chunk_mb: float, refine: int = 4) -> tuple[list[int], float, float]:
+    """Stage 2: (steps, cost µs, rate) of the best list schedule over a range of step counts.
+
+    Every rate's list schedule is costed; the ``refine`` cheapest are then compacted
+    (:func:`compact`) and the cheapest result wins.
+    """
     if not len(tasks):
         return [], 0.0, 0.0
-    depth = max(tasks.height) + 1
     most = max(sum(1 for ls in tasks.loads for o2, _ in ls if o2 == o) for o in orbit_totals(tasks))
-    counts = sorted({max(1, round(c)) for c in np.geomspace(1, max(2, most), 24)})
-    best: tuple[float, float, list[int]] | None = None
+    counts = sorted({max(1, round(c)) for c in np.geomspace(1, max(2, most), 32)})
+    tried: list[tuple[float, float, list[int]]] = []
     for c in counts:
         rate = 1.0 / c
-        steps = list_schedule(tasks, rate)
+        for by_subtree in (False, True):
+            steps = list_schedule(tasks, rate, by_subtree)
+            tried.append((plan_cost(tasks, steps, chunk_mb), rate, steps))
+    tried.sort(key=lambda x: (x[0], x[1]))
+    best: tuple[float, float, list[int]] | None = None
+    for _, rate, steps in tried[:refine]:
+        steps = compact(tasks, steps, chunk_mb)
         cost = plan_cost(tasks, steps, chunk_mb)
         if best is None or cost < best[0] - 1e-9:
             best = (cost, rate, steps)
-    assert best is not None and depth >= 1
+    assert best is not None
     return best[2], best[0], best[1]
 
 
@@ -217,8 +284,9 @@ def schedule_tasks(tasks: Tasks, initial: list[int], chunk_mb: float, *, window:
         report["stage3"] = "skipped"
         return initial, report
     model, y = build_scheduling_model(tasks, initial, chunk_mb, window)
+    _start_from(model, y, tasks, initial, chunk_mb)
     result = solve_milp(model, solver, time_limit_s=time_limit_s, stage="scheduling",
-                        progress=progress)
+                        progress=progress, warm_start=True)
     report["stage3"] = outcome(result)
     report["stage3_size"] = {"variables": result.variables, "constraints": result.constraints}
     if result.status not in ("optimal", "feasible"):
@@ -238,6 +306,32 @@ def schedule_tasks(tasks: Tasks, initial: list[int], chunk_mb: float, *, window:
     if cost < base - 1e-9:
         return steps, report
     return initial, report
+
+
+def _start_from(model: pulp.LpProblem, y: dict[tuple[int, int], pulp.LpVariable], tasks: Tasks,
+                initial: list[int], chunk_mb: float) -> None:
+    """Set every variable to the stage-2 plan, so the MILP starts from it (a feasible point)."""
+    for (i, s), var in y.items():
+        var.setInitialValue(1 if initial[i] == s else 0)
+    load: dict[tuple[int, int], float] = {}
+    alpha: dict[tuple[int, int], float] = {}
+    for i, s in enumerate(initial):
+        for o, w in tasks.loads[i]:
+            load[(s, o)] = load.get((s, o), 0.0) + w
+            alpha[(s, o)] = max(alpha.get((s, o), 0.0), tasks.alpha[i])
+    orbit_alpha: dict[int, float] = {}
+    for i in range(len(tasks)):
+        for o, _ in tasks.loads[i]:
+            orbit_alpha[o] = max(orbit_alpha.get(o, 0.0), tasks.alpha[i])
+    for var in model.variables():
+        name = var.name
+        if name.startswith("u_"):
+            _, s, o = name.split("_")
+            var.setInitialValue(1 if (int(s), int(o)) in load else 0)
+        elif name.startswith("D_"):
+            s = int(name.split("_")[1])
+            var.setInitialValue(max((orbit_alpha[o] + chunk_mb * w for (t, o), w in load.items()
+                                     if t == s), default=0.0))
 
 
 def step_arrays(tasks: Tasks, steps: list[int]) -> list[np.ndarray]:

@@ -395,7 +395,7 @@ def _unavailable_reason(name: str) -> str | None:
 
 def solve_milp(problem: pulp.LpProblem, solver: str = "highs", *, time_limit_s: float | None = None,
                threads: int = 2, mip_gap: float | None = None, stage: str = "",
-               progress: Progress | None = None) -> MilpResult:
+               progress: Progress | None = None, warm_start: bool = False) -> MilpResult:
     """Solve a PuLP model with the named backend; the incumbent is left in every ``var.varValue``.
 
     ``time_limit_s`` is wall-clock; when it stops the search the result is ``feasible`` (with the
@@ -404,10 +404,14 @@ def solve_milp(problem: pulp.LpProblem, solver: str = "highs", *, time_limit_s: 
     thread budget; every backend is run in a reproducible mode (see the module docstring).
     ``stage`` names the solve in the progress display and in :meth:`MilpResult.summary`.
 
+    ``warm_start``: the variables' initial values (``var.setInitialValue``) are a feasible
+    point; HiGHS starts from it as its first incumbent (other backends ignore it), so a time limit
+    can never return worse than the caller's heuristic.
+
     Unknown or unavailable solvers and bad limits raise :class:`SynthError` (exit code 2).
     """
     return _solve(problem, solver, time_limit_s=time_limit_s, threads=threads, mip_gap=mip_gap,
-                  stage=stage, progress=progress)
+                  stage=stage, progress=progress, warm_start=warm_start)
 
 
 def _check_args(solver: str, time_limit_s: float | None, threads: int, mip_gap: float | None) -> None:
@@ -428,7 +432,7 @@ def _check_args(solver: str, time_limit_s: float | None, threads: int, mip_gap: 
 
 def _solve(problem: pulp.LpProblem, solver: str, *, time_limit_s: float | None, threads: int,
            mip_gap: float | None, stage: str, progress: Progress | None, relax: bool = False,
-           feasibility: bool = False) -> MilpResult:
+           feasibility: bool = False, warm_start: bool = False) -> MilpResult:
     """:func:`solve_milp` plus two modes for :func:`diagnose_infeasible`: ``relax`` drops
     integrality (LP relaxation), ``feasibility`` drops the objective (any feasible point will do;
     CBC keeps it, see :func:`_solve_cbc`)."""
@@ -447,7 +451,10 @@ def _solve(problem: pulp.LpProblem, solver: str, *, time_limit_s: float | None, 
     if mat.num_cols == 0 or mat.num_rows == 0:
         out = _solve_box(mat)  # CBC cannot read a model without rows; nobody needs a solver here
     elif solver == "highs":
-        out = _solve_highs(mat, time_limit_s, threads, gap, progress)
+        start_point = None
+        if warm_start and all(v.varValue is not None for v in mat.columns):
+            start_point = np.array([float(v.varValue) for v in mat.columns])
+        out = _solve_highs(mat, time_limit_s, threads, gap, progress, start_point)
     elif solver == "cbc":
         out = _solve_cbc(problem, mat, time_limit_s, threads, gap, relax, feasibility)
     elif solver == "cpsat":
@@ -552,10 +559,15 @@ def _c_stdout_silenced() -> Iterator[None]:
 
 
 def _solve_highs(mat: _Matrix, time_limit_s: float | None, threads: int, gap: float,
-                 progress: Progress | None) -> _Outcome:
+                 progress: Progress | None, start_point: np.ndarray | None = None) -> _Outcome:
     core = _highs_core()
     assert core is not None
     h = _highs_model(core, mat)
+    if start_point is not None:
+        solution = core.HighsSolution()
+        solution.col_value = start_point.tolist()
+        solution.value_valid = True
+        h.setSolution(solution)
     h.setOptionValue("threads", threads)
     h.setOptionValue("random_seed", 0)
     h.setOptionValue("mip_rel_gap", gap)
