@@ -455,3 +455,8 @@ cli.add_command(analyze)
 from .cli_sketch import sketch  # noqa: E402
 
 cli.add_command(sketch)
+
+# ---------------------------------------------------------------------------------------- catalog
+from .cli_catalog import catalog  # noqa: E402
+
+cli.add_command(catalog)

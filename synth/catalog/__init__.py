@@ -1,0 +1,190 @@
+"""Per-cluster catalogs: for every collective and message-size range, the best verified algorithm
+with its protocol, chunking and instances, written as a folder the MSCCL runtimes load as is.
+
+Pipeline (one module each)::
+
+    candidates.plan_jobs ──► cache (hit) ─┐
+                         └─► executor ────┴─► candidates.candidates_from (verify every schedule)
+        ──► select.Table (protocols: predicted µs per config and size)
+        ──► select.tune_buckets (synth.tuning, per size bucket) ──► select.choose (merge + fallback,
+            emit.Emitter: interpreter-verified XML) ──► output.write_catalog (atomic folder swap:
+            XML, MSCCL_CONFIG, catalog.json, catalog.md, plots)
+
+:func:`build_catalog` does everything up to the verified files in memory and returns a
+:class:`CatalogResult`; :func:`synth.catalog.output.write_catalog` writes it. Nothing touches the
+output folder before every file exists and has been verified.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..calibration import Calibration, apply_calibration, class_overrides
+from ..collectives import KINDS, make_collective
+from ..emit import XML_KINDS
+from ..errors import SynthError, unknown_name
+from ..protocols import ProtocolModel, default_model, model_with_calibration
+from ..topology import Topology
+from .cache import SolveCache, check_cache_dir
+from .candidates import Candidate, Rejected, SolveJob, candidates_from, plan_jobs
+from .emit import Emitted, Emitter
+from .executor import check_executor, run_jobs
+from .select import Bucket, BucketTuning, Choice, Table, choose, make_buckets, tune_buckets
+
+DEFAULT_COLLECTIVES = ("allgather", "reducescatter", "allreduce", "alltoall")
+DEFAULT_SIZES = "1KB:4GB"
+DEFAULT_TIME_LIMIT_S = 60.0
+
+
+class Progress:
+    """What :func:`build_catalog` reports while it works; the CLI draws bars from it."""
+
+    def planned(self, totals: dict[str, int]) -> None:
+        """Units of work per collective (solves + buckets; emissions are added as they start)."""
+
+    def advance(self, kind: str, what: str, count: int = 1) -> None:
+        """``count`` units of ``kind`` done; ``what`` is "solve", "tune" or "emit"."""
+
+    def more(self, kind: str, count: int) -> None:
+        """``count`` more units for ``kind`` (the emissions, once the ranges are known)."""
+
+
+def check_collectives(kinds: Sequence[str]) -> tuple[str, ...]:
+    """The requested collectives, checked against what MSCCL-IR can express (spec §3.3)."""
+    out: list[str] = []
+    for k in kinds:
+        k = k.strip().lower()
+        if not k:
+            continue
+        if k not in KINDS:
+            raise unknown_name("collective", k, XML_KINDS)
+        if k not in XML_KINDS:
+            raise SynthError(f"MSCCL-IR defines no buffer layout for {k} (spec §3.3); a catalog "
+                             f"can hold {', '.join(XML_KINDS)}")
+        if k not in out:
+            out.append(k)
+    if not out:
+        raise SynthError("no collective given (e.g. --collectives allgather,allreduce)")
+    return tuple(out)
+
+
+@dataclass
+class CollectiveResult:
+    kind: str
+    candidates: list[Candidate]
+    rejected: list[Rejected]
+    table: Table
+    tunings: list[BucketTuning]
+    choice: Choice
+    emitted: list[Emitted]
+    xml_verified: int = 0
+    """Emissions compiled and executed by the interpreter in this run."""
+    xml_reused: int = 0
+    """Emissions whose verified result was reused from the cache."""
+
+
+@dataclass
+class CatalogResult:
+    topology: Topology
+    topo_spec: str
+    nodes: int
+    kinds: tuple[str, ...]
+    sizes: tuple[int, ...]
+    buckets: list[Bucket]
+    tuner: str
+    model: ProtocolModel
+    calibration: str | None
+    calibration_notes: list[str]
+    results: list[CollectiveResult]
+    solved: int
+    cached: int
+    crashes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def build_catalog(topology: Topology, *, topo_spec: str, nodes: int, kinds: Sequence[str],
+                  sizes: Sequence[int], tuner: str = "cd", workers: int = 1,
+                  executor: str = "local", time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+                  cache_dir: Path, calibration: Calibration | None = None, seed: int = 0,
+                  xml_cache: bool = True, progress: Progress | None = None) -> CatalogResult:
+    """Solve (or reuse), verify, tune and emit a catalog in memory (module docstring)."""
+    from ..tuning import TUNERS
+
+    start = time.perf_counter()
+    progress = progress or Progress()
+    kinds = check_collectives(kinds)
+    if tuner not in TUNERS:
+        raise unknown_name("tuner", tuner, TUNERS)
+    check_executor(executor, workers)
+    if time_limit_s is not None and time_limit_s <= 0:
+        raise SynthError(f"--time-limit must be positive, got {time_limit_s:g}")
+    buckets = make_buckets(sizes)
+    if topology.num_ranks < 2:
+        raise SynthError(f"'{topology.name}' has {topology.num_ranks} rank; MSCCL-IR needs at least 2")
+    cal_notes: list[str] = []
+    if calibration is not None:
+        _, cal_notes = class_overrides(topology, calibration)
+        topology = apply_calibration(topology, calibration)
+    model = model_with_calibration(default_model(topology), calibration,
+                                   calibration.source if calibration is not None else "calibration")
+    cache = SolveCache(check_cache_dir(cache_dir))
+
+    jobs = plan_jobs(topology, kinds, time_limit_s)
+    per_kind = {k: sum(1 for j in jobs if j.kind == k) + len(buckets) for k in kinds}
+    progress.planned(per_kind)
+    records: list[dict[str, Any] | None] = [cache.get(j.key) for j in jobs]
+    for j, rec in zip(jobs, records, strict=True):
+        if rec is not None:
+            progress.advance(j.kind, "solve")
+    todo = [i for i, r in enumerate(records) if r is None]
+    cached = len(jobs) - len(todo)
+    crashes: list[str] = []
+
+    def done(n: int, rec: dict[str, Any]) -> None:
+        job = jobs[todo[n]]
+        records[todo[n]] = rec
+        if rec.get("cacheable"):
+            cache.put(job.key, {k: v for k, v in rec.items() if k != "cacheable"})
+        else:
+            crashes.append(f"{job.label}: {rec['message']}")
+        progress.advance(job.kind, "solve")
+
+    run_jobs([jobs[i] for i in todo], executor=executor, workers=workers, on_done=done)
+    results = [_collective(topology, kind, jobs, records, buckets, model, tuner, seed,  # type: ignore[arg-type]
+                           progress, cache if xml_cache else None) for kind in kinds]
+    return CatalogResult(topology, topo_spec, nodes, kinds, tuple(sorted(set(sizes))), buckets,
+                         tuner, model, calibration.source if calibration is not None else None,
+                         cal_notes, results, len(todo), cached, crashes,
+                         time.perf_counter() - start)
+
+
+def _collective(topology: Topology, kind: str, jobs: list[SolveJob], records: list[dict[str, Any]],
+                buckets: list[Bucket], model: ProtocolModel, tuner: str, seed: int,
+                progress: Progress, cache: SolveCache | None) -> CollectiveResult:
+    coll = make_collective(kind, topology.num_ranks)
+    cands, rejected = candidates_from(jobs, records, topology, coll)
+    if not cands:
+        why = "; ".join(f"{r.encoding}: {r.message}" for r in rejected[:6])
+        raise SynthError(f"no encoding produced a schedule for {kind} on '{topology.name}' ({why})")
+    table = Table(cands, buckets, model)
+    tunings = tune_buckets(table, tuner, seed, progress=lambda b: progress.advance(kind, "tune"))
+    lookup = {cfg: table.candidate(cfg) for t in tunings for cfg in t.ranking}
+    emitter = Emitter(topology, lookup, cache)
+
+    def attempt(r: Any) -> str | None:
+        fresh = (r.config, r.lo, r.hi) not in emitter.done
+        if fresh:
+            progress.more(kind, 1)
+        why = emitter.attempt(r)
+        if fresh:
+            progress.advance(kind, "emit")
+        return why
+
+    choice = choose(tunings, attempt)
+    return CollectiveResult(kind, cands, rejected, table, tunings, choice,
+                            [emitter.result(r) for r in choice.ranges], emitter.verified,
+                            emitter.reused)

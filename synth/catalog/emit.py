@@ -1,0 +1,145 @@
+"""The winners' MSCCL-IR files, each proven by the interpreter before the catalog may hold it.
+
+For a range ``[lo, hi]`` the file for the executor runtimes (``exec`` profile: msccl-executor-nccl,
+and RCCL's parser with the same semantics) carries ``minBytes=lo maxBytes=hi`` — inclusive at both
+ends there (spec §2.1), so the ranges of one collective tile the requested sizes exactly — and the
+protocol and instance count of the winning configuration. The legacy runtime (microsoft/msccl,
+``MSCCL_CONFIG``) spells some collectives differently, reads ``maxBytes`` as exclusive and cannot
+declare both in-place and out-of-place, so it gets its own twin (``legacy`` profile,
+``maxBytes=hi+1``, out-of-place). Both go through :func:`synth.emit.emit_verified_xml`: compiled,
+printed, parsed back with the runtime's lexical rules and executed by the interpreter in every mode
+the file declares, with the deadlock analysis at the file's ``maxBytes``.
+
+A file the runtime could not run is not produced: the compiler's hard limits (threadblocks, steps,
+channels, tokenizer nodes; spec §6) raise, and so does this module's co-residency check — all of a
+rank's threadblocks must be resident at once (spec §5.1), so a file needing more than the GPU has
+SMs (:data:`SM_COUNT`) would hang.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from dataclasses import dataclass
+
+from ..emit import XmlOptions, emit_verified_xml
+from ..errors import SynthError
+from ..topology import Topology
+from .cache import SolveCache, xml_key
+from .candidates import Candidate
+from .select import Config, Range
+
+SM_COUNT = {"V100": 80, "A100": 108, "H100": 132, "H200": 132, "H800": 132, "MI300X": 304}
+"""Streaming multiprocessors (CUs on AMD) per GPU: spec §5.1 (A100 108, H100 SXM 132); NVIDIA's
+V100 whitepaper (80); AMD's MI300X datasheet (304 CUs)."""
+
+_GPU_RE = re.compile(r"<gpu\b")
+_TB_RE = re.compile(r"<tb\b")
+
+
+def sm_count(topology: Topology) -> int | None:
+    """SMs of the topology's GPU (``meta.gpu``), or None when unknown (no co-residency check)."""
+    gpu = str(dict(topology.meta).get("gpu", "")).upper()
+    for tag, count in SM_COUNT.items():
+        if tag in gpu:
+            return count
+    return None
+
+
+def max_threadblocks(xml: str) -> int:
+    """The most ``<tb>`` elements under one ``<gpu>`` of an MSCCL-IR file."""
+    parts = _GPU_RE.split(xml)[1:]
+    return max((len(_TB_RE.findall(p)) for p in parts), default=0)
+
+
+@dataclass(frozen=True)
+class Emitted:
+    """One range's files and what the interpreter checked."""
+
+    range: Range
+    exec_xml: str
+    legacy_xml: str | None
+    legacy_note: str
+    modes: tuple[str, ...]
+    threadblocks: int
+    nchannels: int
+
+
+class Emitter:
+    """Produces (and remembers) each range's files for one collective.
+
+    With a ``cache``, an emission whose inputs were verified before (same schedule bytes, options and
+    emitter/interpreter sources, :func:`synth.catalog.cache.xml_key`) is reused instead of compiled
+    and executed again; its text is checked against the stored SHA-256.
+    """
+
+    def __init__(self, topology: Topology, candidates: dict[Config, Candidate],
+                 cache: SolveCache | None = None) -> None:
+        self.topology = topology
+        self.sms = sm_count(topology)
+        self.lookup = candidates
+        self.cache = cache
+        self.done: dict[tuple[Config, int, int], Emitted | str] = {}
+        self.reused = 0
+        self.verified = 0
+
+    def attempt(self, r: Range) -> str | None:
+        """None when the range's file exists (now or from an earlier attempt), else why not."""
+        key = (r.config, r.lo, r.hi)
+        if key not in self.done:
+            self.done[key] = self._emit(r)
+        got = self.done[key]
+        return got if isinstance(got, str) else None
+
+    def result(self, r: Range) -> Emitted:
+        got = self.done[(r.config, r.lo, r.hi)]
+        assert isinstance(got, Emitted)
+        return got
+
+    def _verified(self, cand: Candidate, options: XmlOptions) -> tuple[str, tuple[str, ...]] | str:
+        """(text, modes the interpreter ran) or why the file cannot be produced."""
+        key = None
+        if self.cache is not None:
+            key = xml_key(cand.schedule.to_json(), dataclasses.asdict(options))
+            rec = self.cache.get(key, "xml")
+            if rec is not None:
+                if rec.get("error") is not None:
+                    self.reused += 1
+                    return str(rec["error"])
+                text = rec.get("xml", "")
+                if hashlib.sha256(text.encode()).hexdigest() == rec.get("sha256"):
+                    self.reused += 1
+                    return text, tuple(rec.get("modes", ()))
+        try:
+            text, reports = emit_verified_xml(cand.schedule, options)
+            out: tuple[str, tuple[str, ...]] | str = (text, tuple(rep.mode for rep in reports))
+            record = {"xml": text, "sha256": hashlib.sha256(text.encode()).hexdigest(),
+                      "modes": list(out[1]), "error": None}
+        except SynthError as exc:
+            out = exc.message
+            record = {"error": exc.message}
+        self.verified += 1
+        if self.cache is not None and key is not None:
+            self.cache.put(key, record, "xml")
+        return out
+
+    def _emit(self, r: Range) -> Emitted | str:
+        cand = self.lookup[r.config]
+        cfg = r.config
+        got = self._verified(cand, XmlOptions(profile="exec", proto=cfg.proto, instances=cfg.instances,
+                                              min_bytes=r.lo, max_bytes=r.hi))
+        if isinstance(got, str):
+            return got
+        text, modes = got
+        tbs = max_threadblocks(text)
+        if self.sms is not None and tbs > self.sms:
+            return (f"needs {tbs} threadblocks per rank; all must be co-resident and the GPU has "
+                    f"{self.sms} SMs (spec §5.1)")
+        m = re.search(r'\bnchannels="(\d+)"', text)
+        legacy = self._verified(cand, XmlOptions(profile="legacy", proto=cfg.proto,
+                                                 instances=cfg.instances, min_bytes=r.lo,
+                                                 max_bytes=r.hi + 1))
+        legacy_xml, note = (None, f"no legacy file: {legacy}") if isinstance(legacy, str) \
+            else (legacy[0], "")
+        return Emitted(r, text, legacy_xml, note, modes, tbs, int(m.group(1)) if m else 0)

@@ -1,0 +1,173 @@
+"""Write a catalog folder as a whole: built beside the target, then swapped in atomically.
+
+Layout of ``OUT``::
+
+    msccl-algorithms/   the winners' XML files (executor/RCCL profile): MSCCL_ALGO_DIR
+    legacy/             their legacy-profile twins, listed by msccl_config.xml
+    msccl_config.xml    MSCCL_CONFIG for microsoft/msccl (absolute paths: the runtime opens them
+                        relative to the job's working directory otherwise)
+    catalog.json        every candidate, its knobs, predicted times, verification, cache keys
+    catalog.md          the table a person reads
+    plots/<coll>.png    algorithm bandwidth vs size, envelope highlighted
+
+The XML files live in their own folder because the executor runtimes parse *every* file in
+``MSCCL_ALGO_DIR`` and abort initialisation on one they cannot parse (spec §0).
+
+**Atomicity.** Everything is written into ``.OUT.tmp-<pid>-<random>`` in the same parent folder,
+then exchanged with ``OUT`` by ``renameat2(RENAME_EXCHANGE)`` — one atomic step, so a reader or a
+crash sees the old catalog or the new one, never a mix or nothing — and the old one (now under the
+temporary name) is removed. Without ``RENAME_EXCHANGE`` (not Linux, old kernel or filesystem) the
+old folder is renamed aside first and the new one renamed in (two steps; a crash between them
+leaves the old catalog complete under ``.OUT.old-...``, which the next run puts back). Temporary
+folders of processes that died (killed mid-run) are removed by the next run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import re
+import secrets
+import shutil
+from pathlib import Path
+
+from ..errors import SynthError
+from . import CatalogResult
+from .plot import plot_collective
+from .report import CONFIG_FILE, LEGACY_DIR, PLOT_DIR, XML_DIR, catalog_json, catalog_md, dumps, xml_name
+
+MARKER = "catalog.json"
+"""A folder holding this file is a catalog and may be replaced as a whole."""
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def check_out_dir(out: Path) -> Path:
+    """The absolute output folder, after proving it can be (re)placed; nothing is written."""
+    out = Path(os.path.abspath(out))
+    parent = out.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SynthError(f"cannot create '{parent}' for the catalog: {exc.strerror or exc}") from None
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise SynthError(f"cannot write the catalog: folder '{parent}' is not writable")
+    if out.exists() or out.is_symlink():
+        if not out.is_dir() or out.is_symlink():
+            raise SynthError(f"output path '{out}' exists and is not a folder")
+        if any(out.iterdir()) and not (out / MARKER).is_file():
+            raise SynthError(f"refusing to replace '{out}': it is not empty and holds no {MARKER} "
+                             "(not a synth catalog); choose another --out")
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise SynthError(f"output folder '{out}' is not writable")
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale(out: Path) -> None:
+    """Remove leftovers of killed runs; put an aside-renamed old catalog back if ``out`` is gone."""
+    pattern = re.compile(rf"^\.{re.escape(out.name)}\.(tmp|old)-(\d+)-[0-9a-f]+$")
+    for p in sorted(out.parent.iterdir()):
+        m = pattern.match(p.name)
+        if not m or not p.is_dir() or _alive(int(m.group(2))):
+            continue
+        if m.group(1) == "old" and not out.exists() and (p / MARKER).is_file():
+            os.rename(p, out)
+        else:
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths (Linux renameat2); False when the system cannot."""
+    libc_name = ctypes.util.find_library("c")
+    if not libc_name:
+        return False
+    try:
+        libc = ctypes.CDLL(libc_name, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    rc = fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    return rc == 0
+
+
+def _swap_in(tmp: Path, out: Path, token: str) -> None:
+    if not out.exists():
+        os.rename(tmp, out)
+        return
+    if _exchange(tmp, out):
+        shutil.rmtree(tmp, ignore_errors=True)  # tmp now holds the old catalog
+        return
+    aside = out.parent / f".{out.name}.old-{os.getpid()}-{token}"
+    os.rename(out, aside)
+    os.rename(tmp, out)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _write(path: Path, data: str | bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = "wb" if isinstance(data, bytes) else "w"
+    with open(path, mode, **({} if isinstance(data, bytes) else {"encoding": "utf-8", "newline": "\n"})) as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def render(result: CatalogResult, out: Path) -> dict[str, str | bytes]:
+    """Every file of the catalog (relative path -> content), nothing written yet."""
+    files: dict[str, str | bytes] = {}
+    config_paths: dict[str, str] = {}
+    loads: list[str] = []
+    for cr in result.results:
+        for i, e in enumerate(cr.emitted):
+            name = xml_name(cr.kind, i, e.range.config)
+            files[f"{XML_DIR}/{name}"] = e.exec_xml
+            if e.legacy_xml is not None:
+                files[f"{LEGACY_DIR}/{name}"] = e.legacy_xml
+                config_paths[name] = f"{LEGACY_DIR}/{name}"
+                loads.append(f'  <load path="{out / LEGACY_DIR / name}" minbytes="{e.range.lo}" '
+                             f'maxbytes="{e.range.hi + 1}" proto="{e.range.config.proto}"/>')
+    if any(c in str(out) for c in '"<>&\t\n\r'):
+        raise SynthError(f"the catalog path '{out}' contains a character MSCCL_CONFIG cannot hold")
+    files[CONFIG_FILE] = "<msccl_algos>\n" + "".join(line + "\n" for line in loads) + "</msccl_algos>\n"
+    data = catalog_json(result, XML_DIR, config_paths)
+    files["catalog.json"] = dumps(data)
+    files["catalog.md"] = catalog_md(result, data, str(out))
+    for cr in result.results:
+        title = (f"{cr.kind} on {result.topology.name} ({result.topology.num_ranks} ranks): "
+                 "predicted algorithm bandwidth")
+        files[f"{PLOT_DIR}/{cr.kind}.png"] = plot_collective(cr, result.buckets, title)
+    return files
+
+
+def write_catalog(result: CatalogResult, out: Path) -> list[Path]:
+    """Write the catalog folder atomically (module docstring); returns the files, sorted."""
+    out = check_out_dir(out)
+    clean_stale(out)
+    files = render(result, out)
+    token = secrets.token_hex(4)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{token}"
+    try:
+        tmp.mkdir()
+        for rel, content in sorted(files.items()):
+            _write(tmp / rel, content)
+        _swap_in(tmp, out, token)
+    except OSError as exc:
+        raise SynthError(f"cannot write the catalog '{out}': {exc.strerror or exc}") from None
+    finally:
+        if tmp.exists():
+            with contextlib.suppress(OSError):
+                shutil.rmtree(tmp)
+    return sorted(out / rel for rel in files)

@@ -1,0 +1,209 @@
+"""What a catalog says about itself: ``catalog.json`` (everything) and ``catalog.md`` (the table).
+
+Both are functions of the inputs alone — no wall-clock times, no cache hit counts, no worker
+counts, no temporary paths — so an unchanged rerun writes the same bytes. The "best baseline" of a
+size is the fastest configuration of any baseline algorithm (NCCL's ring, trees, direct, ...) over
+the same protocol/chunk/instance knobs; the catalog's winner is chosen among a set containing all
+of them, so it is never slower, and the table says by how much it is faster.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from ..cost import format_size
+from ..protocols import PROTOCOLS
+from . import CatalogResult, CollectiveResult
+from .select import INSTANCES, Config
+
+FORMAT = "synth-catalog/1"
+XML_DIR = "msccl-algorithms"
+LEGACY_DIR = "legacy"
+CONFIG_FILE = "msccl_config.xml"
+PLOT_DIR = "plots"
+
+
+def _r(x: float) -> float | None:
+    return float(f"{x:.6g}") if math.isfinite(x) else None
+
+
+def xml_name(kind: str, index: int, cfg: Config) -> str:
+    slug = cfg.family.replace("/", "-")
+    return f"{kind}_{index:02d}_{slug}_c{cfg.chunks}_{cfg.proto}_x{cfg.instances}.xml"
+
+
+def algbw_GBps(nbytes: float, time_us: float) -> float:
+    return nbytes / (time_us * 1e3) if time_us > 0 and math.isfinite(time_us) else 0.0
+
+
+def best_baseline(cr: CollectiveResult, bucket: int) -> Config | None:
+    """The fastest baseline configuration at a bucket (None when no baseline runs there)."""
+    t = cr.table
+    configs = [c for c in t.all_configs(baseline_only=True) if math.isfinite(t.time(c, bucket))]
+    if not configs:
+        return None
+    from .select import rank_key
+    return min(configs, key=rank_key(t, bucket))
+
+
+def winners(cr: CollectiveResult) -> list[tuple[int, Config]]:
+    """(range index, winning config) per bucket."""
+    out: list[tuple[int, Config]] = []
+    for i, r in enumerate(cr.choice.ranges):
+        out += [(i, r.config)] * len(r.buckets)
+    return out
+
+
+def bucket_rows(cr: CollectiveResult, buckets: list) -> list[dict[str, Any]]:
+    t = cr.table
+    rows = []
+    for b, (ri, cfg) in zip(buckets, winners(cr), strict=True):
+        tw = t.time(cfg, b.index)
+        base = best_baseline(cr, b.index)
+        tb = t.time(base, b.index) if base is not None else math.inf
+        tun = cr.tunings[b.index]
+        rows.append({
+            "index": b.index, "size": b.size, "lo": b.lo, "hi": b.hi,
+            "file": xml_name(cr.kind, ri, cfg),
+            "winner": cfg.to_dict(), "time_us": _r(tw), "algbw_GBps": _r(algbw_GBps(b.size, tw)),
+            "best_baseline": base.to_dict() if base is not None else None,
+            "baseline_time_us": _r(tb),
+            "gain_pct": _r(100.0 * (tb - tw) / tb) if math.isfinite(tb) and tb > 0 else None,
+            "tuner": {"evaluations": tun.evaluations, "full_evaluations": tun.full_evaluations,
+                      "best": tun.tuner_best.to_dict(), "ranked": len(tun.ranking)},
+        })
+    return rows
+
+
+def catalog_json(result: CatalogResult, xml_dir: str, config_paths: dict[str, str]) -> dict[str, Any]:
+    topo = result.topology
+    data: dict[str, Any] = {
+        "format": FORMAT,
+        "topology": {"name": topo.name, "spec": result.topo_spec, "nodes": result.nodes,
+                     "ranks": topo.num_ranks, "content_hash": topo.content_hash,
+                     "link_classes": {k: {"alpha_us": a, "bandwidth_GBps": round(bw, 6)}
+                                      for k, (a, bw) in sorted(topo.link_classes().items())}},
+        "calibration": result.calibration,
+        "calibration_notes": result.calibration_notes,
+        "protocol_model": result.model.to_dict(),
+        "tuner": result.tuner,
+        "knobs": {"proto": list(PROTOCOLS), "instances": list(INSTANCES),
+                  "chunks": "per algorithm: its own choice and 1, 2, 4, 8 per rank"},
+        "sizes": list(result.sizes),
+        "buckets": [{"index": b.index, "size": b.size, "lo": b.lo, "hi": b.hi} for b in result.buckets],
+        "runtime": {"MSCCL_ALGO_DIR": xml_dir, "MSCCL_CONFIG": CONFIG_FILE,
+                    "maxBytes": "inclusive (executor, RCCL); the legacy config's maxbytes is "
+                                "exclusive, so it is written as maxBytes + 1"},
+        "collectives": {},
+    }
+    for cr in result.results:
+        t = cr.table
+        files = []
+        for i, e in enumerate(cr.emitted):
+            name = xml_name(cr.kind, i, e.range.config)
+            files.append({"file": f"{XML_DIR}/{name}", "minBytes": e.range.lo, "maxBytes": e.range.hi,
+                          "config": e.range.config.to_dict(), "buckets": list(e.range.buckets),
+                          "interpreter_verified_modes": list(e.modes),
+                          "threadblocks_per_rank": e.threadblocks, "nchannels": e.nchannels,
+                          "legacy_file": config_paths.get(name), "legacy_note": e.legacy_note})
+        cands = []
+        for c in cr.candidates:
+            cands.append({
+                "algorithm": c.family, "encoding": c.encoding, "name": c.name, "chunks": c.chunks,
+                "steps": c.steps, "transfers": c.schedule.num_transfers, "verified": True,
+                "cache_key": c.key,
+                "predicted_us": {p: {str(i): [_r(x) for x in t.times[(c.family, c.chunks, p, i)]]
+                                     for i in INSTANCES} for p in PROTOCOLS},
+            })
+        data["collectives"][cr.kind] = {
+            "files": files,
+            "buckets": bucket_rows(cr, result.buckets),
+            "excluded": [{"config": c.to_dict(), "reason": why}
+                         for c, why in sorted(cr.choice.excluded.items())],
+            "candidates": cands,
+            "not_candidates": [{"encoding": r.encoding, "chunks": r.chunks, "status": r.status,
+                                "message": r.message} for r in cr.rejected],
+        }
+    return data
+
+
+def _cfg_text(cfg: dict[str, Any] | None) -> str:
+    if cfg is None:
+        return "-"
+    return f"{cfg['algorithm']} c{cfg['chunks']} {cfg['proto']} x{cfg['instances']}"
+
+
+def _range_text(lo: int, hi: int) -> str:
+    return f"{format_size(lo)} – {format_size(hi)}" if lo != hi else format_size(lo)
+
+
+def catalog_md(result: CatalogResult, data: dict[str, Any], out_abs: str) -> str:
+    topo = result.topology
+    lines = [f"# Collective catalog: {topo.name}", "",
+             f"{topo.num_ranks} ranks on {topo.num_nodes} node(s) ({topo.description}). "
+             f"Sizes {format_size(result.sizes[0])} – {format_size(result.sizes[-1])} in "
+             f"{len(result.buckets)} buckets; tuner `{result.tuner}`; cost model: α-β steps "
+             f"(`synth.cost`) with the protocol model (`synth.protocols`): {result.model.source}.",
+             ""]
+    if result.calibration:
+        lines += [f"Calibration: `{result.calibration}`."]
+        lines += [f"- {n}" for n in result.calibration_notes]
+        lines.append("")
+    lines += ["## Using it", "",
+              f"- msccl-executor-nccl / RCCL: `MSCCL_ALGO_DIR={out_abs}/{XML_DIR}` — every file "
+              "there is one algorithm; `minBytes`/`maxBytes` are inclusive and the files of one "
+              "collective tile the size range with no gap and no overlap.",
+              f"- microsoft/msccl (legacy): `MSCCL_CONFIG={out_abs}/{CONFIG_FILE}` — it loads at "
+              "most 4 algorithms per communicator (`MSCCL_MAX_NUM_ALGOS`), in file order, and its "
+              "twins are out-of-place only.",
+              "- A file is used only for communicators of exactly "
+              f"{topo.num_ranks} ranks, and only for calls whose byte count divides into its "
+              "`nchunksperloop` chunks (spec §3.1); other calls fall back to NCCL. Broadcast and "
+              "reduce files serve root 0 only (MSCCL-IR has no root attribute).",
+              "- Every file was executed by synth's MSCCL-IR interpreter in each mode it declares, "
+              "with the deadlock analysis at its `maxBytes`, before this folder was written.", ""]
+    for cr in result.results:
+        d = data["collectives"][cr.kind]
+        gains = [r["gain_pct"] for r in d["buckets"] if r["gain_pct"] is not None]
+        lines += [f"## {cr.kind}", ""]
+        if gains:
+            best = max(d["buckets"], key=lambda r: r["gain_pct"] if r["gain_pct"] is not None else -1)
+            lines.append(f"{len(cr.candidates)} verified candidate schedules from "
+                         f"{len(cr.table.families)} algorithms; {len(d['files'])} file(s). Against "
+                         f"the best baseline at each size the catalog is faster by "
+                         f"{min(gains):.1f}% – {max(gains):.1f}% (median "
+                         f"{sorted(gains)[len(gains) // 2]:.1f}%; largest at "
+                         f"{format_size(best['size'])}).")
+            lines.append("")
+        lines += ["| size | bucket | winner | µs | algbw GB/s | best baseline | baseline µs | "
+                  "better by |", "|---:|---|---|---:|---:|---|---:|---:|"]
+        for r in d["buckets"]:
+            gain = f"{r['gain_pct']:.1f}%" if r["gain_pct"] is not None else "-"
+            lines.append(f"| {format_size(r['size'])} | {_range_text(r['lo'], r['hi'])} | "
+                         f"{_cfg_text(r['winner'])} | {_num(r['time_us'])} | "
+                         f"{_num(r['algbw_GBps'])} | {_cfg_text(r['best_baseline'])} | "
+                         f"{_num(r['baseline_time_us'])} | {gain} |")
+        lines += ["", "Files:", ""]
+        for f in d["files"]:
+            lines.append(f"- `{f['file']}`: {_range_text(f['minBytes'], f['maxBytes'])} "
+                         f"(`minBytes={f['minBytes']}` `maxBytes={f['maxBytes']}`), "
+                         f"{_cfg_text(f['config'])}, {f['nchannels']} channel(s), "
+                         f"{f['threadblocks_per_rank']} threadblocks per rank"
+                         + (f"; {f['legacy_note']}" if f["legacy_note"] else ""))
+        if d["excluded"]:
+            lines += ["", "Passed over (the bucket went to its next-best configuration):", ""]
+            lines += [f"- {_cfg_text(e['config'])}: {e['reason']}" for e in d["excluded"]]
+        lines += ["", f"![{cr.kind}](plots/{cr.kind}.png)", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.3g}" if x < 100 else f"{x:,.0f}"
+
+
+def dumps(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=1, sort_keys=False, allow_nan=False) + "\n"

@@ -1,0 +1,395 @@
+"""synth catalog: tiling, interpreter-verified files, envelope vs baselines, cache, atomic writes,
+executors, the protocol model and bad input. Small topologies and short size ranges keep it fast."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from synth.catalog.cache import SolveCache, solve_key, structure_hash
+from synth.catalog.select import make_buckets
+from synth.cli import main
+from synth.collectives import make_collective
+from synth.cost import parse_sizes, schedule_times_us
+from synth.emit.interpreter import MODES, verify_program
+from synth.emit.xml_parse import parse_program
+from synth.encodings.baseline import baseline
+from synth.protocols import PROTOCOLS, ProtocolParams, StepProfile, default_model, predict_times_us
+from synth.topology_io import load_topology
+
+TOPO = "ring:4"
+SIZES = "1KB:1MB"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(argv: list[str], capsys) -> tuple[int, str, str]:
+    """The real entry point in this process: (exit code, stdout, stderr)."""
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    got = capsys.readouterr()
+    return code, got.out, got.err
+
+
+def catalog_args(out: Path, cache: Path, *, colls: str = "allgather,allreduce",
+                 workers: int = 1) -> list[str]:
+    return ["catalog", "--topo", TOPO, "--collectives", colls, "--sizes", SIZES, "--out", str(out),
+            "--cache-dir", str(cache), "--workers", str(workers), "--quiet"]
+
+
+def digest(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One catalog on ring:4 (allgather, allreduce), with its cache: most tests read it."""
+    root = tmp_path_factory.mktemp("catalog")
+    out, cache = root / "cat", root / "cache"
+    main(catalog_args(out, cache))  # returns normally on success
+    return out, cache
+
+
+# ------------------------------------------------------------------------------------ the folder
+def test_files_tile_the_range_and_pass_the_interpreter(built):
+    out, _ = built
+    lo, hi = parse_sizes(SIZES)[0], parse_sizes(SIZES)[-1]
+    data = json.loads((out / "catalog.json").read_text())
+    xml_files = sorted((out / "msccl-algorithms").iterdir())
+    assert xml_files and all(p.suffix == ".xml" for p in xml_files)
+    for kind in ("allgather", "allreduce"):
+        ranges = []
+        for p in (f for f in xml_files if f.name.startswith(kind + "_")):
+            text = p.read_text()
+            program = parse_program(text, str(p), "exec")
+            reports = verify_program(program, MODES, profile="exec")  # re-executed from disk
+            assert reports
+            ranges.append((program.min_bytes, program.max_bytes))
+        ranges.sort()
+        assert ranges[0][0] == lo and ranges[-1][1] == hi
+        for (_, a_hi), (b_lo, _) in itertools.pairwise(ranges):
+            assert b_lo == a_hi + 1  # inclusive ends: no gap, no overlap
+        assert len(ranges) == len(data["collectives"][kind]["files"])
+    for p in sorted((out / "legacy").iterdir()):
+        verify_program(parse_program(p.read_text(), str(p), "legacy"), ("outofplace",),
+                       profile="legacy")
+
+
+def test_legacy_config_is_exclusive_and_absolute(built):
+    out, _ = built
+    text = (out / "msccl_config.xml").read_text()
+    assert text.startswith("<msccl_algos>\n") and text.endswith("</msccl_algos>\n")
+    loads = re.findall(r'<load path="([^"]+)" minbytes="(\d+)" maxbytes="(\d+)" proto="(\w+)"/>', text)
+    assert loads
+    by_kind: dict[str, list[tuple[int, int]]] = {}
+    for path, lo, hi, proto in loads:
+        assert Path(path).is_absolute() and Path(path).is_file() and proto in PROTOCOLS
+        by_kind.setdefault(Path(path).name.split("_")[0], []).append((int(lo), int(hi)))
+    for ranges in by_kind.values():
+        for (_, a_hi), (b_lo, _) in itertools.pairwise(ranges):
+            assert a_hi == b_lo  # exclusive maxbytes in the legacy runtime
+
+
+def test_envelope_never_worse_than_best_baseline(built):
+    out, _ = built
+    data = json.loads((out / "catalog.json").read_text())
+    for kind, d in data["collectives"].items():
+        cands = d["candidates"]
+        for b in d["buckets"]:
+            i = b["index"]
+            best_base = min(x for c in cands if c["encoding"] == "baseline"
+                            for per in c["predicted_us"].values() for ts in per.values()
+                            for x in [ts[i]] if x is not None)
+            w = b["winner"]
+            cand = next(c for c in cands if c["algorithm"] == w["algorithm"] and c["chunks"] == w["chunks"])
+            won = cand["predicted_us"][w["proto"]][str(w["instances"])][i]
+            assert won == b["time_us"] and won <= best_base + 1e-9, (kind, b)
+            assert b["gain_pct"] is not None and b["gain_pct"] >= 0
+        assert all(c["verified"] and c["cache_key"] for c in cands)
+    md = (out / "catalog.md").read_text()
+    assert "better by" in md and "best baseline" in md and "MSCCL_ALGO_DIR=" in md
+
+
+def test_plots_exist(built):
+    out, _ = built
+    for kind in ("allgather", "allreduce"):
+        png = (out / "plots" / f"{kind}.png").read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
+
+
+def test_rerun_solves_nothing_and_is_byte_identical(built, capsys):
+    out, cache = built
+    before = digest(out)
+    code, stdout, _ = run(catalog_args(out, cache), capsys)
+    assert code == 0
+    m = re.search(r"(\d+) solved, (\d+) cached", stdout)
+    assert m and m.group(1) == "0" and int(m.group(2)) > 0
+    assert digest(out) == before
+
+
+def test_changing_one_link_class_resolves_only_what_depends_on_it(built, tmp_path):
+    from synth.calibration import load_calibration
+    from synth.catalog import build_catalog
+    from synth.catalog.candidates import plan_jobs
+
+    _, cache = built
+    topo = load_topology(TOPO)
+    cal = load_calibration({"link_classes": {"link": {"alpha_us": 1.7, "bandwidth_GBps": 40}}})
+    res = build_catalog(topo, topo_spec=TOPO, nodes=1, kinds=("allgather",),
+                        sizes=parse_sizes(SIZES), cache_dir=cache, calibration=cal)
+    jobs = plan_jobs(topo, ("allgather",), 60.0)
+    baseline_jobs = sum(1 for j in jobs if j.encoding == "baseline")
+    assert res.cached == baseline_jobs and res.solved == len(jobs) - baseline_jobs
+    # the calibrated figures are what the catalog predicted with
+    assert res.topology.link_classes()["link"] == (1.7, 40.0)
+
+
+def test_structure_key_ignores_alpha_beta_but_not_shape():
+    a = load_topology("dgx_a100", 2)
+    from synth.calibration import apply_calibration
+    b = apply_calibration(a, {"link_classes": {"ib_hdr": {"alpha_us": 9.0, "beta_us_per_mb": 80}}})
+    assert a.content_hash != b.content_hash
+    assert structure_hash(a) == structure_hash(b)
+    assert structure_hash(a) != structure_hash(load_topology("dgx_a100", 3))
+    coll = make_collective("allgather", 16).to_dict()
+    assert solve_key(a, coll, "baseline", None, 60.0) == solve_key(b, coll, "baseline", None, 60.0)
+    assert solve_key(a, coll, "trees", None, 60.0) != solve_key(b, coll, "trees", None, 60.0)
+
+
+def test_corrupt_cache_entry_is_a_miss(tmp_path):
+    cache = SolveCache(tmp_path)
+    cache.put("ab" * 32, {"status": "ok", "schedules": {}})
+    assert cache.get("ab" * 32)["status"] == "ok"
+    cache.path("ab" * 32).write_text("{not json")
+    assert cache.get("ab" * 32) is None
+
+
+# ------------------------------------------------------------------------------------ fallback
+def test_winner_without_a_file_falls_back_to_the_next_best(tmp_path, built, monkeypatch):
+    import synth.catalog.emit as emit_mod
+    from synth.catalog import build_catalog
+    from synth.errors import SynthError
+
+    real = emit_mod.emit_verified_xml
+
+    def picky(schedule, options):
+        if options.instances > 1:
+            raise SynthError("threadblocks per rank is 99; the exec runtime allows at most 1 (test)")
+        return real(schedule, options)
+
+    monkeypatch.setattr(emit_mod, "emit_verified_xml", picky)
+    _, cache = built
+    res = build_catalog(load_topology(TOPO), topo_spec=TOPO, nodes=1, kinds=("allgather",),
+                        sizes=parse_sizes("64KB:1MB"), cache_dir=cache)
+    cr = res.results[0]
+    assert cr.choice.excluded and all("(test)" in why for why in cr.choice.excluded.values())
+    assert all(r.config.instances == 1 for r in cr.choice.ranges)
+    for r in cr.choice.ranges:  # each bucket got the best configuration that could be emitted
+        for b in r.buckets:
+            ok = [c for c in cr.tunings[b].ranking if c.instances == 1]
+            assert r.config == ok[0]
+
+
+# ------------------------------------------------------------------------------------ atomicity
+def test_failed_write_leaves_previous_catalog(tmp_path, built, monkeypatch, capsys):
+    import synth.catalog.output as output
+
+    _, cache = built
+    target = tmp_path / "cat"
+    assert run(catalog_args(target, cache), capsys)[0] == 0
+    before = digest(target)
+    calls = {"n": 0}
+    real = output._write
+
+    def dies(path, content):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise OSError(28, "No space left on device")
+        real(path, content)
+
+    monkeypatch.setattr(output, "_write", dies)
+    code, _, stderr = run(catalog_args(target, cache, colls="allgather"), capsys)
+    assert code == 2 and "No space left on device" in stderr
+    assert digest(target) == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".cat.tmp-")]
+
+
+def test_kill_mid_run_leaves_previous_catalog_intact(tmp_path, built):
+    out, cache = built
+    target = tmp_path / "cat"
+    import shutil
+    shutil.copytree(out, target)
+    before = digest(target)
+    cold = tmp_path / "cold-cache"  # the killed run has to solve, so it is still working
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "synth", *catalog_args(target, cold)],
+                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if sum(1 for _ in (cold / "solves").rglob("*.json")) >= 3 if (cold / "solves").exists() else False:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert digest(target) == before
+    # second kill: as soon as the new folder is being written beside the old one
+    args = catalog_args(target, cache, colls="allgather")  # warm cache: straight to writing
+    proc = subprocess.Popen([sys.executable, "-m", "synth", *args], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if any(p.name.startswith(".cat.tmp-") for p in tmp_path.iterdir()):
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.001)
+    proc.wait(timeout=30)
+    state = digest(target)
+    from synth.catalog.output import clean_stale
+    clean_stale(target)  # what the next run does first: the killed run's leftovers go
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".cat.")]
+    main(args)  # the same run, to completion: the killed one left the old or exactly this one
+    assert state in (before, digest(target))
+
+
+def test_refuses_to_replace_a_folder_that_is_not_a_catalog(tmp_path, capsys, built):
+    _, cache = built
+    target = tmp_path / "mine"
+    target.mkdir()
+    (target / "notes.txt").write_text("keep me")
+    code, _, stderr = run(catalog_args(target, cache), capsys)
+    assert code == 2 and "not a synth catalog" in stderr
+    assert (target / "notes.txt").read_text() == "keep me"
+
+
+# ------------------------------------------------------------------------------------ executors
+def test_workers_do_not_change_the_output(tmp_path, built, capsys):
+    out, _ = built
+    target = tmp_path / "cat"
+    code, stdout, _ = run(catalog_args(target, tmp_path / "cache2", workers=2), capsys)
+    assert code == 0 and "0 cached" in stdout
+    mine, theirs = digest(target), digest(out)
+    theirs.pop("msccl_config.xml")  # holds absolute paths
+    mine.pop("msccl_config.xml")
+    for name in ("catalog.md",):  # holds the folder's path
+        mine.pop(name), theirs.pop(name)
+    assert mine == theirs
+
+
+def test_ray_executor(tmp_path, built, capsys):
+    pytest.importorskip("ray")
+    out, _ = built
+    target = tmp_path / "cat"
+    code, stdout, stderr = run(["catalog", "--topo", TOPO, "--collectives", "allgather", "--sizes",
+                                SIZES, "--out", str(target), "--cache-dir", str(tmp_path / "c"),
+                                "--executor", "ray", "--workers", "2", "--quiet"], capsys)
+    assert code == 0, stderr
+    assert "0 cached" in stdout
+    local = json.loads((out / "catalog.json").read_text())["collectives"]["allgather"]
+    remote = json.loads((target / "catalog.json").read_text())["collectives"]["allgather"]
+    assert remote["buckets"] == local["buckets"] and remote["files"] == local["files"]
+
+
+# ------------------------------------------------------------------------------------ bad input
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["--topo", "ring:4x"], "ring"),
+    (["--collectives", "allgahter"], "unknown collective 'allgahter'; did you mean allgather"),
+    (["--collectives", "gather"], "no buffer layout for gather"),
+    (["--sizes", "4GB:1KB"], "is empty"),
+    (["--sizes", "lots"], "cannot read size"),
+    (["--tuner", "annealing"], "unknown tuner 'annealing'"),
+    (["--executor", "slurm"], "unknown executor 'slurm'"),
+    (["--workers", "0"], "--workers must be at least 1"),
+    (["--time-limit", "0"], "--time-limit must be positive"),
+    (["--calibration", "/nonexistent/cal.json"], "does not exist"),
+])
+def test_bad_input(tmp_path, capsys, argv, needle):
+    base = {"--topo": TOPO, "--collectives": "allgather", "--sizes": SIZES,
+            "--out": str(tmp_path / "cat"), "--cache-dir": str(tmp_path / "cache")}
+    base.update(dict(zip(argv[::2], argv[1::2], strict=True)))
+    code, _, stderr = run(["catalog", *[x for kv in base.items() for x in kv], "--quiet"], capsys)
+    assert code == 2, stderr
+    assert needle in stderr and "Traceback" not in stderr
+    assert not (tmp_path / "cat").exists()
+
+
+def test_unwritable_out_dir(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, _, stderr = run(["catalog", "--topo", TOPO, "--collectives", "allgather", "--out",
+                           str(blocker / "cat"), "--cache-dir", str(tmp_path / "c"), "--quiet"], capsys)
+    assert code == 2 and "cannot create" in stderr
+
+
+def test_ray_missing_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    code, _, stderr = run(["catalog", "--topo", TOPO, "--collectives", "allgather", "--out",
+                           str(tmp_path / "cat"), "--cache-dir", str(tmp_path / "c"),
+                           "--executor", "ray", "--quiet"], capsys)
+    assert code == 2 and "pip install 'synth[ray]'" in stderr
+
+
+# ------------------------------------------------------------------------------------ buckets
+def test_buckets_tile_1kb_to_4gb_exactly():
+    sizes = parse_sizes("1KB:4GB")
+    buckets = make_buckets(sizes)
+    assert buckets[0].lo == 1024 and buckets[-1].hi == 4 * 2**30 and len(buckets) == len(sizes)
+    for a, b in itertools.pairwise(buckets):
+        assert b.lo == a.hi + 1 and a.lo <= a.size <= a.hi
+        # the boundary sits at the geometric mean: each byte count goes to its nearest size (log scale)
+        assert abs(math.log(a.hi / a.size) - math.log(b.size / b.lo)) < 1e-3
+    assert make_buckets([4096]) == [make_buckets([4096])[0]] and make_buckets([4096])[0].lo == 4096
+
+
+# ------------------------------------------------------------------------------------ protocols
+def _ring_allgather():
+    topo = load_topology("dgx_a100")
+    return topo, baseline(topo, make_collective("allgather", 8), "ring")
+
+
+def test_protocol_model_orders_latency_and_bandwidth():
+    topo, sched = _ring_allgather()
+    small, large = [4096], [2**30]
+    t = {p: predict_times_us(sched, topo, small + large, p) for p in PROTOCOLS}
+    assert t["LL"][0] < t["LL128"][0] and t["LL"][0] < t["Simple"][0]   # LL: lowest latency
+    assert t["Simple"][1] < t["LL"][1] and t["LL128"][1] < t["LL"][1]   # LL: half the bandwidth
+    # more instances: help large messages (per-channel cap), cost a little at small ones
+    one = predict_times_us(sched, topo, small + large, "Simple", 1)
+    four = predict_times_us(sched, topo, small + large, "Simple", 4)
+    assert four[1] < one[1] and four[0] > one[0]
+
+
+def test_protocol_model_reduces_to_the_alpha_beta_model():
+    topo, sched = _ring_allgather()
+    sizes = [2**k for k in range(10, 31, 4)]
+    bare = ProtocolParams("Simple", 1.0, 0.0, 0.0, 0.0, 1e12, 2**40)
+    got = StepProfile.of(sched, topo).times_us(sizes, bare, 1, 0.0)
+    assert np.allclose(got, schedule_times_us(sched, topo, sizes), rtol=1e-9)
+
+
+def test_protocol_size_limit_and_calibration():
+    topo, sched = _ring_allgather()
+    ll = default_model(topo).get("LL")
+    limit = (65536 - 1) * ll.chunk_bytes * sched.collective.buffer_chunks
+    t = predict_times_us(sched, topo, [limit, limit + 8], "LL")
+    assert math.isfinite(t[0]) and t[1] == math.inf
+    base = predict_times_us(sched, topo, [1024], "LL")[0]
+    cal = {"link_classes": {"nvswitch_v2": {"alpha_us": 2.7}}, "protocols": {"LL": {"launch_us": 1.0}}}
+    got = predict_times_us(sched, topo, [1024], "LL", calibration=cal)[0]
+    steps = sched.num_steps
+    assert got == pytest.approx(base - 6.6 + 1.0 + steps * (2.7 - 0.7), rel=1e-6)
