@@ -159,6 +159,25 @@ def test_changing_one_link_class_resolves_only_what_depends_on_it(built, tmp_pat
     assert res.topology.link_classes()["link"] == (1.7, 40.0)
 
 
+def test_calibration_file_feeds_the_catalog(tmp_path, built, capsys):
+    _, cache = built
+    cal = tmp_path / "cal.json"
+    cal.write_text(json.dumps({"format": "synth-calibration/1", "kind": "nccl-tests",
+                               "link_classes": {"link": {"alpha_us": 2.0, "beta_us_per_mb": 25.0},
+                                                "ib_hdr": {"alpha_us": 3.0}},
+                               "protocols": {"LL": {"launch_us": 4.0, "source": "fit"}}}))
+    target = tmp_path / "cat"
+    code, _, _ = run([*catalog_args(target, cache, colls="allgather"), "--calibration", str(cal)],
+                     capsys)
+    assert code == 0
+    data = json.loads((target / "catalog.json").read_text())
+    assert data["calibration"] == str(cal)
+    assert data["topology"]["link_classes"]["link"] == {"alpha_us": 2.0, "bandwidth_GBps": 40.0}
+    assert data["protocol_model"]["protocols"]["LL"]["launch_us"] == 4.0
+    assert any("'ib_hdr' is not in" in n for n in data["calibration_notes"])
+    assert "Calibration:" in (target / "catalog.md").read_text()
+
+
 def test_structure_key_ignores_alpha_beta_but_not_shape():
     a = load_topology("dgx_a100", 2)
     from synth.calibration import apply_calibration

@@ -25,7 +25,7 @@ def plot_collective(cr: CollectiveResult, buckets: list[Bucket], title: str) -> 
 
     t = cr.table
     sizes = [b.size for b in buckets]
-    fig, ax = plt.subplots(figsize=(11, 6.5), dpi=110)
+    fig, ax = plt.subplots(figsize=(13, 6.5), dpi=110)
     cmap = plt.get_cmap("tab20")
     for i, fam in enumerate(t.families):
         configs = [c for c in t.all_configs() if c.family == fam]
@@ -57,7 +57,7 @@ def plot_collective(cr: CollectiveResult, buckets: list[Bucket], title: str) -> 
     ax.set_ylabel("algorithm bandwidth (GB/s, predicted)")
     ax.set_title(title)
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", ncol=2, framealpha=0.85)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
