@@ -110,17 +110,40 @@ def strategies(topo_spec: str, coll: str, nodes: int, size: str, tensors: int, p
 
 @click.command()
 @click.argument("log", type=click.Path())
-@click.option("--platform", type=click.Choice(["neuron", "jax"]), required=True,
-              help="neuron: nccom-test output; jax: a timing JSON (synth-timings/1).")
+@click.option("--format", "log_format", type=click.Choice(["nccom-test", "nccl-tests"]),
+              default="nccom-test", show_default=True,
+              help="nccom-test: Neuron's nccom-test text or a synth-timings JSON (closed-stack model); "
+                   "nccl-tests: all_gather_perf/all_reduce_perf/... output (α/β per link class).")
+@click.option("--platform", type=click.Choice(["neuron", "jax"]), default=None,
+              help="nccom-test format: neuron (nccom-test output) or jax (a synth-timings JSON).")
 @click.option("--topo", "topo_spec", default=None,
-              help="Topology the log was measured on (default: trn1_32 for neuron, tpu_v5e_4x4 for jax).")
+              help="Topology the log was measured on, one node (nccom-test default: trn1_32 for "
+                   "neuron, tpu_v5e_4x4 for jax; required for nccl-tests).")
 @click.option("--nodes", default=None, type=int, help="Nodes (default: as many as the log uses).")
+@click.option("--rings", default=None, type=int,
+              help="nccl-tests: parallel rings on multi-node runs (default: NICs per node).")
 @click.option("--out", "out_path", default=None, type=click.Path(),
               help="Calibration JSON to write (default: calibration.json beside the log).")
 @click.option("--json", "as_json", is_flag=True, help="Print the calibration (with the fit) as JSON.")
-def calibrate(log: str, platform: str, topo_spec: str | None, nodes: int | None,
-              out_path: str | None, as_json: bool) -> None:
-    """Fit the closed-stack cost model (launch tax, α/β per key, amortization, memcopy) from LOG."""
+def calibrate(log: str, log_format: str, platform: str | None, topo_spec: str | None,
+              nodes: int | None, rings: int | None, out_path: str | None, as_json: bool) -> None:
+    """Fit a cost model from a benchmark LOG and write a calibration JSON.
+
+    nccom-test / timing JSON: the closed-stack model (launch tax, α/β per key, amortization,
+    memcopy). nccl-tests: α/β per link class and the per-call floor, for solve/pareto/catalog.
+    """
+    if nodes is not None and nodes < 1:
+        raise SynthError(f"--nodes must be at least 1, got {nodes}")
+    if log_format == "nccl-tests":
+        if platform is not None:
+            raise SynthError("--platform applies to --format nccom-test only")
+        _calibrate_nccl(log, topo_spec, nodes, rings, out_path, as_json)
+        return
+    if rings is not None:
+        raise SynthError("--rings applies to --format nccl-tests only")
+    if platform is None:
+        raise SynthError("--format nccom-test needs --platform neuron (nccom-test output) or "
+                         "--platform jax (a synth-timings JSON)")
     from .closed.calibrate import calibrate as run_calibrate
     from .closed.calibrate import nodes_in_log
     from .closed.mesh import resolve_topology
@@ -129,8 +152,6 @@ def calibrate(log: str, platform: str, topo_spec: str | None, nodes: int | None,
     spec = topo_spec or ("trn1_32" if platform == "neuron" else "tpu_v5e_4x4")
     if nodes is None:
         nodes = nodes_in_log(log)
-    if nodes < 1:
-        raise SynthError(f"--nodes must be at least 1, got {nodes}")
     topology = resolve_topology(spec, nodes)
     fit = run_calibrate(log, topology, platform)
     data = fit.to_json()
@@ -162,6 +183,62 @@ def calibrate(log: str, platform: str, topo_spec: str | None, nodes: int | None,
                       _pct(100 * t["rms_rel_error"]), _pct(100 * t["max_rel_error"]),
                       _pct(100 * t["default_max_rel_error"]))
     out.print(terms)
+    for note in fit.notes:
+        out.print(f"[dim]note: {escape(note)}[/dim]")
+    out.print(f"wrote {target}")
+
+
+def _calibrate_nccl(log: str, topo_spec: str | None, nodes: int | None, rings: int | None,
+                    out_path: str | None, as_json: bool) -> None:
+    """`calibrate --format nccl-tests`: fit α/β per link class, write the calibration atomically."""
+    from .calibrate_nccl import calibrate_file
+    from .files import atomic_write, ensure_writable_dir
+    from .topology import bandwidth_from_beta
+    from .topology_io import load_topology
+
+    if topo_spec is None:
+        raise SynthError("--format nccl-tests needs --topo: the single-node topology the log was "
+                         "measured on (e.g. dgx_a100); the node count comes from the log's hosts")
+    target = Path(out_path) if out_path else Path(log).with_name("calibration.json")
+    ensure_writable_dir(target.parent if str(target.parent) else Path("."))
+    fit = calibrate_file(log, topo_spec, nodes=nodes, rings=rings)
+    atomic_write(target, fit.dumps())
+    if as_json:
+        click.echo(json.dumps({**fit.to_json(), "file": str(target)}, indent=2))
+        return
+    base = load_topology(topo_spec, 1)
+    out.print(f"calibrated [bold]{base.name}[/bold] link classes from {log} (nccl-tests): "
+              f"{fit.points} points, median relative error {100 * fit.median_rel_error:.2f}%, "
+              f"max {100 * fit.max_rel_error:.2f}% (datasheet figures: median "
+              f"{100 * fit.default_median_rel_error:.1f}%)")
+    from .calibrate_nccl import class_figures
+    figures: dict[str, tuple[float, float]] = {}
+    for n in sorted({r["nodes"] for r in fit.runs}):
+        figures.update({k: v for k, v in class_figures(load_topology(topo_spec, n)).items()
+                        if k not in figures})
+    table = Table(title="α/β per link class")
+    for col in ("class", "α µs", "± α", "β µs/MB", "GB/s", "± β", "source", "file α µs", "file GB/s"):
+        table.add_column(col, justify="left" if col in ("class", "source") else "right")
+    for name in sorted(fit.classes):
+        p = fit.classes[name]
+        fa, fb = figures.get(name, (float("nan"), float("nan")))
+        table.add_row(name, f"{p.alpha_us:.3f}", _pct(p.alpha_stderr_pct), f"{p.beta_us_per_mb:.3f}",
+                      f"{bandwidth_from_beta(p.beta_us_per_mb):.2f}", _pct(p.beta_stderr_pct), p.source,
+                      f"{fa:.3f}", f"{bandwidth_from_beta(fb):.2f}")
+    out.print(table)
+    out.print(f"per-call floor (launch, written as protocols.LL.launch_us): {fit.launch_us:.3f} µs "
+              f"({fit.launch_source}"
+              + (f", ± {fit.launch_stderr_pct:.2f}%" if fit.launch_stderr_pct is not None else "") + ")")
+    runs = Table(title="fit per run (model: ring for allgather/reducescatter/allreduce, direct alltoall)")
+    for col in ("line", "program", "ranks", "nodes", "rings", "points", "sizes", "median err",
+                "max err", "file figures median err"):
+        runs.add_column(col, justify="right")
+    for r in fit.runs:
+        runs.add_row(str(r["line"]), r["program"], str(r["ranks"]), str(r["nodes"]), str(r["rings"]),
+                     str(r["points"]), f"{format_size(r['sizes'][0])}..{format_size(r['sizes'][1])}",
+                     _pct(100 * r["median_rel_error"]), _pct(100 * r["max_rel_error"]),
+                     _pct(100 * r["default_median_rel_error"]))
+    out.print(runs)
     for note in fit.notes:
         out.print(f"[dim]note: {escape(note)}[/dim]")
     out.print(f"wrote {target}")

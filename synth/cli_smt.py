@@ -60,11 +60,14 @@ def _common(f):
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
 @click.option("--plot", "plot_file", default=None, type=click.Path(),
               help="Write the frontier and the ring/tree/direct baselines to this PNG.")
+@click.option("--calibration", default=None, type=click.Path(),
+              help="Calibration JSON from `synth calibrate` (measured α/β per link class): the "
+                   "frontier's times use it. The frontier itself (steps, rounds) does not depend on it.")
 @click.option("-v", "--verbose", is_flag=True, help="Print every instance as it is decided.")
 def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace: bool,
            max_steps: int | None, max_chunks: int | None, time_limit: float, engine: str,
            sccl_walk: bool, out_dir: str, as_json: bool, plot_file: str | None,
-           verbose: bool) -> None:
+           calibration: str | None, verbose: bool) -> None:
     """The latency/bandwidth Pareto frontier of SCCL's (steps, rounds, chunks) algorithms.
 
     Walks chunks C = 1, 2, ..., rounds R from the rounds-per-chunk bound and steps S from the
@@ -86,6 +89,10 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
     if plot_file is not None and Path(plot_file).suffix.lower() != ".png":
         raise SynthError(f"--plot writes a PNG: give a file name ending in .png, not '{plot_file}'")
     topology, collective, problem = _problem(topo_spec, coll_spec, nodes, root, inplace, engine)
+    costed = topology
+    if calibration is not None:
+        from .calibration import apply_calibration
+        costed = apply_calibration(topology, calibration)
     target = ensure_writable_dir(Path(out_dir))
 
     def show(res) -> None:
@@ -97,13 +104,13 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
                     on_instance=show)
     from .bounds import lower_bound
 
-    bound = lower_bound(topology, collective) if report.points else None
+    bound = lower_bound(costed, collective) if report.points else None
     rows: list[dict[str, Any]] = []
     for point in report.points:
         sched = point.schedule
         assert sched is not None
         verify(sched, topology)
-        costs = cost_profile(sched, topology, _sizes(), bound)
+        costs = cost_profile(sched, costed, _sizes(), bound)
         try:
             written = write_outputs(sched, target)  # schedule JSON + interpreter-verified XML
         except SynthError as exc:
@@ -119,7 +126,7 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
                      "costs": [p.to_dict() for p in costs],
                      "_small": by[SMALL].time_us, "_large": by[LARGE].time_us})
     if plot_file is not None:
-        _plot(Path(plot_file), topology, collective, rows)
+        _plot(Path(plot_file), costed, collective, rows)
     if as_json:
         click.echo(json.dumps([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows],
                               indent=2))
@@ -127,7 +134,8 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
         out.print(f"[bold]{collective.name}[/bold] on [bold]{topology.name}[/bold] "
                   f"({topology.num_ranks} ranks): steps >= {report.steps_lb}, rounds per chunk >= "
                   f"{report.rpc_lb}; engine {problem.engine}; {len(report.tried)} instances in "
-                  f"{report.seconds:.2f} s — {report.stop}")
+                  f"{report.seconds:.2f} s — {report.stop}"
+                  + (f"; times use calibration {calibration}" if calibration else ""))
         table = Table(title="Pareto frontier (every schedule verified)")
         for col in ("steps", "rounds", "chunks", "rounds/chunk", f"time @{format_size(SMALL)} µs",
                     f"time @{format_size(LARGE)} µs", "solve s"):
