@@ -30,7 +30,15 @@ from ..errors import SynthError, unknown_name
 from ..protocols import ProtocolModel, default_model, model_with_calibration
 from ..topology import Topology
 from .cache import SolveCache, check_cache_dir
-from .candidates import Candidate, Rejected, SolveJob, candidates_from, plan_jobs
+from .candidates import (
+    CHUNK_GRID,
+    Candidate,
+    Rejected,
+    SolveJob,
+    applicable_pairs,
+    candidates_from,
+    plan_jobs,
+)
 from .emit import Emitted, Emitter
 from .executor import check_executor, run_jobs
 from .select import Bucket, BucketTuning, Choice, Table, choose, make_buckets, tune_buckets
@@ -133,16 +141,40 @@ def build_catalog(topology: Topology, *, topo_spec: str, nodes: int, kinds: Sequ
                                    calibration.source if calibration is not None else "calibration")
     cache = SolveCache(check_cache_dir(cache_dir))
 
-    jobs = plan_jobs(topology, kinds, time_limit_s)
-    per_kind = {k: sum(1 for j in jobs if j.kind == k) + len(buckets) for k in kinds}
+    # phase 1: every encoding with its own chunking; phase 2: the chunk grid where phase 1 answered
+    first = plan_jobs(topology, kinds, time_limit_s, (None,))
+    grid_per_pair = len(CHUNK_GRID)
+    per_kind = {k: sum(1 for j in first if j.kind == k) * (1 + grid_per_pair) + len(buckets)
+                for k in kinds}
     progress.planned(per_kind)
+    counts = {"solved": 0, "cached": 0}
+    crashes: list[str] = []
+    records = _resolve(first, cache, executor, workers, progress, counts, crashes)
+    pairs = applicable_pairs(first, records)
+    second = plan_jobs(topology, kinds, time_limit_s, CHUNK_GRID, only=pairs)
+    for j in first:
+        if (j.kind, j.encoding) not in pairs:
+            progress.advance(j.kind, "solve", grid_per_pair)  # not asked again (docstring)
+    records += _resolve(second, cache, executor, workers, progress, counts, crashes)
+    jobs = first + second
+    results = [_collective(topology, kind, jobs, records, buckets, model, tuner, seed,
+                           progress, cache if xml_cache else None) for kind in kinds]
+    return CatalogResult(topology, topo_spec, nodes, kinds, tuple(sorted(set(sizes))), buckets,
+                         tuner, model, calibration.source if calibration is not None else None,
+                         cal_notes, results, counts["solved"], counts["cached"], crashes,
+                         time.perf_counter() - start)
+
+
+def _resolve(jobs: list[SolveJob], cache: SolveCache, executor: str, workers: int,
+             progress: Progress, counts: dict[str, int], crashes: list[str]) -> list[dict[str, Any]]:
+    """The records of ``jobs``: from the cache, or solved (and stored when deterministic)."""
     records: list[dict[str, Any] | None] = [cache.get(j.key) for j in jobs]
     for j, rec in zip(jobs, records, strict=True):
         if rec is not None:
             progress.advance(j.kind, "solve")
     todo = [i for i, r in enumerate(records) if r is None]
-    cached = len(jobs) - len(todo)
-    crashes: list[str] = []
+    counts["cached"] += len(jobs) - len(todo)
+    counts["solved"] += len(todo)
 
     def done(n: int, rec: dict[str, Any]) -> None:
         job = jobs[todo[n]]
@@ -154,12 +186,7 @@ def build_catalog(topology: Topology, *, topo_spec: str, nodes: int, kinds: Sequ
         progress.advance(job.kind, "solve")
 
     run_jobs([jobs[i] for i in todo], executor=executor, workers=workers, on_done=done)
-    results = [_collective(topology, kind, jobs, records, buckets, model, tuner, seed,  # type: ignore[arg-type]
-                           progress, cache if xml_cache else None) for kind in kinds]
-    return CatalogResult(topology, topo_spec, nodes, kinds, tuple(sorted(set(sizes))), buckets,
-                         tuner, model, calibration.source if calibration is not None else None,
-                         cal_notes, results, len(todo), cached, crashes,
-                         time.perf_counter() - start)
+    return records  # type: ignore[return-value]
 
 
 def _collective(topology: Topology, kind: str, jobs: list[SolveJob], records: list[dict[str, Any]],

@@ -1,11 +1,13 @@
 """Catalog candidates: which solves to run, running one, and turning results into verified schedules.
 
 Candidates come from the encoding registry (:data:`synth.encodings.ENCODINGS`), never from a fixed
-list: every registered encoding is asked for every collective, once with its own chunking and once
-per chunk count of :data:`CHUNK_GRID` (the "chunks per rank" knob: an encoding that pipelines, such
-as a rooted tree or the tree packing, builds a different schedule for each). An encoding that does
-not apply says so (:class:`~synth.errors.NotApplicable`) and is skipped: ``smt`` limits itself to
-small rank counts, ``flow`` to collectives without copies, ``trees`` to the tree-shaped ones.
+list: every registered encoding is asked for every collective with its own chunking, and those
+that answer are asked again per chunk count of :data:`CHUNK_GRID` (the "chunks per rank" knob: an
+encoding that pipelines, such as a rooted tree or the tree packing, builds a different schedule
+for each). An encoding that does not apply says so (:class:`~synth.errors.NotApplicable`) and is
+skipped: ``smt`` limits itself to small rank counts and a short automatic time budget, ``flow`` to
+collectives without copies, ``trees`` to the tree-shaped ones, ``milp`` to topologies with a
+shipped sketch.
 
 A schedule belongs to a *family* (``encoding/name`` with the chunk-dependent suffix of SMT names
 dropped, see :func:`family_of`); the chunk knob ranges over the chunk counts a family was built
@@ -50,17 +52,30 @@ class SolveJob:
         return f"{self.kind} {self.encoding} chunks={self.chunks or 'auto'}"
 
 
-def plan_jobs(topology: Topology, kinds: tuple[str, ...], time_limit_s: float | None
-              ) -> list[SolveJob]:
-    """Every (collective, encoding, chunks) solve, in a fixed order."""
+def plan_jobs(topology: Topology, kinds: tuple[str, ...], time_limit_s: float | None,
+              chunk_values: tuple[int | None, ...] = (None, *CHUNK_GRID),
+              only: set[tuple[str, str]] | None = None) -> list[SolveJob]:
+    """The (collective, encoding, chunks) solves, in a fixed order; ``only`` limits the
+    (collective, encoding) pairs (see :func:`applicable_pairs`)."""
     jobs = []
     for kind in kinds:
         for encoding in ENCODINGS:
-            for chunks in (None, *CHUNK_GRID):
+            if only is not None and (kind, encoding) not in only:
+                continue
+            for chunks in chunk_values:
                 coll = make_collective(kind, topology.num_ranks, chunks or 1)
                 key = solve_key(topology, coll.to_dict(), encoding, chunks, time_limit_s)
                 jobs.append(SolveJob(kind, encoding, chunks, key, topology, time_limit_s))
     return jobs
+
+
+def applicable_pairs(jobs: list[SolveJob], records: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """(collective, encoding) pairs whose own-chunking solve produced schedules.
+
+    An encoding that does not apply to a collective with its own chunking (wrong kind, too many
+    ranks, no answer within its automatic time budget) is not asked again with other chunk counts.
+    """
+    return {(j.kind, j.encoding) for j, r in zip(jobs, records, strict=True) if r["status"] == "ok"}
 
 
 def run_job(job: SolveJob) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from ..cost import format_size
@@ -103,8 +104,10 @@ def catalog_json(result: CatalogResult, xml_dir: str, config_paths: dict[str, st
         files = []
         for i, e in enumerate(cr.emitted):
             name = xml_name(cr.kind, i, e.range.config)
+            m = re.search(r'\bnchunksperloop="(\d+)"', e.exec_xml)
             files.append({"file": f"{XML_DIR}/{name}", "minBytes": e.range.lo, "maxBytes": e.range.hi,
                           "config": e.range.config.to_dict(), "buckets": list(e.range.buckets),
+                          "nchunksperloop": int(m.group(1)) if m else None,
                           "interpreter_verified_modes": list(e.modes),
                           "threadblocks_per_rank": e.threadblocks, "nchannels": e.nchannels,
                           "legacy_file": config_paths.get(name), "legacy_note": e.legacy_note})
@@ -159,9 +162,11 @@ def catalog_md(result: CatalogResult, data: dict[str, Any], out_abs: str) -> str
               "most 4 algorithms per communicator (`MSCCL_MAX_NUM_ALGOS`), in file order, and its "
               "twins are out-of-place only.",
               "- A file is used only for communicators of exactly "
-              f"{topo.num_ranks} ranks, and only for calls whose byte count divides into its "
-              "`nchunksperloop` chunks (spec §3.1); other calls fall back to NCCL. Broadcast and "
-              "reduce files serve root 0 only (MSCCL-IR has no root attribute).",
+              f"{topo.num_ranks} ranks, and only for calls whose element count divides into its "
+              "`nchunksperloop` chunks (spec §3.1); other calls fall back to NCCL. A configuration "
+              "competed at a size only if that holds there for fp32 elements (so for 2- and 1-byte "
+              "types too). Broadcast and reduce files serve root 0 only (MSCCL-IR has no root "
+              "attribute).",
               "- Every file was executed by synth's MSCCL-IR interpreter in each mode it declares, "
               "with the deadlock analysis at its `maxBytes`, before this folder was written.", ""]
     for cr in result.results:

@@ -11,7 +11,11 @@ log scale.
 **Configurations.** A configuration is (family, chunks per rank, protocol, instances): the
 family's schedule with that chunking, run with that protocol over that many channel sets. Its
 predicted time at every representative comes from :mod:`synth.protocols` (computed once per
-candidate, protocol and instance count, so a tuner's evaluation is a table lookup).
+candidate, protocol and instance count, so a tuner's evaluation is a table lookup). It competes at
+a size only where the runtime would select its file: the runtimes skip a file unless the call's
+element count is a multiple of ``nchunksperloop`` (spec §3.1), so a configuration whose
+``nchunksperloop`` does not divide the representative's fp32 element count (:data:`ELEMENT_BYTES`)
+is infeasible there (a tree packing cut into 182 pieces per rank never runs a power-of-two call).
 
 **Tuning.** Each bucket is one tuning problem for :func:`synth.tuning.tune` (AutoCCL's split):
 ``algorithm`` and ``proto`` are implementation knobs, ``chunks`` (an index into the family's chunk
@@ -46,6 +50,10 @@ INSTANCES = (1, 2, 4, 8)
 """Instance counts tried (each instance is one more channel set; MAXCHANNELS is 32)."""
 INFEASIBLE_US = 1e18
 """What a tuner sees for a configuration that cannot run at that size (finite, for optuna)."""
+ELEMENT_BYTES = 4
+"""The element size eligibility is judged for (fp32, nccl-tests' default): a file runs a call only
+when its element count divides into ``nchunksperloop`` chunks (spec §3.1). A file eligible for
+4-byte elements at a byte count is eligible for 2- and 1-byte ones too."""
 
 
 @dataclass(frozen=True)
@@ -98,12 +106,14 @@ class Table:
             fam.sort(key=lambda c: c.chunks)
         self._index = {(c.family, c.chunks): c for c in self.candidates}
         self.times: dict[tuple[str, int, str, int], np.ndarray] = {}
+        sizes = np.array([b.size for b in buckets], dtype=np.int64)
         for c in self.candidates:
-            for proto in PROTOCOLS:
-                p = model.get(proto)
-                for inst in INSTANCES:
-                    self.times[(c.family, c.chunks, proto, inst)] = c.profile.times_us(
-                        self.sizes, p, inst, model.instance_overhead_us)
+            for inst in INSTANCES:
+                runs = sizes % (ELEMENT_BYTES * c.schedule.collective.buffer_chunks * inst) == 0
+                for proto in PROTOCOLS:
+                    t = c.profile.times_us(self.sizes, model.get(proto), inst,
+                                           model.instance_overhead_us)
+                    self.times[(c.family, c.chunks, proto, inst)] = np.where(runs, t, np.inf)
 
     @property
     def families(self) -> tuple[str, ...]:
