@@ -182,6 +182,12 @@ def catalog_md(result: CatalogResult, data: dict[str, Any], out_abs: str) -> str
                          f"{sorted(gains)[len(gains) // 2]:.1f}%; largest at "
                          f"{format_size(best['size'])}).")
             lines.append("")
+        t = cr.table
+        space = len(t.families) * len(PROTOCOLS) * t.chunk_levels() * len(INSTANCES)
+        evals = [tun.evaluations for tun in cr.tunings]
+        lines += [f"Tuner `{result.tuner}`: {sum(evals) / len(evals):.0f} model evaluations per "
+                  f"bucket on average, of {space} configurations (algorithm × protocol × chunk level "
+                  f"× instances); every baseline configuration is ranked as well.", ""]
         lines += ["| size | bucket | winner | µs | algbw GB/s | best baseline | baseline µs | "
                   "better by |", "|---:|---|---|---:|---:|---|---:|---:|"]
         for r in d["buckets"]:
