@@ -35,7 +35,7 @@ from ..errors import NotApplicable, SynthError
 from ..schedule import Schedule, Step, Transfer
 from ..topology import MB, Topology
 from .milp_problem import MILP_KINDS, LogicalLinks, MilpProblem, all_links, build_problem, reversed_links
-from .milp_route import InfeasibleSketch, PeerPolicy, route
+from .milp_route import InfeasibleSketch, PeerPolicy, Routes, route
 from .milp_schedule import Tasks, make_tasks, order, outcome, schedule_tasks, step_arrays
 from .trees import DEFAULT_SIZE, _option_size
 
@@ -92,30 +92,67 @@ def _replicate(problem: MilpProblem, tasks: Tasks, steps: list[int], topology: T
     return out
 
 
+ROUTING_SHARE = 0.6
+"""Of ``--time-limit``, the part the routing MILPs share (stage 3 gets min(1/4, STAGE3_MAX_S))."""
+MAX_TREE_DEEPENING = 2
+"""Hops beyond the sketch's slack that broadcast trees may take when the sketch is otherwise
+infeasible (a peer cap of k through a switch needs depth about log_k of the ranks)."""
+BOUND_SLACK = 1.02
+"""A DAG routing within 2% of the cut bound is not worth the detour model's time."""
+
+
+def _bound_proxy(topology: Topology, routed: Collective) -> float:
+    """The cut bound in the routing objective's units: µs per MB of one chunk (bandwidth part)."""
+    from ..bounds import lower_bound
+
+    bound = lower_bound(topology, routed)
+    return bound.inv_bandwidth_us_per_byte * routed.buffer_chunks * MB
+
+
 class _Phase:
     """One routed allgather (forward, or reversed for a reduction) with ``k`` chunks per rank."""
 
     def __init__(self, topology: Topology, routed: Collective, links: LogicalLinks, policies, *,
                  reverse: bool, extra: dict[str, Any], solver: str, time_limit: float | None,
                  progress) -> None:
+        """Route it; ``time_limit`` is this phase's share of the routing budget (per model)."""
         t0 = time.perf_counter()
         hops = int(extra.get("max_extra_hops", 1 if routed.kind == "alltoall" else 0))
         logical = reversed_links(links) if reverse else links
         # broadcast trees first on the shortest-path DAG (small, no level variables); only if the
         # sketch makes that infeasible (e.g. a peer cap on a switch) with the sketch's extra hops
-        for tree_hops in sorted({0, hops}):
-            self.problem = build_problem(topology, routed, logical,
-                                         symmetry=bool(extra.get("symmetry", True)), extra_hops=hops,
-                                         reverse=reverse, tree_extra_hops=tree_hops)
-            try:
-                self.routes = route(self.problem, policies, solver=solver,
-                                    time_limit_s=None if time_limit is None else 0.5 * time_limit,
-                                    mip_gap=extra.get("mip_gap"), progress=progress,
-                                    diagnose=tree_hops == hops or routed.kind == "alltoall")
+        # and again with them when the DAG's busiest resource stays above the cut bound (the
+        # optimum then needs detours, as on the DGX-1 cube-mesh); the better routing is kept
+        best: tuple[float, MilpProblem, Routes] | None = None
+        tries = sorted({0, hops})
+        if routed.kind != "alltoall" and hops >= 1:
+            # a peer cap can need deeper trees than the sketch's slack: a few more, if infeasible
+            tries += [hops + extra_hop for extra_hop in range(1, MAX_TREE_DEEPENING + 1)]
+        last = tries[-1]
+        for tree_hops in tries:
+            if best is not None and (routed.kind == "alltoall" or tree_hops > hops
+                                     or best[0] <= BOUND_SLACK * _bound_proxy(topology, routed)):
                 break
+            problem = build_problem(topology, routed, logical,
+                                    symmetry=bool(extra.get("symmetry", True)), extra_hops=hops,
+                                    reverse=reverse, tree_extra_hops=tree_hops)
+            try:
+                routes = route(problem, policies, solver=solver,
+                               time_limit_s=time_limit, mip_gap=extra.get("mip_gap"),
+                               progress=progress,
+                               diagnose=tree_hops == last or routed.kind == "alltoall")
             except InfeasibleSketch:
-                if tree_hops == hops or routed.kind == "alltoall":
+                if tree_hops == last or routed.kind == "alltoall":
                     raise
+                continue
+            except SynthError:
+                if best is None:
+                    raise
+                break  # the detour model found nothing in time: keep the DAG's routing
+            if best is None or routes.objective_us_per_mb < best[0] - 1e-9:
+                best = (routes.objective_us_per_mb, problem, routes)
+        assert best is not None
+        _, self.problem, self.routes = best
         self.tasks = make_tasks(self.problem, self.routes.edges)
         self.seconds = time.perf_counter() - t0
 
@@ -142,7 +179,7 @@ class _Phase:
                 "routing_busiest_us_per_mb": round(self.routes.objective_us_per_mb, 6)}
 
 
-CHUNK_MULTIPLES = (1, 2, 4, 8, 16)
+CHUNK_MULTIPLES = (1, 2, 3, 4, 6, 8, 16)
 """Chunkings tried for the main candidate: the sketch's chunks per rank times these."""
 MAX_REP_TASKS = 3000
 """Largest representative transfer count a chunking may have (keeps stage 3 and memory small)."""
@@ -193,27 +230,48 @@ def milp_encoding(topology: Topology, collective: Collective, options) -> dict[s
     stage3_limit = min(0.25 * time_limit if time_limit is not None else STAGE3_MAX_S,
                        float(extra.get("stage3_time_limit", STAGE3_MAX_S)))
     phases: dict[tuple[int, bool], _Phase] = {}
+    failed: dict[int, str] = {}
+    to_route = sorted({(k, r) for _, ks, _ in targets for k in ks for r in directions})
+    deadline = None if time_limit is None else time.perf_counter() + ROUTING_SHARE * time_limit
     out: dict[str, Schedule] = {}
-    for name, ks, target in targets:
+    for name, ks, target in sorted(targets, key=lambda t: t[1]):  # fewest chunks first: cheapest
         best: tuple[float, int, list] | None = None
         for k in ks:
+            if k in failed:
+                continue
             coll = make_collective(kind, n, k, collective.root, collective.inplace)
             chunk_mb = target / coll.buffer_chunks / MB
             plans = []
             total = 0.0
-            for reverse in directions:
-                if (k, reverse) not in phases:
-                    routed = make_collective("alltoall" if kind == "alltoall" else "allgather", n, k)
-                    phases[(k, reverse)] = _Phase(topology, routed, links, policies, reverse=reverse,
-                                                  extra=extra, solver=solver, time_limit=time_limit,
-                                                  progress=progress)
-                phase = phases[(k, reverse)]
-                initial, cost, rate = phase.order(chunk_mb)
-                plans.append((phase, initial, rate, reverse))
-                total += cost
+            try:
+                for reverse in directions:
+                    if (k, reverse) not in phases:
+                        # the routing budget is shared by the chunkings still to route
+                        left = [key for key in to_route if key not in phases]
+                        share = (None if deadline is None
+                                 else max(1.0, (deadline - time.perf_counter()) / len(left)))
+                        routed = make_collective("alltoall" if kind == "alltoall" else "allgather", n, k)
+                        phases[(k, reverse)] = _Phase(topology, routed, links, policies,
+                                                      reverse=reverse, extra=extra, solver=solver,
+                                                      time_limit=share, progress=progress)
+                    phase = phases[(k, reverse)]
+                    initial, cost, rate = phase.order(chunk_mb)
+                    plans.append((phase, initial, rate, reverse))
+                    total += cost
+            except InfeasibleSketch:
+                raise
+            except SynthError as exc:
+                failed[k] = exc.message  # no routing in its share of the time: try other chunkings
+                to_route = [key for key in to_route if key[0] != k]
+                continue
             if best is None or total < best[0] - 1e-9:
                 best = (total, k, plans)
-        assert best is not None
+        if best is None:
+            if name != "milp":
+                continue  # the latency-lean extra candidate is optional
+            raise SynthError("milp: no chunking could be routed within the time limit ("
+                             + "; ".join(f"{k} chunks: {m}" for k, m in sorted(failed.items()))
+                             + "); raise --time-limit", exit_code=3)
         _, k, plans = best
         coll = make_collective(kind, n, k, collective.root, collective.inplace)
         chunk_mb = target / coll.buffer_chunks / MB
@@ -229,6 +287,8 @@ def milp_encoding(topology: Topology, collective: Collective, options) -> dict[s
                f"{sketch.name if sketch else 'none (every link)'}, {k} chunk(s) per rank (of "
                f"{', '.join(map(str, ks))} tried), planned for {format_size(target)}")
         meta = {"why": why, "sketch": sketch.name if sketch else None, "solver": solver,
-                "planned_bytes": int(target), "chunkings_tried": ks, "stages": reports}
+                "planned_bytes": int(target), "chunkings_tried": [x for x in ks if x not in failed],
+                "chunkings_not_routed_in_time": sorted(x for x in ks if x in failed),
+                "stages": reports}
         out[name] = Schedule(coll, topology.name, topology.content_hash, tuple(steps), name, "milp", meta)
     return out

@@ -65,7 +65,9 @@ class RepChunk:
     depth: int
     """Hops from the origin to its farthest destination on the sketch's graph."""
     layered: bool = False
-    """Candidate links are not a DAG (a tree with extra hops): routing adds hop-level variables."""
+    """Candidate links are not a DAG (a tree with extra hops): routing indexes each use by its hop."""
+    levels: dict[Edge, tuple[int, ...]] = field(default_factory=dict)
+    """Layered trees: the hop numbers (1 = leaves the origin) at which each link may be used."""
 
 
 @dataclass
@@ -291,10 +293,16 @@ def build_problem(topology: Topology, routed: Collective, links: LogicalLinks, *
                 tree_cache[origin] = candidate_edges(out, origin, dests, allowed, tree_extra_hops, rev)
             edges, depth = tree_cache[origin]
             layered = tree_extra_hops > 0
+            levels = {}
+            if layered:
+                d_from = _bfs(out, origin, allowed)
+                top = depth + tree_extra_hops
+                levels = {(u, v): ((1,) if u == origin else tuple(range(int(d_from[u]) + 1, top + 1)))
+                          for u, v in edges}
         else:
             edges, depth = candidate_edges(out, origin, dests, allowed, extra_hops, rev)
-            layered = False
-        chunks.append(RepChunk(c, origin, dests, list(edges), depth, layered))
+            layered, levels = False, {}
+        chunks.append(RepChunk(c, origin, dests, list(edges), depth, layered, levels))
     problem = MilpProblem(topology, routed, group, links, rm, chunks, reverse=reverse)
     problem.chunk_image = chunk_images(routed, group)
     for ch in chunks:

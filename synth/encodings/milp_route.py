@@ -57,7 +57,7 @@ def _switch_matches(problem: MilpProblem, edge: Edge, name: str) -> bool:
     if ch is None or ch.via == "link":
         return False
     if name != "*":
-        return ch.via == name
+        return ch.via == name or ch.via.split("@", 1)[0] == name  # per-node copies: nvswitch@k
     return problem.topology.node_of[edge[0]] == problem.topology.node_of[edge[1]]
 
 
@@ -98,24 +98,28 @@ def build_routing_model(problem: MilpProblem, policies: Sequence[PeerPolicy] = (
                     continue
                 model += pulp.lpSum(into.get(v, [])) == pulp.lpSum(out.get(v, [])), f"conserve_{i}_{v}"
                 model += pulp.lpSum(into.get(v, [])) <= 1, f"once_{i}_{v}"
-        else:
+        elif not ch.layered:
             for v in sorted(out):
                 if v == ch.origin:
                     continue
                 have = pulp.lpSum(into.get(v, []))
                 for var in out[v]:
                     model += var <= have, f"fwd_{var.name}"
-            if ch.layered:
-                # extra hops allow cycles among non-origin ranks: hop levels forbid them
-                top = ch.depth + max(1, len(problem.topology.ranks))
-                level = {v: model.add_variable(f"lvl_{i}_{v}", lowBound=1, upBound=top)
-                         for v in sorted(set(into) | set(out)) if v != ch.origin}
-                for e in ch.edges:
-                    u, v = e
-                    if u == ch.origin:
-                        continue
-                    model += (level[v] >= level[u] + 1 - (top + 1) * (1 - x[(i, e)]),
-                              f"lvl_{i}_{u}_{v}")
+        else:
+            # extra hops: each use of a link is indexed by its hop, so a rank forwards at hop h only
+            # what it received at hop h - 1; levels strictly increase, so no cycles (and no big-M)
+            at: dict[tuple[int, int], list[pulp.LpVariable]] = {}
+            hop_vars: dict[tuple[Edge, int], pulp.LpVariable] = {}
+            for e in ch.edges:
+                for h in ch.levels[e]:
+                    var = model.add_variable(f"xh_{i}_{e[0]}_{e[1]}_{h}", cat="Binary")
+                    hop_vars[(e, h)] = var
+                    at.setdefault((e[1], h), []).append(var)
+                model += (x[(i, e)] == pulp.lpSum(hop_vars[(e, h)] for h in ch.levels[e]),
+                          f"hops_{i}_{e[0]}_{e[1]}")
+            for (e, h), var in hop_vars.items():
+                if e[0] != ch.origin:
+                    model += var <= pulp.lpSum(at.get((e[0], h - 1), [])), f"fwd_{var.name}"
     # load per resource orbit
     load: dict[int, list[tuple[float, pulp.LpVariable]]] = {}
     hops = []

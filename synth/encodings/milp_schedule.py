@@ -24,6 +24,10 @@ import numpy as np
 from .milp_problem import Edge, MilpProblem
 from .milp_solvers import pulp  # OR-Tools must load before PuLP: see milp_solvers
 
+STAGE3_NODES = 300
+"""Branch-and-bound nodes the scheduling MILP may explore (HiGHS): a deterministic budget, so the
+plan it returns does not depend on the machine's speed; the wall-clock limit is only a backstop."""
+
 
 @dataclass
 class Tasks:
@@ -286,7 +290,7 @@ def schedule_tasks(tasks: Tasks, initial: list[int], chunk_mb: float, *, window:
     model, y = build_scheduling_model(tasks, initial, chunk_mb, window)
     _start_from(model, y, tasks, initial, chunk_mb)
     result = solve_milp(model, solver, time_limit_s=time_limit_s, stage="scheduling",
-                        progress=progress, warm_start=True)
+                        progress=progress, warm_start=True, node_limit=STAGE3_NODES)
     report["stage3"] = outcome(result)
     report["stage3_size"] = {"variables": result.variables, "constraints": result.constraints}
     if result.status not in ("optimal", "feasible"):

@@ -395,7 +395,8 @@ def _unavailable_reason(name: str) -> str | None:
 
 def solve_milp(problem: pulp.LpProblem, solver: str = "highs", *, time_limit_s: float | None = None,
                threads: int = 2, mip_gap: float | None = None, stage: str = "",
-               progress: Progress | None = None, warm_start: bool = False) -> MilpResult:
+               progress: Progress | None = None, warm_start: bool = False,
+               node_limit: int | None = None) -> MilpResult:
     """Solve a PuLP model with the named backend; the incumbent is left in every ``var.varValue``.
 
     ``time_limit_s`` is wall-clock; when it stops the search the result is ``feasible`` (with the
@@ -404,6 +405,10 @@ def solve_milp(problem: pulp.LpProblem, solver: str = "highs", *, time_limit_s: 
     thread budget; every backend is run in a reproducible mode (see the module docstring).
     ``stage`` names the solve in the progress display and in :meth:`MilpResult.summary`.
 
+    ``node_limit``: a deterministic work limit (HiGHS branch-and-bound nodes; other backends
+    ignore it): unlike a wall-clock limit it stops at the same incumbent on every machine, so a
+    schedule built from a stopped search is still byte-identical run to run.
+
     ``warm_start``: the variables' initial values (``var.setInitialValue``) are a feasible
     point; HiGHS starts from it as its first incumbent (other backends ignore it), so a time limit
     can never return worse than the caller's heuristic.
@@ -411,7 +416,7 @@ def solve_milp(problem: pulp.LpProblem, solver: str = "highs", *, time_limit_s: 
     Unknown or unavailable solvers and bad limits raise :class:`SynthError` (exit code 2).
     """
     return _solve(problem, solver, time_limit_s=time_limit_s, threads=threads, mip_gap=mip_gap,
-                  stage=stage, progress=progress, warm_start=warm_start)
+                  stage=stage, progress=progress, warm_start=warm_start, node_limit=node_limit)
 
 
 def _check_args(solver: str, time_limit_s: float | None, threads: int, mip_gap: float | None) -> None:
@@ -432,7 +437,8 @@ def _check_args(solver: str, time_limit_s: float | None, threads: int, mip_gap: 
 
 def _solve(problem: pulp.LpProblem, solver: str, *, time_limit_s: float | None, threads: int,
            mip_gap: float | None, stage: str, progress: Progress | None, relax: bool = False,
-           feasibility: bool = False, warm_start: bool = False) -> MilpResult:
+           feasibility: bool = False, warm_start: bool = False,
+           node_limit: int | None = None) -> MilpResult:
     """:func:`solve_milp` plus two modes for :func:`diagnose_infeasible`: ``relax`` drops
     integrality (LP relaxation), ``feasibility`` drops the objective (any feasible point will do;
     CBC keeps it, see :func:`_solve_cbc`)."""
@@ -454,7 +460,7 @@ def _solve(problem: pulp.LpProblem, solver: str, *, time_limit_s: float | None, 
         start_point = None
         if warm_start and all(v.varValue is not None for v in mat.columns):
             start_point = np.array([float(v.varValue) for v in mat.columns])
-        out = _solve_highs(mat, time_limit_s, threads, gap, progress, start_point)
+        out = _solve_highs(mat, time_limit_s, threads, gap, progress, start_point, node_limit)
     elif solver == "cbc":
         out = _solve_cbc(problem, mat, time_limit_s, threads, gap, relax, feasibility)
     elif solver == "cpsat":
@@ -559,7 +565,8 @@ def _c_stdout_silenced() -> Iterator[None]:
 
 
 def _solve_highs(mat: _Matrix, time_limit_s: float | None, threads: int, gap: float,
-                 progress: Progress | None, start_point: np.ndarray | None = None) -> _Outcome:
+                 progress: Progress | None, start_point: np.ndarray | None = None,
+                 node_limit: int | None = None) -> _Outcome:
     core = _highs_core()
     assert core is not None
     h = _highs_model(core, mat)
@@ -571,6 +578,8 @@ def _solve_highs(mat: _Matrix, time_limit_s: float | None, threads: int, gap: fl
     h.setOptionValue("threads", threads)
     h.setOptionValue("random_seed", 0)
     h.setOptionValue("mip_rel_gap", gap)
+    if node_limit is not None:
+        h.setOptionValue("mip_max_nodes", int(node_limit))
     if time_limit_s is not None:
         h.setOptionValue("time_limit", float(time_limit_s))
     interrupted: list[BaseException] = []
