@@ -903,10 +903,10 @@ def _solve_cpsat(mat: _Matrix, time_limit_s: float | None, threads: int, gap: fl
         callback = _Report()
         solver.best_bound_callback = lambda b: progress.update(bound=to_original(b))
     code = solver.solve(model, callback)
-    if code in (cp_model.FEASIBLE, cp_model.UNKNOWN) and (
-            time_limit_s is None or solver.wall_time < 0.9 * time_limit_s - 0.01):
-        # No limit but time stops CP-SAT short of a proof, so this was Ctrl-C, which CP-SAT
-        # catches itself (it stops the search gracefully); pass it on as the other backends do.
+    if code in (cp_model.FEASIBLE, cp_model.UNKNOWN) and time_limit_s is None:
+        # No limit, yet CP-SAT stopped short of a proof: that was Ctrl-C, which CP-SAT catches
+        # itself (it stops the search gracefully); pass it on as the other backends do. With a
+        # limit, an early stop is CP-SAT's own (e.g. its presolve gives up) and is reported as is.
         raise KeyboardInterrupt
     note = "; ".join(notes)
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
