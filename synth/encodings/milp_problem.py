@@ -25,7 +25,7 @@ import numpy as np
 from ..collectives import Collective
 from ..errors import NotApplicable, SynthError
 from ..topology import Topology
-from .symmetry import RankGroup, ResourceMap, candidate_generators, is_automorphism, trivial_group
+from .symmetry import RankGroup, ResourceMap, rank_group, trivial_group
 
 MILP_KINDS = ("allgather", "alltoall", "reducescatter", "allreduce")
 """Collectives the MILP encoding synthesises (reducescatter and allreduce via reversed allgather)."""
@@ -124,12 +124,9 @@ def sketch_group(topology: Topology, links: LogicalLinks, *, enabled: bool = Tru
     A generator is kept only if it maps allowed pairs to allowed pairs and each relay's carry rule
     onto itself; otherwise solving one representative and rotating would break the sketch.
     """
-    from .symmetry import _closure, _finish, _signature
-
     n = topology.num_ranks
     if not enabled or n <= 1:
         return trivial_group(n)
-    base = _signature(topology)
     inter = sorted((u, v) for u, v in links.pairs if topology.node_of[u] != topology.node_of[v])
 
     def preserves(perm: np.ndarray) -> bool:
@@ -143,23 +140,7 @@ def sketch_group(topology: Topology, links: LogicalLinks, *, enabled: bool = Tru
                     return False
         return True
 
-    chosen: list[tuple[str, np.ndarray]] = []
-    group = np.arange(n, dtype=np.int64)[None, :]
-    members = {group[0].tobytes()}
-    for name, perm in candidate_generators(topology):
-        if group.shape[0] == n:
-            break
-        if perm.tobytes() in members or not is_automorphism(topology, perm, base):
-            continue
-        if not preserves(perm):
-            continue
-        trial = _closure([p for _, p in chosen] + [perm], n, n)
-        if trial is None or trial.shape[0] <= group.shape[0]:
-            continue
-        chosen.append((name, perm))
-        group = trial
-        members = {g.tobytes() for g in group}
-    return _finish(group, tuple((name, tuple(int(x) for x in p)) for name, p in chosen))
+    return rank_group(topology, accept=preserves)
 
 
 def chunk_images(collective: Collective, group: RankGroup) -> np.ndarray:

@@ -178,10 +178,12 @@ def _closure(gens: list[np.ndarray], n: int, limit: int) -> np.ndarray | None:
     return np.array(elems)
 
 
-def rank_group(topology: Topology, *, enabled: bool = True, nodes_only: bool = False) -> RankGroup:
+def rank_group(topology: Topology, *, enabled: bool = True, nodes_only: bool = False,
+               accept: Callable[[np.ndarray], bool] | None = None) -> RankGroup:
     """The largest semiregular group the structured candidates give (greedy, verified).
 
-    ``nodes_only`` keeps the node shift alone (ranks keep their local index)."""
+    ``nodes_only`` keeps the node shift alone (ranks keep their local index); ``accept`` vetoes
+    generators that break something else the caller must preserve (a sketch's links)."""
     n = topology.num_ranks
     if not enabled or n <= 1:
         return trivial_group(n)
@@ -195,6 +197,8 @@ def rank_group(topology: Topology, *, enabled: bool = True, nodes_only: bool = F
         if nodes_only and not name.startswith("node shift"):
             continue
         if perm.tobytes() in members or not is_automorphism(topology, perm, base):
+            continue
+        if accept is not None and not accept(perm):
             continue
         trial = _closure([p for _, p in chosen] + [perm], n, n)
         if trial is None or trial.shape[0] <= group.shape[0]:
