@@ -123,26 +123,27 @@ class _Phase:
         # sketch makes that infeasible (e.g. a peer cap on a switch) with the sketch's extra hops
         # and again with them when the DAG's busiest resource stays above the cut bound (the
         # optimum then needs detours, as on the DGX-1 cube-mesh); the better routing is kept
+        # alltoall paths take the sketch's slack, and a few hops more only if a peer cap makes
+        # that infeasible (a cap of k peers reaches about k^h ranks in h hops)
         best: tuple[float, MilpProblem, Routes] | None = None
-        tries = sorted({0, hops})
-        if routed.kind != "alltoall" and hops >= 1:
-            # a peer cap can need deeper trees than the sketch's slack: a few more, if infeasible
-            tries += [hops + extra_hop for extra_hop in range(1, MAX_TREE_DEEPENING + 1)]
+        deeper = list(range(hops + 1, hops + MAX_TREE_DEEPENING + 1)) if hops >= 1 else []
+        a2a = routed.kind == "alltoall"
+        tries = [(0, h) for h in [hops, *deeper]] if a2a else [(t, hops) for t in
+                                                               [*sorted({0, hops}), *deeper]]
         last = tries[-1]
-        for tree_hops in tries:
-            if best is not None and (routed.kind == "alltoall" or tree_hops > hops
+        for tree_hops, path_hops in tries:
+            if best is not None and (a2a or tree_hops > hops
                                      or best[0] <= BOUND_SLACK * _bound_proxy(topology, routed)):
                 break
             problem = build_problem(topology, routed, logical,
-                                    symmetry=bool(extra.get("symmetry", True)), extra_hops=hops,
+                                    symmetry=bool(extra.get("symmetry", True)), extra_hops=path_hops,
                                     reverse=reverse, tree_extra_hops=tree_hops)
             try:
                 routes = route(problem, policies, solver=solver,
                                time_limit_s=time_limit, mip_gap=extra.get("mip_gap"),
-                               progress=progress,
-                               diagnose=tree_hops == last or routed.kind == "alltoall")
+                               progress=progress, diagnose=(tree_hops, path_hops) == last)
             except InfeasibleSketch:
-                if tree_hops == last or routed.kind == "alltoall":
+                if (tree_hops, path_hops) == last:
                     raise
                 continue
             except SynthError:
