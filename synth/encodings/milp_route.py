@@ -77,7 +77,10 @@ def build_routing_model(problem: MilpProblem, policies: Sequence[PeerPolicy] = (
     for i, ch in enumerate(problem.chunks):
         for e in ch.edges:
             x[(i, e)] = model.add_variable(f"x_{i}_{e[0]}_{e[1]}", cat="Binary")
-    T = model.add_variable("T", lowBound=0)
+    # a finite upper bound (every candidate link used at once) keeps CP-SAT's integer scaling sane
+    ceiling = sum(max(problem.tau(o) * m for o, m in problem.orbits_of(e))
+                  for ch in problem.chunks for e in ch.edges)
+    T = model.add_variable("T", lowBound=0, upBound=max(ceiling, 1.0))
     # delivery and forwarding, per chunk
     for i, ch in enumerate(problem.chunks):
         into: dict[int, list[pulp.LpVariable]] = {}

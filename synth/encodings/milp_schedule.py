@@ -266,7 +266,8 @@ def build_scheduling_model(tasks: Tasks, initial: list[int], chunk_mb: float, wi
             alpha[o] = max(alpha.get(o, 0.0), tasks.alpha[i])
             for s in span[i]:
                 on.setdefault((s, o), []).append((i, w))
-    D = [model.add_variable(f"D_{s}", lowBound=0) for s in range(horizon)]
+    ceiling = max(tasks.alpha) + chunk_mb * sum(w for ls in tasks.loads for _, w in ls)
+    D = [model.add_variable(f"D_{s}", lowBound=0, upBound=ceiling) for s in range(horizon)]
     for (s, o), members in sorted(on.items()):
         u = model.add_variable(f"u_{s}_{o}", cat="Binary")
         for i, _ in members:
