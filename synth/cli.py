@@ -158,6 +158,9 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
 
     if chunks is not None and chunks < 1:
         raise SynthError(f"--chunks must be at least 1, got {chunks}")
+    if (sketch or solver) and encoding not in ("milp", "auto"):
+        raise SynthError(f"--sketch and --solver are options of the milp encoding, not of "
+                         f"'{encoding}' (use --encoding milp or auto)")
     if instances < 1:
         raise SynthError(f"--instances must be at least 1, got {instances}")
     size_list = parse_sizes(sizes) if sizes else DEFAULT_SIZES

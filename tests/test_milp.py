@@ -150,6 +150,7 @@ def test_cli_milp_writes_verified_outputs(tmp_path):
     (["--solver", "glpk"], "unknown solver 'glpk'"),
     (["--sketch", "ndv2-relay"], "sketch"),
     (["--sketch", "no-such-sketch"], "no-such-sketch"),
+    (["--encoding", "trees", "--solver", "cbc"], "options of the milp encoding"),
 ])
 def test_cli_bad_input(tmp_path, args, message):
     proc = run_synth("solve", "--encoding", "milp", "--topo", "dgx1", "--coll", "allgather",
