@@ -48,10 +48,11 @@ from typing import Any
 
 import numpy as np
 
-from .calibration import Calibration, ClassParams, apply_calibration, class_of_port
+from .calibration import Calibration, ClassParams, apply_calibration, class_figures, class_of_port
 from .collectives import make_collective
 from .encodings.baseline import baseline
 from .errors import SynthError
+from .files import read_input
 from .schedule import Schedule
 from .topology import MB, Topology
 
@@ -281,14 +282,7 @@ def _resolve_ranks(run: Run, source: str) -> None:
 
 
 def read_nccl_log(path: str | Path) -> list[Run]:
-    p = Path(path)
-    if not p.exists():
-        raise SynthError(f"log file '{p}' does not exist")
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SynthError(f"cannot read '{p}': {exc}") from None
-    return parse_nccl_tests(text, str(p))
+    return parse_nccl_tests(read_input(path, "log file"), str(path))
 
 
 def nodes_in_nccl_log(path: str | Path) -> int:
@@ -374,19 +368,6 @@ def _class_beta(topology: Topology, kind: str) -> float:
     if kind not in cache:
         cache[kind] = class_figures(topology)[kind][1]
     return cache[kind]
-
-
-def class_figures(topology: Topology) -> dict[str, tuple[float, float]]:
-    """kind -> (α µs, β µs/MB per link or port lane) for every class the topology uses."""
-    out: dict[str, tuple[float, float]] = {}
-    for lk in topology.links:
-        out.setdefault(lk.kind, (lk.alpha_us, lk.beta_us_per_mb))
-    for n in topology.nics:
-        out.setdefault(n.kind, (n.alpha_us, n.beta_us_per_mb))
-    for sw in topology.switches:
-        for p in sw.ports:
-            out.setdefault(class_of_port(topology, sw, p), (sw.alpha_us, p.beta_us_per_mb))
-    return out
 
 
 def nccl_schedule(topology: Topology, collective: str) -> Schedule:

@@ -194,7 +194,7 @@ def class_overrides(topology: Topology, calibration: Calibration) -> tuple[dict[
     if calibration.terms:
         scaled, more = _closed_term_ratios(topology, calibration)
         notes += more
-        figures = _class_figures(topology)
+        figures = class_figures(topology)
         for k, (ra, rb) in scaled.items():
             if k not in out:  # an explicit class figure wins over a derived one
                 a, b = figures[k]
@@ -203,7 +203,8 @@ def class_overrides(topology: Topology, calibration: Calibration) -> tuple[dict[
     return out, notes
 
 
-def _class_figures(topology: Topology) -> dict[str, tuple[float, float]]:
+def class_figures(topology: Topology) -> dict[str, tuple[float, float]]:
+    """kind -> (α µs, β µs/MB per link or port lane) for every class the topology uses."""
     out: dict[str, tuple[float, float]] = {}
     for lk in topology.links:
         out.setdefault(lk.kind, (lk.alpha_us, lk.beta_us_per_mb))

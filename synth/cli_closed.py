@@ -211,7 +211,7 @@ def _calibrate_nccl(log: str, topo_spec: str | None, nodes: int | None, rings: i
               f"{fit.points} points, median relative error {100 * fit.median_rel_error:.2f}%, "
               f"max {100 * fit.max_rel_error:.2f}% (datasheet figures: median "
               f"{100 * fit.default_median_rel_error:.1f}%)")
-    from .calibrate_nccl import class_figures
+    from .calibration import class_figures
     figures: dict[str, tuple[float, float]] = {}
     for n in sorted({r["nodes"] for r in fit.runs}):
         figures.update({k: v for k, v in class_figures(load_topology(topo_spec, n)).items()

@@ -91,6 +91,15 @@ def make_step(transfers: Iterable[Transfer], topology: Topology) -> Step:
     return Step(transfers, rounds_needed(transfers, topology))
 
 
+def step_from_arrays(src: np.ndarray, dst: np.ndarray, chunk: np.ndarray, topology: Topology,
+                     op: str = "copy") -> Step:
+    """A step from parallel arrays of transfers (how the symmetric encodings replicate a plan)."""
+    order = np.lexsort((chunk, dst, src))
+    transfers = [Transfer(a, b, c, op) for a, b, c in  # type: ignore[arg-type]
+                 zip(src[order].tolist(), dst[order].tolist(), chunk[order].tolist(), strict=True)]
+    return make_step(transfers, topology)
+
+
 def schedule_times_us(schedule: Schedule, topology: Topology, sizes: Sequence[int]) -> np.ndarray:
     """Predicted time (µs) of ``schedule`` for each message size in ``sizes``."""
     chunk_mb = np.asarray(sizes, dtype=float) / schedule.collective.buffer_chunks / MB

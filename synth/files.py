@@ -1,4 +1,5 @@
-"""Writing outputs atomically: a reader (or a crash) never sees a half-written file."""
+"""Files at the boundary: inputs read with one clear error, outputs written atomically (a reader, or
+a crash, never sees a half-written file)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,14 @@ def atomic_write(path: Path, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def read_input(path: str | Path, what: str = "file") -> str:
+    """The text of an input file, or a SynthError naming it (missing, unreadable, not text)."""
+    p = Path(path)
+    if not p.exists():
+        raise SynthError(f"{what} '{p}' does not exist")
+    try:
+        return p.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SynthError(f"cannot read '{p}': {exc}") from None

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SynthError
+from ..files import read_input
 from ..topology import MB, Topology
 from .cost import CostModel, default_model, wire_factor
 from .mesh import Mesh, mesh_for_topology
@@ -206,12 +207,7 @@ def parse_timings(data: Any, source: str, mesh: Mesh, model: CostModel) -> list[
 
 def read_log(path: str | Path, mesh: Mesh, model: CostModel) -> list[Record]:
     p = Path(path)
-    if not p.exists():
-        raise SynthError(f"log file '{p}' does not exist")
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SynthError(f"cannot read '{p}': {exc}") from None
+    text = read_input(p, "log file")
     stripped = text.lstrip()
     if stripped.startswith("{"):
         try:

@@ -15,7 +15,7 @@ carried over paths of the topology, hop by hop in synchronous steps. This encodi
    the longest shortest path upwards;
 4. rounds the fractions to ``k`` integral chunks per pair (stratified rounding with a per-commodity
    offset, so rounding errors spread over the resources instead of piling up), replicates by the
-   group, and sets rounds with :func:`synth.cost.make_step`.
+   group, and sets rounds with :func:`synth.cost.step_from_arrays`.
 
 ``meta`` reports the LP optimum (``sum z_t`` plus each step's α) and the rounded schedule's gap to
 it. Options (``Options.extra``): ``size`` (bytes the plan is tuned for, default 1 GiB),
@@ -37,9 +37,9 @@ from scipy.optimize import linprog
 from scipy.sparse.csgraph import dijkstra, shortest_path
 
 from ..collectives import Collective, make_collective
-from ..cost import make_step
+from ..cost import step_from_arrays
 from ..errors import NotApplicable, SynthError
-from ..schedule import Schedule, Step, Transfer
+from ..schedule import Schedule, Step
 from ..topology import MB, Topology
 from .symmetry import RankGroup, ResourceMap, rank_group, trivial_group
 from .trees import DEFAULT_SIZE, _option_size
@@ -420,10 +420,7 @@ def _build_steps(topology: Topology, group: RankGroup, coll: Collective, comms: 
             u, v = a, b
             chunk = np.asarray([comms[i].chunks[x] for i, x in zip(ci.tolist(), j.tolist(), strict=True)],
                                dtype=np.int64)
-        order = np.lexsort((chunk, v, u))
-        transfers = [Transfer(x, y, c) for x, y, c in
-                     zip(u[order].tolist(), v[order].tolist(), chunk[order].tolist(), strict=True)]
-        steps.append(make_step(transfers, topology))
+        steps.append(step_from_arrays(u, v, chunk, topology))
     return steps
 
 

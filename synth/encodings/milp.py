@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 
 from ..collectives import Collective, make_collective
-from ..cost import format_size, make_step
+from ..cost import format_size, step_from_arrays
 from ..errors import NotApplicable, SynthError
-from ..schedule import Schedule, Step, Transfer
+from ..schedule import Schedule, Step
 from ..topology import MB, Topology
 from .milp_problem import MILP_KINDS, LogicalLinks, MilpProblem, all_links, build_problem, reversed_links
 from .milp_route import InfeasibleSketch, PeerPolicy, Routes, route
@@ -83,10 +83,7 @@ def _replicate(problem: MilpProblem, tasks: Tasks, steps: list[int], topology: T
             a, b, op = v, u, "reduce"
         else:
             a, b, op = u, v, "copy"
-        order_ = np.lexsort((c, b, a))
-        transfers = [Transfer(x, y, z, op) for x, y, z in
-                     zip(a[order_].tolist(), b[order_].tolist(), c[order_].tolist(), strict=True)]
-        out.append(make_step(transfers, topology))
+        out.append(step_from_arrays(a, b, c, topology, op))
     if problem.reverse:
         out.reverse()
     return out

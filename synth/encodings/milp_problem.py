@@ -257,7 +257,7 @@ def build_problem(topology: Topology, routed: Collective, links: LogicalLinks, *
     rev = _reverse(out)
     reps = set(group.reps)
     chunks: list[RepChunk] = []
-    tree_cache: dict[int, tuple[list[Edge], int]] = {}
+    trees: dict[int, tuple[list[Edge], int, dict[Edge, tuple[int, ...]]]] = {}
     for c in range(routed.num_chunks):
         (origin,) = routed.pre[c]
         if origin not in reps:
@@ -269,21 +269,21 @@ def build_problem(topology: Topology, routed: Collective, links: LogicalLinks, *
         def allowed(u: int, v: int, origin: int = origin) -> bool:
             return links.may_carry(origin, u, v)
 
-        if len(dests) > 1:
-            if origin not in tree_cache:
-                tree_cache[origin] = candidate_edges(out, origin, dests, allowed, tree_extra_hops, rev)
-            edges, depth = tree_cache[origin]
-            layered = tree_extra_hops > 0
-            levels = {}
-            if layered:
+        if len(dests) == 1:
+            edges, depth = candidate_edges(out, origin, dests, allowed, extra_hops, rev)
+            chunks.append(RepChunk(c, origin, dests, edges, depth))
+            continue
+        if origin not in trees:  # every chunk of one origin has the same candidate tree links
+            edges, depth = candidate_edges(out, origin, dests, allowed, tree_extra_hops, rev)
+            levels: dict[Edge, tuple[int, ...]] = {}
+            if tree_extra_hops:
                 d_from = _bfs(out, origin, allowed)
                 top = depth + tree_extra_hops
                 levels = {(u, v): ((1,) if u == origin else tuple(range(int(d_from[u]) + 1, top + 1)))
                           for u, v in edges}
-        else:
-            edges, depth = candidate_edges(out, origin, dests, allowed, extra_hops, rev)
-            layered, levels = False, {}
-        chunks.append(RepChunk(c, origin, dests, list(edges), depth, layered, levels))
+            trees[origin] = (edges, depth, levels)
+        edges, depth, levels = trees[origin]
+        chunks.append(RepChunk(c, origin, dests, list(edges), depth, bool(tree_extra_hops), levels))
     problem = MilpProblem(topology, routed, group, links, rm, chunks, reverse=reverse)
     problem.chunk_image = chunk_images(routed, group)
     for ch in chunks:

@@ -72,16 +72,23 @@ def make_tasks(problem: MilpProblem, routes: dict[int, list[Edge]]) -> Tasks:
     return t
 
 
-def plan_cost(tasks: Tasks, steps: list[int], chunk_mb: float) -> float:
-    """Σ over steps of max over orbits of (α + S · load), the replicated schedule's α-β time."""
-    if not steps:
-        return 0.0
+def step_orbit_loads(tasks: Tasks, steps: list[int]
+                     ) -> tuple[dict[tuple[int, int], float], dict[tuple[int, int], float]]:
+    """(step, orbit) -> µs/MB of load, and -> the largest α of the hops loading it."""
     load: dict[tuple[int, int], float] = {}
     alpha: dict[tuple[int, int], float] = {}
     for i, s in enumerate(steps):
         for o, w in tasks.loads[i]:
             load[(s, o)] = load.get((s, o), 0.0) + w
             alpha[(s, o)] = max(alpha.get((s, o), 0.0), tasks.alpha[i])
+    return load, alpha
+
+
+def plan_cost(tasks: Tasks, steps: list[int], chunk_mb: float) -> float:
+    """Σ over steps of max over orbits of (α + S · load), the replicated schedule's α-β time."""
+    if not steps:
+        return 0.0
+    load, alpha = step_orbit_loads(tasks, steps)
     per_step: dict[int, float] = {}
     for key, w in load.items():
         per_step[key[0]] = max(per_step.get(key[0], 0.0), alpha[key] + chunk_mb * w)
@@ -318,12 +325,7 @@ def _start_from(model: pulp.LpProblem, y: dict[tuple[int, int], pulp.LpVariable]
     """Set every variable to the stage-2 plan, so the MILP starts from it (a feasible point)."""
     for (i, s), var in y.items():
         var.setInitialValue(1 if initial[i] == s else 0)
-    load: dict[tuple[int, int], float] = {}
-    alpha: dict[tuple[int, int], float] = {}
-    for i, s in enumerate(initial):
-        for o, w in tasks.loads[i]:
-            load[(s, o)] = load.get((s, o), 0.0) + w
-            alpha[(s, o)] = max(alpha.get((s, o), 0.0), tasks.alpha[i])
+    load, _ = step_orbit_loads(tasks, initial)
     orbit_alpha: dict[int, float] = {}
     for i in range(len(tasks)):
         for o, _ in tasks.loads[i]:

@@ -40,9 +40,9 @@ from fractions import Fraction
 import numpy as np
 
 from ..collectives import Collective, make_collective
-from ..cost import format_size, make_step, parse_size
+from ..cost import format_size, parse_size, step_from_arrays
 from ..errors import NotApplicable, SynthError
-from ..schedule import Schedule, Step, Transfer
+from ..schedule import Schedule, Step
 from ..topology import MB, Topology
 from .symmetry import RankGroup, ResourceMap, rank_group, trivial_group
 from .trees_pack import LogicalGraph, Packing, logical_graph, pack_trees
@@ -217,10 +217,7 @@ def _replicate(pp: PhasePlan, group: RankGroup, roots: tuple[int, ...], k: int, 
             a, b, op = v, u, "reduce"
         else:
             a, b, op = u, v, "copy"
-        order = np.lexsort((chunk, b, a))
-        transfers = [Transfer(x, y, c, op) for x, y, c in
-                     zip(a[order].tolist(), b[order].tolist(), chunk[order].tolist(), strict=True)]
-        steps.append(make_step(transfers, topology))
+        steps.append(step_from_arrays(a, b, chunk, topology, op))
     if pp.phase.reverse:
         steps.reverse()
     return steps
