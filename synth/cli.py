@@ -127,7 +127,8 @@ def topo_show(name: str, nodes: int, as_json: bool) -> None:
               type=click.Choice(["Simple", "LL", "LL128"]))
 @click.option("--instances", default=1, show_default=True, help="XML instances (channels).")
 @click.option("--min-bytes", default="0", show_default=True, help="XML minBytes (e.g. 1MB).")
-@click.option("--max-bytes", default="0", show_default=True, help="XML maxBytes; 0 = unbounded.")
+@click.option("--max-bytes", default="0", show_default=True,
+              help="XML maxBytes, inclusive (legacy files get +1); 0 = unbounded.")
 @click.option("--target", default="msccl", show_default=True,
               type=click.Choice(["msccl", "neuron", "jax"]),
               help="msccl: schedule + MSCCL-IR XML; neuron/jax: a composed vendor-primitive program.")
@@ -154,7 +155,7 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
     from .emit import XmlOptions
     from .files import ensure_writable_dir
     from .solve import solve as run_solve
-    from .solve import write_best
+    from .solve import write_winners
 
     if chunks is not None and chunks < 1:
         raise SynthError(f"--chunks must be at least 1, got {chunks}")
@@ -182,13 +183,13 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
             extra["progress"] = Progress(console=err)  # MILP stages: incumbent and gap, live
         result = run_solve(topology, collective, encoding=encoding, algorithm=algo,
                            sizes=size_list, time_limit_s=time_limit, chunks=chunks, extra=extra)
-        chosen, written = write_best(result, target, xml)
-        result.best = chosen
+        written = write_winners(result, target, xml)
+        result.best = written.ranges[-1].candidate  # the one serving the largest size
     files = [str(f) for f in written.files]
     if as_json:
         click.echo(json.dumps(_solve_json(result, files, written), indent=2))
         return
-    _print_solve(result, files)
+    _print_solve(result, files, written)
     for note in written.notes:
         out.print(f"[yellow]{note}[/yellow]")
     for rep in written.xml_reports:
@@ -244,7 +245,18 @@ def _bytes(text: str) -> int:
     return 0 if text.strip() == "0" else parse_size(text)
 
 
+def _served(written: Any) -> list[tuple[Any, Any, str | None]]:
+    """Per swept size: (its cost point under the winner, the winner, the file serving it)."""
+    out = []
+    for r, f in zip(written.ranges, written.range_files, strict=True):
+        at = {p.bytes: p for p in r.candidate.costs}
+        out.extend((at[size], r.candidate, f) for size in r.sizes)
+    return out
+
+
 def _solve_json(result: Any, files: list[str], written: Any) -> dict[str, Any]:
+    from .solve import ranges_table
+
     best = result.best
     return {
         "xml_verified_modes": [rep.mode for rep in written.xml_reports],
@@ -263,7 +275,9 @@ def _solve_json(result: Any, files: list[str], written: Any) -> dict[str, Any]:
         "files": files,
         "bound": {"method": result.bound.method, "latency_us": result.bound.latency_us,
                   "steps": result.bound.steps},
-        "costs": [p.to_dict() for p in best.costs],
+        "costs": [{**p.to_dict(), "algorithm": c.name, "file": f} for p, c, f in _served(written)],
+        "ranges": [r.to_dict(f) for r, f in zip(written.ranges, written.range_files, strict=True)],
+        "range_table": ranges_table(result, written.ranges, written.range_files),
         "candidates": [{"name": c.name, "algorithm": c.schedule.algorithm, "steps": c.report.steps,
                         "score_pct": round(100 * c.score, 3),
                         "time_us": {str(p.bytes): round(p.time_us, 6) for p in c.costs}}
@@ -271,7 +285,7 @@ def _solve_json(result: Any, files: list[str], written: Any) -> dict[str, Any]:
     }
 
 
-def _print_solve(result: Any, files: list[str]) -> None:
+def _print_solve(result: Any, files: list[str], written: Any) -> None:
     best = result.best
     s = best.schedule
     out.print(f"[bold]{result.collective.name}[/bold] on [bold]{result.topology.name}[/bold] "
@@ -282,17 +296,30 @@ def _print_solve(result: Any, files: list[str]) -> None:
     if result.encoding == "auto":
         from .encodings import auto_reason
 
-        out.print(f"auto: {auto_reason(result.topology, result.collective)}; picked "
-                  f"{s.algorithm} (best mean % of bound over the sizes)")
+        out.print(f"auto: {auto_reason(result.topology, result.collective)}; each size range "
+                  f"gets its fastest candidate")
     if s.meta.get("why"):
         out.print(f"why: {s.meta['why']}")
-    table = Table(title=f"predicted cost (bound: {result.bound.method})")
-    for col in ("size", "time µs", "algbw GB/s", "bound µs", "% of bound"):
+    table = Table(title=f"predicted cost of what is written (bound: {result.bound.method})")
+    for col in ("size", "algorithm", "time µs", "algbw GB/s", "bound µs", "% of bound"):
         table.add_column(col, justify="right")
-    for p in best.costs:
-        table.add_row(format_size(p.bytes), f"{p.time_us:.2f}", f"{p.algbw_GBps:.2f}",
+    for p, c, _ in _served(written):
+        table.add_row(format_size(p.bytes), c.name, f"{p.time_us:.2f}", f"{p.algbw_GBps:.2f}",
                       f"{p.bound_us:.2f}", f"{p.pct_of_bound:.1f}")
     out.print(table)
+    if len(written.ranges) > 1:
+        from .solve import ranges_table
+
+        rt = Table(title="size range -> file (time and % of bound at the range's largest size)")
+        for col in ("min bytes", "max bytes", "algorithm", "time µs", "% of bound", "file"):
+            rt.add_column(col, justify="right" if "bytes" in col or "µs" in col or "%" in col
+                          else "left")
+        for row in ranges_table(result, written.ranges, written.range_files):
+            rt.add_row(str(row["min_bytes"]), str(row["max_bytes"] or "unbounded"),
+                       row["algorithm"], f"{row['time_us']:.2f}" if row["time_us"] else "—",
+                       f"{row['pct_of_bound']:.1f}" if row["pct_of_bound"] else "—",
+                       Path(row["file"]).name if row["file"] else "—")
+        out.print(rt)
     if len(result.candidates) > 1:
         sizes = [best.costs[0].bytes, best.costs[len(best.costs) // 2].bytes, best.costs[-1].bytes]
         cand = Table(title="candidates (time µs; best first)")
