@@ -379,11 +379,14 @@ def _load_schedule(path: str, topo_spec: str | None, calibration: str | None = N
 @click.option("--json", "as_json", is_flag=True)
 def verify_cmd(file: str, topo_spec: str | None, mode: str, xml_profile: str, root: int | None,
                calibration: str | None, as_json: bool) -> None:
-    """Verify a schedule JSON or MSCCL-IR XML file: exit 0 if correct, 1 with the reason if not."""
+    """Verify a schedule JSON, MSCCL-IR XML or MSCCL++ plan JSON: exit 0 if correct, 1 if not."""
     from .verify import verify
 
     if file.endswith(".xml"):
         _verify_xml(file, mode, xml_profile, root, as_json)
+        return
+    if _is_mscclpp_plan(file):
+        _verify_mscclpp(file, as_json)
         return
     schedule, topology = _load_schedule(file, topo_spec, calibration)
     report = verify(schedule, topology)
@@ -393,6 +396,31 @@ def verify_cmd(file: str, topo_spec: str | None, mode: str, xml_profile: str, ro
         return
     out.print(f"[green]verified[/green]: {schedule.collective.name} on {topology.name}, "
               f"{report.steps} steps, {report.rounds} rounds, {report.transfers} transfers")
+
+
+def _is_mscclpp_plan(file: str) -> bool:
+    from .files import read_input
+    from .mscclpp import is_plan_text
+
+    return file.endswith(".json") and is_plan_text(read_input(file))
+
+
+def _verify_mscclpp(file: str, as_json: bool) -> None:
+    from .mscclpp import verify_plan_file
+
+    _, r = verify_plan_file(file)
+    if as_json:
+        click.echo(json.dumps({"file": file, "verified": True, "format": "mscclpp",
+                               "collective": r.collective, "protocol": r.protocol,
+                               "ranks": r.ranks, "threadblocks": r.threadblocks,
+                               "operations": r.operations, "signals": r.signals,
+                               "postcondition": r.postcondition}, indent=2))
+        return
+    post = "postcondition holds" if r.postcondition else \
+        f"no postcondition known for '{r.collective}': checked for races, deadlocks and ranges only"
+    out.print(f"[green]verified[/green]: {file} (MSCCL++ plan '{r.name}', {r.collective}, "
+              f"{r.protocol}, {r.ranks} ranks): {r.threadblocks} threadblocks, {r.operations} "
+              f"operations, {r.signals} signals; {post}")
 
 
 def _verify_xml(file: str, mode: str, profile: str, root: int | None, as_json: bool) -> None:
