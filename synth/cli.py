@@ -442,8 +442,11 @@ def _verify_xml(file: str, mode: str, profile: str, root: int | None, as_json: b
         click.echo(json.dumps({"file": file, "verified": True, "profile": profile,
                                "modes": [r.mode for r in reports],
                                "threadblocks": reports[0].threadblocks,
-                               "operations": reports[0].operations}, indent=2))
+                               "operations": reports[0].operations,
+                               "warnings": reports[0].warnings}, indent=2))
         return
+    for w in reports[0].warnings:   # advice: portability rules the runtimes do not enforce
+        err.print(f"warning: {w}", markup=False, soft_wrap=True)
     for r in reports:
         out.print(f"[green]verified[/green]: {file} ({r.collective}, {program.ngpus} ranks, "
                   f"{r.mode}): {r.threadblocks} threadblocks, {r.operations} operations, "
