@@ -181,20 +181,36 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
             from .encodings.milp_solvers import Progress
 
             extra["progress"] = Progress(console=err)  # MILP stages: incumbent and gap, live
+        nccl_cal = _nccl_calibration(calibration)
         result = run_solve(topology, collective, encoding=encoding, algorithm=algo,
-                           sizes=size_list, time_limit_s=time_limit, chunks=chunks, extra=extra)
+                           sizes=size_list, time_limit_s=time_limit, chunks=chunks, extra=extra,
+                           nccl_calibration=nccl_cal)
         written = write_winners(result, target, xml)
         result.best = written.ranges[-1].candidate  # the one serving the largest size
     files = [str(f) for f in written.files]
+    from .solve import compare_with_nccl
+
+    vs_nccl = compare_with_nccl(result.best.schedule, topology, size_list, nccl_cal, calibration)
     if as_json:
-        click.echo(json.dumps(_solve_json(result, files, written), indent=2))
+        data = _solve_json(result, files, written)
+        data["vs_nccl"] = [c.to_dict() for c in vs_nccl] if vs_nccl is not None else None
+        click.echo(json.dumps(data, indent=2))
         return
-    _print_solve(result, files, written)
+    _print_solve(result, files, written, vs_nccl)
     for note in written.notes:
         out.print(f"[yellow]{note}[/yellow]")
     for rep in written.xml_reports:
         out.print(f"XML verified by the interpreter ({rep.mode}): {rep.threadblocks} threadblocks, "
                   f"{rep.operations} operations, {rep.messages} messages")
+
+
+def _nccl_calibration(calibration: str | None) -> Any:
+    """The ``nccl_model`` section of a calibration file (None: NCCL's own figures)."""
+    if calibration is None:
+        return None
+    from .calibration import load_calibration
+    from .nccl_model import calibration_of
+    return calibration_of(load_calibration(calibration))
 
 
 def _with_calibration(topology: Topology, calibration: str | None) -> Topology:
@@ -285,7 +301,7 @@ def _solve_json(result: Any, files: list[str], written: Any) -> dict[str, Any]:
     }
 
 
-def _print_solve(result: Any, files: list[str], written: Any) -> None:
+def _print_solve(result: Any, files: list[str], written: Any, vs_nccl: Any = None) -> None:
     best = result.best
     s = best.schedule
     out.print(f"[bold]{result.collective.name}[/bold] on [bold]{result.topology.name}[/bold] "
@@ -300,7 +316,10 @@ def _print_solve(result: Any, files: list[str], written: Any) -> None:
                   f"gets its fastest candidate")
     if s.meta.get("why"):
         out.print(f"why: {s.meta['why']}")
-    table = Table(title=f"predicted cost of what is written (bound: {result.bound.method})")
+    model = ("NCCL's tuning model" if s.meta.get("time_model") == "nccl"
+             else "step model, no runtime floors")
+    table = Table(title=f"predicted cost of what is written ({model}; bound: "
+                        f"{result.bound.method})")
     for col in ("size", "algorithm", "time µs", "algbw GB/s", "bound µs", "% of bound"):
         table.add_column(col, justify="right")
     for p, c, _ in _served(written):
@@ -320,6 +339,19 @@ def _print_solve(result: Any, files: list[str], written: Any) -> None:
                        f"{row['pct_of_bound']:.1f}" if row["pct_of_bound"] else "—",
                        Path(row["file"]).name if row["file"] else "—")
         out.print(rt)
+    if vs_nccl is not None:
+        from .nccl_model import SOURCE
+
+        cmp = Table(title="against NCCL (both with their runtime floors)")
+        for col in ("size", "runtime µs", "NCCL µs", "NCCL runs", "vs NCCL"):
+            cmp.add_column(col, justify="right")
+        for c in vs_nccl:
+            cmp.add_row(format_size(c.bytes), f"{c.runtime_us:.2f}", f"{c.nccl_us:.2f}",
+                        f"{c.nccl_algo}/{c.nccl_proto} x{c.nccl_channels}", f"{c.speedup:.2f}x")
+        out.print(cmp)
+        out.print("[dim]runtime: this schedule plus the MSCCL runtime's launch and per-step floors "
+                  "(synth.protocols, best protocol); NCCL: what NCCL's tuner runs and its time "
+                  f"({SOURCE}; validated in results/reality.md); vs NCCL = NCCL / runtime[/dim]")
     if len(result.candidates) > 1:
         sizes = [best.costs[0].bytes, best.costs[len(best.costs) // 2].bytes, best.costs[-1].bytes]
         cand = Table(title="candidates (time µs; best first)")
@@ -375,11 +407,14 @@ def _load_schedule(path: str, topo_spec: str | None, calibration: str | None = N
 @click.option("--json", "as_json", is_flag=True)
 def verify_cmd(file: str, topo_spec: str | None, mode: str, xml_profile: str, root: int | None,
                calibration: str | None, as_json: bool) -> None:
-    """Verify a schedule JSON or MSCCL-IR XML file: exit 0 if correct, 1 with the reason if not."""
+    """Verify a schedule JSON, MSCCL-IR XML or MSCCL++ plan JSON: exit 0 if correct, 1 if not."""
     from .verify import verify
 
     if file.endswith(".xml"):
         _verify_xml(file, mode, xml_profile, root, as_json)
+        return
+    if _is_mscclpp_plan(file):
+        _verify_mscclpp(file, as_json)
         return
     schedule, topology = _load_schedule(file, topo_spec, calibration)
     report = verify(schedule, topology)
@@ -389,6 +424,31 @@ def verify_cmd(file: str, topo_spec: str | None, mode: str, xml_profile: str, ro
         return
     out.print(f"[green]verified[/green]: {schedule.collective.name} on {topology.name}, "
               f"{report.steps} steps, {report.rounds} rounds, {report.transfers} transfers")
+
+
+def _is_mscclpp_plan(file: str) -> bool:
+    from .files import read_input
+    from .mscclpp import is_plan_text
+
+    return file.endswith(".json") and is_plan_text(read_input(file))
+
+
+def _verify_mscclpp(file: str, as_json: bool) -> None:
+    from .mscclpp import verify_plan_file
+
+    _, r = verify_plan_file(file)
+    if as_json:
+        click.echo(json.dumps({"file": file, "verified": True, "format": "mscclpp",
+                               "collective": r.collective, "protocol": r.protocol,
+                               "ranks": r.ranks, "threadblocks": r.threadblocks,
+                               "operations": r.operations, "signals": r.signals,
+                               "postcondition": r.postcondition}, indent=2))
+        return
+    post = "postcondition holds" if r.postcondition else \
+        f"no postcondition known for '{r.collective}': checked for races, deadlocks and ranges only"
+    out.print(f"[green]verified[/green]: {file} (MSCCL++ plan '{r.name}', {r.collective}, "
+              f"{r.protocol}, {r.ranks} ranks): {r.threadblocks} threadblocks, {r.operations} "
+              f"operations, {r.signals} signals; {post}")
 
 
 def _verify_xml(file: str, mode: str, profile: str, root: int | None, as_json: bool) -> None:
@@ -410,8 +470,11 @@ def _verify_xml(file: str, mode: str, profile: str, root: int | None, as_json: b
         click.echo(json.dumps({"file": file, "verified": True, "profile": profile,
                                "modes": [r.mode for r in reports],
                                "threadblocks": reports[0].threadblocks,
-                               "operations": reports[0].operations}, indent=2))
+                               "operations": reports[0].operations,
+                               "warnings": reports[0].warnings}, indent=2))
         return
+    for w in reports[0].warnings:   # advice: portability rules the runtimes do not enforce
+        err.print(f"warning: {w}", markup=False, soft_wrap=True)
     for r in reports:
         out.print(f"[green]verified[/green]: {file} ({r.collective}, {program.ngpus} ranks, "
                   f"{r.mode}): {r.threadblocks} threadblocks, {r.operations} operations, "
@@ -420,17 +483,29 @@ def _verify_xml(file: str, mode: str, profile: str, root: int | None, as_json: b
 
 @cli.command()
 @click.argument("file")
-@click.option("--topo", "topo_spec", default=None, help="Topology, if not the one the file names.")
+@click.option("--topo", "topo_spec", default=None,
+              help="Topology, if not the one the file names (required for an XML file).")
+@click.option("--nodes", default=1, show_default=True, help="XML: join N copies through their NICs.")
 @click.option("--sizes", default=None, help="Message sizes: 1KB:1GB or 1KB,1MB.")
 @click.option("--calibration", default=None, type=click.Path(),
               help="Predict with measured α/β per link class (`synth calibrate --format nccl-tests`).")
+@click.option("--xml-profile", default="exec", show_default=True,
+              type=click.Choice(["exec", "legacy", "rccl"]), help="XML: the runtime's rules.")
+@click.option("--trace", "trace_path", default=None, type=click.Path(),
+              help="XML: write a Chrome/Perfetto trace of the largest size to this file.")
 @click.option("--json", "as_json", is_flag=True)
-def simulate(file: str, topo_spec: str | None, sizes: str | None, calibration: str | None,
+def simulate(file: str, topo_spec: str | None, nodes: int, sizes: str | None,
+             calibration: str | None, xml_profile: str, trace_path: str | None,
              as_json: bool) -> None:
-    """Predict a schedule's time and bandwidth over message sizes (α-β model)."""
+    """Predict a schedule's (α-β model) or an MSCCL-IR XML program's (timed model) time over sizes."""
     from .solve import cost_profile
     from .verify import verify
 
+    if file.endswith(".xml"):
+        _simulate_xml(file, topo_spec, nodes, sizes, calibration, xml_profile, trace_path, as_json)
+        return
+    if trace_path is not None or nodes != 1:
+        raise SynthError("--trace and --nodes apply to MSCCL-IR XML files only")
     schedule, base = _load_schedule(file, topo_spec, None, check=calibration is None)
     topology = _with_calibration(base, calibration)
     # a schedule solved without the calibration is checked on the file's figures, then costed
@@ -447,6 +522,50 @@ def simulate(file: str, topo_spec: str | None, sizes: str | None, calibration: s
         table.add_row(format_size(p.bytes), f"{p.time_us:.2f}", f"{p.algbw_GBps:.2f}",
                       f"{p.pct_of_bound:.1f}")
     out.print(table)
+
+
+def _simulate_xml(file: str, topo_spec: str | None, nodes: int, sizes: str | None,
+                  calibration: str | None, profile: str, trace_path: str | None,
+                  as_json: bool) -> None:
+    """Verify the XML with the interpreter (exit 1 with its message if it fails), then time it."""
+    from .emit.interpreter import verify_program
+    from .emit.xml_parse import parse_program
+    from .files import read_input
+    from .program_model import program_model, program_time, sweep, write_trace
+
+    if topo_spec is None:
+        raise SynthError("an XML file names no topology: pass --topo (and --nodes)")
+    program = parse_program(read_input(file, "XML file"), file, profile)
+    topology = _with_calibration(load_topology(topo_spec, nodes), calibration)
+    verify_program(program, profile=profile)
+    size_list = parse_sizes(sizes) if sizes else DEFAULT_SIZES
+    model = program_model(topology, program.proto, calibration)
+    points = sweep(program, topology, size_list, model=model, profile=profile)
+    if trace_path is not None:
+        timing = program_time(program, topology, max(size_list), model=model, profile=profile,
+                              trace=True)
+        write_trace(timing, program, trace_path)
+    if as_json:
+        click.echo(json.dumps({"file": file, "topology": topology.name, "model": model.to_dict(),
+                               "costs": [p.to_dict() for p in points]}, indent=2))
+        return
+    table = Table(title=f"{program.name or file}: {program.coll} ({program.proto}, "
+                        f"{program.nchannels} channels) on {topology.name}, timed program model")
+    for col in ("size", "time µs", "algbw GB/s", "busbw GB/s", "% of bound", "iters", "M",
+                "messages"):
+        table.add_column(col, justify="right")
+    for p in points:
+        size = format_size(p.bytes) + ("" if p.in_range else " *")
+        if p.time_us == float("inf"):
+            table.add_row(size, "deadlock", "-", "-", "-", str(p.iterations), str(p.max_count), "-")
+            continue
+        table.add_row(size, f"{p.time_us:.2f}", f"{p.algbw_GBps:.2f}", f"{p.busbw_GBps:.2f}",
+                      f"{p.pct_of_bound:.1f}", str(p.iterations), str(p.max_count), str(p.messages))
+    out.print(table)
+    if not all(p.in_range for p in points):
+        out.print("* outside the file's minBytes..maxBytes: the runtime would not select it there")
+    if trace_path is not None:
+        out.print(f"trace ({format_size(max(size_list))}): {trace_path}")
 
 
 def main(argv: list[str] | None = None) -> None:

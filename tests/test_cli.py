@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from synth.topology_io import shipped_names
 
 SHIPPED = {"trn1_32", "trn2_64", "dgx1", "ndv2", "dgx2", "dgx_a100", "dgx_h100", "mi300x"}
@@ -29,6 +31,7 @@ def test_main_job_json(synth_cli, tmp_path):
     assert again.returncode == 0 and "verified" in again.stdout
 
 
+@pytest.mark.slow  # long end-to-end case: .ci/run runs it in its second pass
 def test_solve_is_deterministic(synth_cli, tmp_path):
     # trees: no wall-clock budget decides its answer (smt/milp under auto can differ under load)
     outs = []
@@ -41,6 +44,17 @@ def test_solve_is_deterministic(synth_cli, tmp_path):
     for a, b in zip(*outs, strict=True):
         assert a.read_text().replace(str(tmp_path / "a"), "") == \
             b.read_text().replace(str(tmp_path / "b"), "")
+
+
+def test_solve_is_deterministic_fast(synth_cli, tmp_path):
+    """Byte-identical files across runs, on a problem small enough for the fast suite."""
+    outs = []
+    for sub in ("a", "b"):
+        r = synth_cli("solve", "--topo", "ring:6", "--coll", "allreduce", "--json", "--out",
+                      str(tmp_path / sub))
+        assert r.returncode == 0, r.stderr
+        outs.append([Path(f).read_bytes() for f in json.loads(r.stdout)["files"]])
+    assert outs[0] == outs[1] and outs[0]
 
 
 def test_solve_table_and_algo(synth_cli, tmp_path):
@@ -138,3 +152,12 @@ def test_verify_corpus_xml_and_reject_broken(synth_cli, tmp_path):
     broken.write_text('<?xml version="1.0"?>\n' + corpus.read_text())
     bad = synth_cli("verify", str(broken))
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_two_rank_solve_runs_trees_and_writes_xml(synth_cli, tmp_path):
+    """Issue 12: `synth solve --topo ring:2 --coll allgather` crashed in the trees encoding."""
+    r = synth_cli("solve", "--topo", "ring:2", "--coll", "allgather", "--encoding", "trees",
+                  "--json", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["encoding"] == "trees" and any(f.endswith(".xml") for f in data["files"])
