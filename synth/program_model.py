@@ -43,13 +43,15 @@ once the whole incoming message is there, so a deep pipeline with one huge messa
 store-and-forward, an overestimate; with many iterations, as at large sizes, it does not matter);
 the proxy thread of network transfers is not modelled separately from the sending block.
 
-Where the floors come from: ``hop_*`` and ``channel_GBps`` from NCCL's tuning model via
-:mod:`synth.protocols` (cited there); ``launch_us`` and ``step_us`` are *fitted* to MSCCL's own
-published ND H100 v5 times (Azure/msccl ``docs/performance-nd-h100-v5.md`` @ 050b4a10, MSCCL
-executor 6eacec0, NCCL 2.18.3) on the production XML files they were measured with, by
-``benchmarks/reality_msccl.py`` (least squares on log time; the leave-one-out errors are in
-``results/reality_msccl.md``). A calibration file's ``program`` section
-(``{"launch_us": .., "step_us": ..}``) replaces them.
+Where the floors come from: ``hop_*``, ``channel_GBps`` and the launch ``launch_us`` (NCCL's
+per-protocol ring ``baseLat``) from NCCL's tuning model via :mod:`synth.protocols` (cited there);
+the usable NVLink bandwidth from NCCL's ``topo.h`` (:data:`NVLINK_EFFICIENCY`). The executor's
+extra per-message flag cost ``step_us`` is *fitted* to MSCCL's own published ND H100 v5 times
+(Azure/msccl ``docs/performance-nd-h100-v5.md`` @ 050b4a10, MSCCL executor 6eacec0, NCCL 2.18.3)
+on the production XML files they were measured with, by ``benchmarks/reality_msccl.py`` (least
+squares on log time; in-sample and leave-one-file-out errors in ``results/reality_msccl.md``): the
+fit is 0.0 µs. A calibration's ``protocols.<P>.launch_us`` replaces the launch, its ``program``
+section (``{"launch_us": .., "step_us": ..}``) both.
 
 Outputs: :func:`program_time` (one size), :func:`program_times_us` (a sweep), and with ``trace`` a
 Chrome/Perfetto trace (:func:`write_trace`): one track per rank x threadblock (its messages and
@@ -61,6 +63,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -94,10 +97,15 @@ SIMPLE_SLICES_PER_MESSAGE = 2
 _FLAG_RADIX = 1 << 20
 """Flag encoding: iteration * radix + step number (lexicographic, like the runtime's, §5.4)."""
 
-LAUNCH_US = 4.2
-"""Kernel launch + enqueue floor per call, fitted (module docstring; results/reality_msccl.md)."""
-STEP_US = 0.25
-"""Per-message flag/barrier cost of the MSCCL executor, fitted (module docstring)."""
+NVLINK_EFFICIENCY = {"volta": 20.0 / 25.0, "ampere": 20.0 / 25.0, "hopper": 20.6 / 25.0}
+"""NCCL's usable NVLink bandwidth per lane over the nominal 25 GB/s per direction: NVIDIA/nccl
+``src/graph/topo.h`` @ b6475625 (v2.20.3-1) ``SM70_NVLINK_BW 20.0``, ``SM80_NVLINK_BW 20.0``,
+``SM90_NVLINK_BW 20.6`` GB/s. Applied to intra-node links and switch ports of NVIDIA GPUs."""
+
+STEP_US = 0.0
+"""Executor flag/barrier cost per message *beyond* NCCL's per-hop latency (``hop_*``): fitted to
+MSCCL's published ND H100 v5 times with the cited launch, the best value on a 0.05 µs grid is 0.0
+(``results/reality_msccl.md``), so none is added by default; a calibration may set one."""
 
 
 @dataclass(frozen=True)
@@ -105,17 +113,22 @@ class ProgramModel:
     """Everything the timed model charges besides the topology's links (µs, GB/s)."""
 
     proto: ProtocolParams
-    launch_us: float = LAUNCH_US
+    launch_us: float = 0.0
     step_us: float = STEP_US
     exposed_receive: float = 0.0
     """Fraction of a receive-only message's copy-out that is not overlapped with its arrival."""
+    cut_through: float = 0.0
+    """Fraction of a message that must have arrived before the receiver can start on it."""
+    nvlink_efficiency: float = 1.0
+    """Usable share of an intra-node link's nominal bandwidth (NCCL's NVLink figure / nominal)."""
     reduce_streams: bool = True
     """Reductions read one more stream per source (slower than a copy)."""
     source: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"protocol": self.proto.name, "launch_us": self.launch_us, "step_us": self.step_us,
-                "exposed_receive": self.exposed_receive, "efficiency": self.proto.efficiency,
+                "exposed_receive": self.exposed_receive, "cut_through": self.cut_through,
+                "nvlink_efficiency": self.nvlink_efficiency, "efficiency": self.proto.efficiency,
                 "channel_GBps": self.proto.channel_GBps, "hop_intra_us": self.proto.hop_intra_us,
                 "hop_inter_us": self.proto.hop_inter_us, "source": self.source}
 
@@ -127,7 +140,7 @@ def program_model(topology: Topology, proto: str, calibration: Any = None) -> Pr
     data = load_calibration(calibration) if calibration is not None else None
     pm = model_with_calibration(default_model(topology), data)
     params = pm.get(proto)
-    launch, step = LAUNCH_US, STEP_US
+    launch, step = params.launch_us, STEP_US
     src = pm.source + "; launch/step floors fitted to Azure/msccl docs/performance-nd-h100-v5.md"
     if data is not None and data.get("program") is not None:
         over = data.get("program")
@@ -137,7 +150,13 @@ def program_model(topology: Topology, proto: str, calibration: Any = None) -> Pr
         step = _nonneg(over.get("step_us", step), "calibration: program.step_us")
         src += "; floors from the calibration file"
     exposed = 1.0 / SIMPLE_SLICES_PER_MESSAGE if proto == "Simple" else 0.0
-    return ProgramModel(params, launch, step, exposed, True, src)
+    nvl = NVLINK_EFFICIENCY.get(pm.generation, 1.0) if _nvidia(topology) else 1.0
+    return ProgramModel(params, launch, step, exposed, exposed, nvl, True, src)
+
+
+def _nvidia(topology: Topology) -> bool:
+    gpu = str(dict(topology.meta).get("gpu", "")).upper()
+    return any(tag in gpu for tag in ("V100", "A100", "A800", "A30", "H100", "H200", "H800"))
 
 
 def _nonneg(value: Any, what: str) -> float:
@@ -236,17 +255,29 @@ def maxmin_rates(res: np.ndarray, res_cap: np.ndarray, flow_cap: np.ndarray) -> 
 
 # ------------------------------------------------------------------------------ the machine
 class _Conn:
-    __slots__ = ("alpha", "arrived", "cap", "inflight", "inter", "receiver", "res", "sender")
+    __slots__ = ("alpha", "cap", "inflight", "inter", "queue", "receiver", "res", "sender")
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
         self.inflight = 0          # messages whose send started and that are not yet consumed
-        self.arrived = 0           # messages fully in the receiver's FIFO, not yet taken
+        self.queue: deque[_Msg] = deque()   # messages sent and not yet taken by the receiver
         self.sender = -1
         self.receiver = -1
         self.res: tuple[int, ...] = ()
         self.alpha = 0.0
         self.inter = False
+
+
+class _Msg:
+    """One message on a connection: its head (enough to start consuming) and its tail arrive."""
+
+    __slots__ = ("head", "tail", "tail_time", "waiter")
+
+    def __init__(self) -> None:
+        self.head = False
+        self.tail = False
+        self.tail_time = math.inf
+        self.waiter: tuple | None = None   # a receiving unit that ended before the tail arrived
 
 
 class _Sim:
@@ -305,16 +336,18 @@ class _Sim:
                             raise SynthError(f"rank {src} sends to rank {dst}, which topology "
                                              f"'{topology.name}' does not connect to it")
                         ids = []
+                        inter = node_of[src] != node_of[dst]
+                        scale = 1.0 if inter else model.nvlink_efficiency
                         for rname, beta, lanes in ch.resources:
                             i = self.res_index.get(rname)
                             if i is None:
                                 i = self.res_index[rname] = len(res_caps)
-                                res_caps.append(lanes * MB / beta)        # bytes per µs
+                                res_caps.append(scale * lanes * MB / beta)   # bytes per µs
                                 self.res_names.append(":".join(rname))
                             ids.append(i)
                         c.res = tuple(ids)
                         c.alpha = ch.alpha_us
-                        c.inter = node_of[src] != node_of[dst]
+                        c.inter = inter
                     if outgoing:
                         c.sender = b
                         self.out_conn[b] = c
@@ -339,6 +372,8 @@ class _Sim:
         self.messages = 0
         self.flow_events = 0
         self.busy_us = [0.0] * self.nb
+        self.cur_in: list[_Msg | None] = [None] * self.nb
+        self.head_frac = model.cut_through
 
     # ---------------------------------------------------------------- helpers
     def _push(self, when: float, kind: int, b: int, payload: Any = None) -> None:
@@ -378,9 +413,9 @@ class _Sim:
                     self.flag_waiters[d].append(b)
                     return
         if _RECVS[code]:
-            c = self.in_conn[b]
-            if c.arrived == 0:
-                return  # woken on arrival
+            q = self.in_conn[b].queue
+            if not q or not q[0].head:
+                return  # woken when the head of the next message arrives
         if _SENDS[code]:
             c = self.out_conn[b]
             if c.inflight >= c.cap:
@@ -390,7 +425,7 @@ class _Sim:
         m = self.model
         nbytes = self._unit_bytes(b, op)
         if _RECVS[code]:
-            self.in_conn[b].arrived -= 1
+            self.cur_in[b] = self.in_conn[b].queue.popleft()
         sync = m.step_us
         if _SENDS[code] or _RECVS[code]:
             c = self.out_conn[b] if _SENDS[code] else self.in_conn[b]
@@ -402,14 +437,14 @@ class _Sim:
             # local work: receive-only copy-out tail, cpy, re
             rate = self.tb_rate
             if code in (R, RRC):
-                work = nbytes * m.exposed_receive
-                if code == RRC and m.reduce_streams:
-                    work *= 1.5
-            elif code == CPY:
-                work = nbytes
-            else:  # RE with nsrc sources: reads nsrc+1 streams, writes one (copy: 1 + 1)
-                work = nbytes * ((op[5] + 2) / 2 if m.reduce_streams else 1.0)
-            self._push(self.t + sync + work / rate, 2, b, (self.t, nbytes))   # 2: unit done
+                # the copy-out runs while the message arrives; what is left after its tail:
+                tail = nbytes * m.exposed_receive * (1.5 if code == RRC and m.reduce_streams
+                                                     else 1.0) / rate
+                self._push(self.t + sync, 2, b, (self.t, nbytes, tail))       # 2: timer
+                return
+            # cpy: one read + one write; re with nsrc sources reads nsrc + 1 streams, writes one
+            work = nbytes if code == CPY else nbytes * ((op[5] + 2) / 2 if m.reduce_streams else 1.0)
+            self._push(self.t + sync + work / rate, 2, b, (self.t, nbytes, None))
 
     def begin_transfer(self, b: int, nbytes: float, t_start: float) -> None:
         op = self.ops[b][self.oi[b]]
@@ -417,16 +452,60 @@ class _Sim:
         cap = self.tb_rate
         if op[0] in (RRS, RRCS) and self.model.reduce_streams:
             cap *= 2.0 / 3.0
+        msg = _Msg()
+        c.queue.append(msg)
+        wire = nbytes / self.eff
+        head_rem = wire * (1.0 - self.head_frac)
+        if self.head_frac <= 0.0:
+            self._push(self.t + c.alpha, 3, c.receiver, msg)          # 3: head arrives
+            head_rem = -1.0
         self.flow_ids += 1
         # wire bytes; the block's cap is on data bytes, so in wire units it is cap / efficiency
-        self.flows[self.flow_ids] = [nbytes / self.eff, 0.0, b, c, t_start, cap / self.eff, nbytes]
+        self.flows[self.flow_ids] = [wire, 0.0, b, c, t_start, cap / self.eff, nbytes, msg,
+                                     head_rem]
         self.rates_dirty = True
         self.messages += 1
 
     def finish_flow(self, fid: int) -> None:
-        _rem, _rate, b, c, t_start, _cap, nbytes = self.flows.pop(fid)
+        f = self.flows.pop(fid)
+        b, c, t_start, nbytes, msg = f[2], f[3], f[4], f[6], f[7]
         self.rates_dirty = True
-        self._push(self.t + c.alpha, 3, c.receiver)                 # 3: message arrives
+        if f[8] >= 0:                      # the head threshold was never crossed separately
+            self._push(self.t + c.alpha, 3, c.receiver, msg)
+        incoming = self.cur_in[b]
+        if incoming is not None and not incoming.tail:
+            # a forwarding unit cannot end before what it forwards has fully arrived
+            incoming.waiter = ("fwd", b, t_start, nbytes, msg)
+            return
+        self._push(self.t + c.alpha, 4, c.receiver, msg)              # 4: tail arrives
+        self.unit_done(b, t_start, nbytes)
+
+    def tail_arrives(self, msg: _Msg) -> None:
+        msg.tail = True
+        msg.tail_time = self.t
+        w = msg.waiter
+        if w is None:
+            return
+        msg.waiter = None
+        if w[0] == "fwd":
+            _, b, t_start, nbytes, out = w
+            self._push(self.t + self.out_conn[b].alpha, 4, self.out_conn[b].receiver, out)
+            self.unit_done(b, t_start, nbytes)
+        else:
+            _, b, t_start, nbytes, tail = w
+            self._push(self.t + tail, 2, b, (t_start, nbytes, 0.0))
+
+    def timer(self, b: int, t_start: float, nbytes: float, tail: float | None) -> None:
+        """A local unit's work is over; a receive-only one also needs its message's tail."""
+        msg = self.cur_in[b]
+        if tail is not None and msg is not None:
+            if not msg.tail:
+                msg.waiter = ("recv", b, t_start, nbytes, tail)
+                return
+            end = msg.tail_time + tail
+            if end > self.t + 1e-12:
+                self._push(end, 2, b, (t_start, nbytes, 0.0))
+                return
         self.unit_done(b, t_start, nbytes)
 
     def unit_done(self, b: int, t_start: float, nbytes: float | None = None) -> None:
@@ -441,6 +520,7 @@ class _Sim:
         if _RECVS[code]:
             c = self.in_conn[b]
             c.inflight -= 1
+            self.cur_in[b] = None
             self.try_start(c.sender)
         self.ui[b] += 1
         if self.ui[b] >= self._units(op):
@@ -496,12 +576,12 @@ class _Sim:
             if self.rates_dirty:
                 self._recompute()
             t_heap = heap[0][0] if heap else math.inf
-            t_flow, fid_next = math.inf, -1
-            for fid, f in self.flows.items():
+            t_flow = math.inf
+            for f in self.flows.values():
                 if f[1] > 0:
-                    tf = self.t + f[0] / f[1]
+                    tf = self.t + (f[0] - max(f[8], 0.0)) / f[1]
                     if tf < t_flow:
-                        t_flow, fid_next = tf, fid
+                        t_flow = tf
             t_next = min(t_heap, t_flow)
             if t_next == math.inf:
                 break
@@ -513,10 +593,12 @@ class _Sim:
             # finish every flow that is done now (a batch: symmetric programs finish together)
             if t_flow <= t_heap:
                 eps = 1e-9 * max(1.0, self.t)
+                for f in self.flows.values():      # heads (Simple: the first slice) that are in
+                    if f[8] >= 0 and f[1] > 0 and f[0] - f[8] <= f[1] * eps + 1e-6:
+                        f[8] = -1.0
+                        self._push(self.t + f[3].alpha, 3, f[3].receiver, f[7])
                 done = [fid for fid, f in self.flows.items()
-                        if f[1] > 0 and f[0] <= f[1] * eps + 1e-6]
-                if fid_next not in done:
-                    done.append(fid_next)
+                        if f[8] < 0 and f[1] > 0 and f[0] <= f[1] * eps + 1e-6]
                 for fid in sorted(done):
                     self.finish_flow(fid)
             while heap and heap[0][0] <= self.t:
@@ -524,10 +606,12 @@ class _Sim:
                 if kind == 1:
                     self.begin_transfer(b, payload[0], payload[1])
                 elif kind == 2:
-                    self.unit_done(b, payload[0], payload[1])
+                    self.timer(b, *payload)
                 elif kind == 3:
-                    self.in_conn[b].arrived += 1
+                    payload.head = True
                     self.try_start(b)
+                else:
+                    self.tail_arrives(payload)
         stuck = [b for b in range(self.nb) if not self.done[b]]
         if stuck:
             b = stuck[0]

@@ -73,13 +73,14 @@ def test_one_message_is_bytes_over_bandwidth_plus_alpha_plus_floors():
     assert t.messages == 1 and t.iterations == 1
     assert t.time_us == pytest.approx(nbytes / (10.0 * 1e3) + 1.0)            # 2 µs + α 1 µs
     floors = program_time(one_send(), topo, nbytes, model=model(launch_us=5.0, step_us=0.5))
-    # the launch once; the step floor on the send and again on the receive
-    assert floors.time_us == pytest.approx(t.time_us + 5.0 + 0.5 + 0.5)
+    # the launch once; the step floor before the send; the receive's own floor overlaps the
+    # transfer (LL is consumed line by line as it lands)
+    assert floors.time_us == pytest.approx(t.time_us + 5.0 + 0.5)
 
 
 def test_protocol_efficiency_and_threadblock_cap():
     topo = links(2, [(0, 1)], gbps=10.0, alpha=0.0)
-    m = ProgramModel(proto("LL", 1000.0, efficiency=0.5), 0, 0, 0.0, False)
+    m = ProgramModel(proto("LL", 1000.0, efficiency=0.5), 0, 0, reduce_streams=False)
     t = program_time(one_send(), topo, 20_000, model=m)
     assert t.time_us == pytest.approx(2 * 20_000 / 1e4)      # half the wire carries data
     capped = program_time(one_send(), topo, 20_000, model=model(channel_GBps=4.0))
@@ -144,6 +145,19 @@ def test_back_pressure_stalls_the_sender_only_when_the_fifo_is_full():
     # the FIFO never fills, sends run back to back: the receives finish with the last arrival
     assert ll.iterations == 4
     assert ll.time_us < simple.time_us
+
+
+def test_forwarding_is_cut_through_at_the_protocols_granularity():
+    """0 -> 1 -> 2 with an ``rcs`` at rank 1: LL forwards lines as they land (one message time
+    for the chain), Simple a slice (half a message) at a time, a whole message store-and-forward."""
+    topo = links(3, [(0, 1), (1, 2)], gbps=10.0, alpha=1.0)
+    chain = prog([[tb(0, 1, -1, [st(0, "s")])], [tb(0, 2, 0, [st(0, "rcs", src="o", dst="o")])],
+                  [tb(0, -1, 1, [st(0, "r")])]])
+    n = 20_000
+    m = n / 1e4                                                  # 2 µs per message per link
+    for cut, expect in ((0.0, m + 2.0), (0.5, 1.5 * m + 2.0), (1.0, 2 * m + 2.0)):
+        mod = replace(model(), cut_through=cut)
+        assert program_time(chain, topo, n, model=mod).time_us == pytest.approx(expect), cut
 
 
 def test_dependency_wait_delays_the_dependent_step():
