@@ -24,7 +24,6 @@ joins its NICs' kinds), else the switch's ``kind`` (:func:`class_of_port`).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -150,15 +149,10 @@ def load_calibration(source: str | Path | Mapping[str, Any] | Calibration) -> Ca
         return source
     if isinstance(source, Mapping):
         return Calibration.from_json(source)
+    from .files import read_data
+
     path = Path(source)
-    if not path.exists():
-        raise SynthError(f"calibration file '{path}' does not exist")
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SynthError(f"cannot read calibration file '{path}': {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise SynthError(f"{path}: not valid JSON: {exc}") from None
+    data = read_data(path, "calibration file", fmt="json")
     return Calibration.from_json(data, str(path))
 
 

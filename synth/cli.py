@@ -152,7 +152,7 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
                       as_json)
         return
     from .emit import XmlOptions
-    from .files import ensure_writable_dir
+    from .files import check_writable_dir
     from .solve import solve as run_solve
     from .solve import write_best
 
@@ -169,7 +169,7 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
                      inplace=inplace) if want_xml else None
     topology = _with_calibration(load_topology(topo_spec, nodes), calibration)
     collective = load_collective(coll_spec, topology.num_ranks, chunks or 1, root, bool(inplace))
-    target = ensure_writable_dir(Path(out_dir))
+    target = check_writable_dir(Path(out_dir))  # created when the first file is written
     with err.status(f"solving {collective.name} on {topology.name} ({encoding})",
                     spinner="dots") if not as_json else _nullcontext():
         extra = {k: v for k, v in (("steps", steps), ("rounds", rounds), ("engine", engine),
@@ -215,7 +215,7 @@ def _solve_closed(topo_spec: str, coll_spec: str, nodes: int, target: str, tenso
     import time
 
     from .closed import emit_closed_program, resolve_topology
-    from .files import ensure_writable_dir
+    from .files import check_writable_dir
 
     if tensors < 1:
         raise SynthError(f"--tensors must be at least 1, got {tensors}")
@@ -223,7 +223,7 @@ def _solve_closed(topo_spec: str, coll_spec: str, nodes: int, target: str, tenso
         raise SynthError(f"calibration file '{calibration}' does not exist")
     topology = resolve_topology(topo_spec, nodes)
     size = parse_size(nbytes) if nbytes else None
-    target_dir = ensure_writable_dir(Path(out_dir))
+    target_dir = check_writable_dir(Path(out_dir))  # created when the program is written
     start = time.perf_counter()
     files = emit_closed_program(topology, coll_spec, target, target_dir, nbytes=size,
                                 tensors=tensors, calibration=calibration)
@@ -321,10 +321,9 @@ class _nullcontext:
 # ---------------------------------------------------------------------------------------- verify
 def _load_schedule(path: str, topo_spec: str | None, calibration: str | None = None,
                    check: bool = True) -> tuple[Schedule, Topology]:
-    p = Path(path)
-    if not p.exists():
-        raise SynthError(f"file '{path}' does not exist")
-    schedule = Schedule.from_json(p.read_text(), str(p))
+    from .files import read_input
+
+    schedule = Schedule.from_json(read_input(path, "schedule file"), path)
     topology = _with_calibration(load_topology(topo_spec or schedule.topology), calibration)
     if (check and schedule.topology_hash and schedule.topology_hash != topology.content_hash
             and schedule.topology == topology.name):
@@ -367,11 +366,9 @@ def verify_cmd(file: str, topo_spec: str | None, mode: str, xml_profile: str, ro
 def _verify_xml(file: str, mode: str, profile: str, root: int | None, as_json: bool) -> None:
     from .emit.interpreter import MODES, verify_program
     from .emit.xml_parse import normalize_coll, parse_program
+    from .files import read_input
 
-    path = Path(file)
-    if not path.exists():
-        raise SynthError(f"file '{file}' does not exist")
-    program = parse_program(path.read_text(), str(path), profile)
+    program = parse_program(read_input(file, "XML file"), file, profile)
     expected = None
     if root is not None:
         kind = normalize_coll(program.coll)

@@ -156,7 +156,7 @@ def calibrate(log: str, log_format: str, platform: str | None, topo_spec: str | 
     fit = run_calibrate(log, topology, platform)
     data = fit.to_json()
     target = Path(out_path) if out_path else Path(log).with_name("calibration.json")
-    ensure_writable_dir(target.parent if str(target.parent) else Path("."))
+    ensure_writable_dir(target.parent)
     atomic_write(target, json.dumps(data, indent=2) + "\n")
     if as_json:
         click.echo(json.dumps({**data, "file": str(target)}, indent=2))
@@ -192,7 +192,7 @@ def _calibrate_nccl(log: str, topo_spec: str | None, nodes: int | None, rings: i
                     out_path: str | None, as_json: bool) -> None:
     """`calibrate --format nccl-tests`: fit α/β per link class, write the calibration atomically."""
     from .calibrate_nccl import calibrate_file
-    from .files import atomic_write, ensure_writable_dir
+    from .files import atomic_write, check_writable_dir, ensure_writable_dir
     from .topology import bandwidth_from_beta
     from .topology_io import load_topology
 
@@ -200,8 +200,9 @@ def _calibrate_nccl(log: str, topo_spec: str | None, nodes: int | None, rings: i
         raise SynthError("--format nccl-tests needs --topo: the single-node topology the log was "
                          "measured on (e.g. dgx_a100); the node count comes from the log's hosts")
     target = Path(out_path) if out_path else Path(log).with_name("calibration.json")
-    ensure_writable_dir(target.parent if str(target.parent) else Path("."))
+    check_writable_dir(target.parent)
     fit = calibrate_file(log, topo_spec, nodes=nodes, rings=rings)
+    ensure_writable_dir(target.parent)
     atomic_write(target, fit.dumps())
     if as_json:
         click.echo(json.dumps({**fit.to_json(), "file": str(target)}, indent=2))

@@ -5,9 +5,9 @@ Only argument parsing and printing live here; the searches are :mod:`synth.encod
 
 from __future__ import annotations
 
+import io
 import json
-import os
-import tempfile
+import math
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from .cli import err, out
 from .collectives import KINDS, load_collective
 from .cost import format_size
 from .errors import LIMIT_REACHED, SynthError
+from .files import atomic_write, check_writable_dir
 from .topology_io import load_topology
 
 SMALL, LARGE = 2**10, 2**30
@@ -76,7 +77,7 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
     """
     from .encodings.smt_search import pareto as walk
     from .encodings.smt_search import pareto_sccl
-    from .files import ensure_writable_dir
+    from .files import check_writable_dir
     from .solve import cost_profile, write_outputs
     from .verify import verify
 
@@ -84,16 +85,16 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
         raise SynthError(f"--max-steps must be at least 1, got {max_steps}")
     if max_chunks is not None and max_chunks < 1:
         raise SynthError(f"--max-chunks must be at least 1, got {max_chunks}")
-    if time_limit <= 0:
-        raise SynthError(f"--time-limit must be positive, got {time_limit:g}")
-    if plot_file is not None and Path(plot_file).suffix.lower() != ".png":
-        raise SynthError(f"--plot writes a PNG: give a file name ending in .png, not '{plot_file}'")
+    if not math.isfinite(time_limit) or time_limit <= 0:
+        raise SynthError(f"--time-limit must be a positive number of seconds, got {time_limit:g}")
+    if plot_file is not None:
+        _check_plot_path(Path(plot_file))
     topology, collective, problem = _problem(topo_spec, coll_spec, nodes, root, inplace, engine)
     costed = topology
     if calibration is not None:
         from .calibration import apply_calibration
         costed = apply_calibration(topology, calibration)
-    target = ensure_writable_dir(Path(out_dir))
+    target = check_writable_dir(Path(out_dir))  # created when the first schedule is written
 
     def show(res) -> None:
         if verbose:
@@ -161,6 +162,17 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
             exit_code=LIMIT_REACHED)
 
 
+def _check_plot_path(path: Path) -> None:
+    """Refuse a ``--plot`` file synth could not write, before the walk (and create no folder)."""
+    if path.suffix.lower() != ".png":
+        raise SynthError(f"--plot writes a PNG: give a file name ending in .png, not '{path}'")
+    if path.is_dir():
+        raise SynthError(f"--plot '{path}' is a folder; give a file name ending in .png")
+    if not path.parent.is_dir():
+        raise SynthError(f"--plot '{path}': folder '{path.parent}' does not exist")
+    check_writable_dir(path.parent)
+
+
 def _sizes() -> tuple[int, ...]:
     from .cost import DEFAULT_SIZES
 
@@ -177,10 +189,8 @@ def _plot(path: Path, topology, collective, rows: list[dict[str, Any]]) -> None:
     from .collectives import make_collective
     from .encodings.baseline import baseline, preferred_chunks
     from .errors import NotApplicable
-    from .files import ensure_writable_dir
     from .solve import cost_profile
 
-    ensure_writable_dir(path.parent if str(path.parent) else Path("."))
     fig, ax = plt.subplots(figsize=(6.4, 4.8))
     mb = LARGE / 1e6
     if rows:
@@ -209,17 +219,12 @@ def _plot(path: Path, topology, collective, rows: list[dict[str, Any]]) -> None:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp.png", dir=path.parent or ".")
-    os.close(fd)
+    png = io.BytesIO()
     try:
-        fig.savefig(tmp, dpi=110, metadata={"Software": None})
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a plot is for everyone to read
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise SynthError(f"cannot write '{path}': {exc.strerror or exc}") from None
+        fig.savefig(png, format="png", dpi=110, metadata={"Software": None})
     finally:
         plt.close(fig)
+    atomic_write(path, png.getvalue())
 
 
 # ---------------------------------------------------------------------------------------- analyze

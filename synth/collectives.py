@@ -184,10 +184,8 @@ def load_collective(spec: str, num_ranks: int, chunks_per_rank: int = 1, root: i
         return make_collective(spec, num_ranks, chunks_per_rank, root, inplace)
     path = Path(spec)
     if path.suffix in (".yaml", ".yml", ".json"):
-        from .topology_io import read_data_file
-        if not path.exists():
-            raise SynthError(f"collective file '{spec}' does not exist")
-        coll = custom_collective(read_data_file(path), str(path), inplace)
+        from .files import read_data
+        coll = custom_collective(read_data(path, "collective file"), str(path), inplace)
         if coll.num_ranks != num_ranks:
             raise SynthError(f"{spec}: the collective is for {coll.num_ranks} ranks but the "
                              f"topology has {num_ranks}")

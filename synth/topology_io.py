@@ -7,7 +7,6 @@ Every problem is reported as a :class:`SynthError` naming the file, the field an
 
 from __future__ import annotations
 
-import json
 import re
 from functools import cache
 from importlib import resources
@@ -16,10 +15,10 @@ from typing import Any
 
 import jsonschema
 import networkx as nx
-import yaml
 
 from . import builders
 from .errors import SynthError, unknown_name
+from .files import load_yaml, parse_data, read_data
 from .topology import Link, Nic, Port, Switch, Topology, beta_from_bandwidth
 
 _RANK = {"type": "integer", "minimum": 0}
@@ -214,22 +213,6 @@ def _short(ranks: frozenset[int]) -> str:
     return "{" + ", ".join(map(str, s[:6])) + (", ..." if len(s) > 6 else "") + "}"
 
 
-def read_data_file(path: Path) -> Any:
-    """Parse a YAML or JSON file into plain data; malformed files become a SynthError."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SynthError(f"cannot read '{path}': {exc.strerror or exc}") from None
-    try:
-        if path.suffix == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        msg = str(exc).replace("\n", " ")
-        raise SynthError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: "
-                         f"{msg}") from None
-
-
 def _topology_dir() -> Any:
     """Where the shipped topology files are.
 
@@ -250,7 +233,7 @@ def shipped_files() -> dict[str, str]:
     names: dict[str, str] = {}
     for entry in sorted(_topology_dir().iterdir(), key=lambda e: e.name):
         if entry.name.endswith((".yaml", ".yml")):
-            data = yaml.safe_load(entry.read_text())
+            data = load_yaml(entry.read_text(encoding="utf-8"), f"topologies/{entry.name}")
             names[data["name"]] = entry.name
             for alias in data.get("aliases", []):
                 names[alias] = entry.name
@@ -265,7 +248,8 @@ def shipped_names() -> list[str]:
 @cache
 def _load_shipped(file_name: str) -> Topology:
     entry = _topology_dir().joinpath(file_name)
-    return parse_topology(yaml.safe_load(entry.read_text()), f"topologies/{file_name}")
+    source = f"topologies/{file_name}"
+    return parse_topology(parse_data(entry.read_text(encoding="utf-8"), source), source)
 
 
 def _resolvable(spec: str) -> bool:
@@ -298,10 +282,7 @@ def load_topology(spec: str, nodes: int = 1) -> Topology:
         topo = builders.build(spec)
     elif Path(spec).suffix in (".yaml", ".yml", ".json") or Path(spec).exists():
         path = Path(spec)
-        if not path.exists():
-            raise SynthError(f"topology file '{spec}' does not exist")
-        data = read_data_file(path)
-        topo = parse_topology(data, str(path))
+        topo = parse_topology(read_data(path, "topology file"), str(path))
     else:
         raise unknown_name("topology", spec,
                            list(shipped_files()) + [f"{b}:N" for b in builders.BUILDERS])
