@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SynthError
-from .topology import Port, Switch, Topology, beta_from_bandwidth
+from .topology import Port, Switch, Topology, beta_from_bandwidth, check_link_figures
 
 FORMAT = "synth-calibration/1"
 
@@ -123,6 +123,8 @@ def _class_params(entry: Any, where: str) -> ClassParams:
         beta = beta_from_bandwidth(bw)
     if alpha is None and beta is None:
         raise SynthError(f"{where} sets neither alpha_us nor beta_us_per_mb / bandwidth_GBps")
+    # the same sanity range as a topology's link classes (a figure left out is not checked)
+    check_link_figures(0.0 if alpha is None else alpha, 1.0 if beta is None else beta, where)
     return ClassParams(alpha, beta, str(entry.get("source", "given")),
                        entry.get("alpha_stderr_pct"), entry.get("beta_stderr_pct"))
 

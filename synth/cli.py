@@ -19,6 +19,7 @@ from . import __version__
 from .collectives import KINDS, load_collective
 from .cost import DEFAULT_SIZES, format_size, parse_size, parse_sizes
 from .errors import SynthError
+from .files import dumps_json
 from .schedule import Schedule
 from .topology import Topology
 from .topology_io import load_topology, shipped_files, shipped_names
@@ -57,7 +58,7 @@ def topo_list(as_json: bool) -> None:
                      "links": len(t.links), "switches": len(t.switches), "nics": len(t.nics),
                      "description": t.description})
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(dumps_json(rows, indent=2))
         return
     table = Table(title="shipped topologies (multi-node: --nodes N)")
     for col in ("name", "aliases", "ranks", "links", "switches", "NICs", "machine"):
@@ -79,7 +80,7 @@ def topo_show(name: str, nodes: int, as_json: bool) -> None:
     t = load_topology(name, nodes)
     summary = topology_summary(t)
     if as_json:
-        click.echo(json.dumps({**t.to_dict(), "summary": summary}, indent=2))
+        click.echo(dumps_json({**t.to_dict(), "summary": summary}, indent=2))
         return
     out.print(f"[bold]{t.name}[/bold]: {t.description}")
     out.print(f"ranks {t.num_ranks}, nodes {t.num_nodes}, links {len(t.links)}, "
@@ -186,7 +187,7 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
         result.best = chosen
     files = [str(f) for f in written.files]
     if as_json:
-        click.echo(json.dumps(_solve_json(result, files, written), indent=2))
+        click.echo(dumps_json(_solve_json(result, files, written), indent=2))
         return
     _print_solve(result, files)
     for note in written.notes:
@@ -232,7 +233,7 @@ def _solve_closed(topo_spec: str, coll_spec: str, nodes: int, target: str, tenso
             "target": target, "verified": True, "solve_seconds": round(time.perf_counter() - start, 3),
             "files": [str(f) for f in files], "strategy": report.get("winner", report)}
     if as_json:
-        click.echo(json.dumps(data, indent=2))
+        click.echo(dumps_json(data, indent=2))
         return
     out.print(f"[bold]{coll_spec}[/bold] on [bold]{topology.name}[/bold] for {target}: "
               f"program proven on the NumPy stand-in of the vendor primitives")
@@ -356,7 +357,7 @@ def verify_cmd(file: str, topo_spec: str | None, mode: str, xml_profile: str, ro
     schedule, topology = _load_schedule(file, topo_spec, calibration)
     report = verify(schedule, topology)
     if as_json:
-        click.echo(json.dumps({"file": file, "verified": True, "steps": report.steps,
+        click.echo(dumps_json({"file": file, "verified": True, "steps": report.steps,
                                "rounds": report.rounds, "transfers": report.transfers}, indent=2))
         return
     out.print(f"[green]verified[/green]: {schedule.collective.name} on {topology.name}, "
@@ -377,7 +378,7 @@ def _verify_xml(file: str, mode: str, profile: str, root: int | None, as_json: b
     modes = MODES if mode == "both" else (mode,)
     reports = verify_program(program, modes, collective=expected, profile=profile)
     if as_json:
-        click.echo(json.dumps({"file": file, "verified": True, "profile": profile,
+        click.echo(dumps_json({"file": file, "verified": True, "profile": profile,
                                "modes": [r.mode for r in reports],
                                "threadblocks": reports[0].threadblocks,
                                "operations": reports[0].operations}, indent=2))
@@ -408,7 +409,7 @@ def simulate(file: str, topo_spec: str | None, sizes: str | None, calibration: s
     verify(schedule, base if schedule.topology_hash == base.content_hash else topology)
     points = cost_profile(schedule, topology, parse_sizes(sizes) if sizes else DEFAULT_SIZES)
     if as_json:
-        click.echo(json.dumps({"file": file, "costs": [p.to_dict() for p in points]}, indent=2))
+        click.echo(dumps_json({"file": file, "costs": [p.to_dict() for p in points]}, indent=2))
         return
     table = Table(title=f"{schedule.algorithm}: {schedule.collective.name} on {topology.name}")
     for col in ("size", "time µs", "algbw GB/s", "% of bound"):

@@ -6,7 +6,6 @@ Only argument parsing and printing live here; the searches are :mod:`synth.encod
 from __future__ import annotations
 
 import io
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from .cli import err, out
 from .collectives import KINDS, load_collective
 from .cost import format_size
 from .errors import LIMIT_REACHED, SynthError
-from .files import atomic_write, check_writable_dir
+from .files import atomic_write, check_writable_dir, dumps_json
 from .topology_io import load_topology
 
 SMALL, LARGE = 2**10, 2**30
@@ -129,7 +128,7 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
     if plot_file is not None:
         _plot(Path(plot_file), costed, collective, rows)
     if as_json:
-        click.echo(json.dumps([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows],
+        click.echo(dumps_json([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows],
                               indent=2))
     else:
         out.print(f"[bold]{collective.name}[/bold] on [bold]{topology.name}[/bold] "
@@ -244,7 +243,7 @@ def analyze(what: str, topo_spec: str, coll_spec: str, nodes: int, root: int | N
         data = {"topology": topology.name, "collective": collective.name, "steps": steps,
                 "latency_floor_us": round(alpha, 6), "latency_floor_hops": hops}
         if as_json:
-            click.echo(json.dumps(data, indent=2))
+            click.echo(dumps_json(data, indent=2))
             return
         out.print(f"{collective.name} on {topology.name}: every algorithm needs at least "
                   f"[bold]{steps}[/bold] steps (the farthest a chunk must travel, in hops); "
@@ -258,7 +257,7 @@ def analyze(what: str, topo_spec: str, coll_spec: str, nodes: int, root: int | N
             "rounds_for_chunks": {str(c): problem.rounds_lower_bound(c) for c in range(1, 9)},
             "bandwidth_optimal_needs_chunks": strong.denominator}
     if as_json:
-        click.echo(json.dumps(data, indent=2))
+        click.echo(dumps_json(data, indent=2))
         return
     out.print(f"{collective.name} on {topology.name}: every algorithm needs at least "
               f"[bold]{strong}[/bold] rounds per chunk (SCCL's LP: {sccl}; flow LP where "

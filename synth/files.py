@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
 import tempfile
 from pathlib import Path
@@ -225,6 +226,16 @@ class _StrictLoader(yaml.SafeLoader):
                                  f"line {seen}); a repeated key would silently keep its last value")
             first_line[key] = line
         return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.1 (PyYAML) reads '1e3' and '2.5e-3' without a dot before the exponent as strings; people
+# (and JSON, and YAML 1.2) write floats that way, so the loader also resolves them as floats. Ints
+# and dotted floats keep PyYAML's own resolvers, which are tried first.
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
 
 
 def load_yaml(text: str, source: str) -> Any:

@@ -19,7 +19,18 @@ import networkx as nx
 from . import builders
 from .errors import SynthError, unknown_name
 from .files import load_yaml, parse_data, read_data
-from .topology import Link, Nic, Port, Switch, Topology, beta_from_bandwidth
+from .topology import (
+    MAX_PARALLEL,
+    MAX_RANKS,
+    Link,
+    Nic,
+    Port,
+    Switch,
+    Topology,
+    beta_from_bandwidth,
+    check_link_figures,
+    check_size,
+)
 
 _RANK = {"type": "integer", "minimum": 0}
 _RANKS = {"type": "array", "items": _RANK, "minItems": 1}
@@ -34,7 +45,7 @@ TOPOLOGY_SCHEMA: dict[str, Any] = {
         "aliases": {"type": "array", "items": _NAME},
         "description": {"type": "string"},
         "sources": {"type": "array", "items": {"type": "string"}},
-        "ranks": {"type": "integer", "minimum": 1},
+        "ranks": {"type": "integer", "minimum": 1, "maximum": MAX_RANKS},
         "nodes": {"type": "array", "items": _RANKS, "minItems": 1},
         "link_classes": {
             "type": "object",
@@ -63,7 +74,7 @@ TOPOLOGY_SCHEMA: dict[str, Any] = {
                     "src": _RANK,
                     "dst": _RANK,
                     "class": {"type": "string"},
-                    "count": {"type": "integer", "minimum": 1},
+                    "count": {"type": "integer", "minimum": 1, "maximum": MAX_PARALLEL},
                 },
                 "oneOf": [{"required": ["between"]}, {"required": ["src", "dst"]}],
             },
@@ -84,10 +95,11 @@ TOPOLOGY_SCHEMA: dict[str, Any] = {
                                 "type": "object", "required": ["ranks"],
                                 "additionalProperties": False,
                                 "properties": {"name": _NAME, "ranks": _RANKS,
-                                               "lanes": {"type": "integer", "minimum": 1}}}},
+                                               "lanes": {"type": "integer", "minimum": 1,
+                                                         "maximum": MAX_PARALLEL}}}},
                         ]
                     },
-                    "lanes": {"type": "integer", "minimum": 1},
+                    "lanes": {"type": "integer", "minimum": 1, "maximum": MAX_PARALLEL},
                 },
             },
         },
@@ -122,6 +134,7 @@ def parse_topology(data: Any, source: str) -> Topology:
                              f"link_classes (defined: {', '.join(sorted(classes))})")
         c = classes[name]
         beta = c["beta_us_per_mb"] if "beta_us_per_mb" in c else beta_from_bandwidth(c["bandwidth_GBps"])
+        check_link_figures(float(c["alpha_us"]), float(beta), f"{source}: field 'link_classes.{name}'")
         return float(c["alpha_us"]), float(beta)
 
     def check_ranks(ranks: list[int], where: str) -> tuple[int, ...]:
@@ -133,6 +146,7 @@ def parse_topology(data: Any, source: str) -> Topology:
             raise SynthError(f"{source}: field '{where}': a rank is listed twice")
         return tuple(ranks)
 
+    check_size(source, n, sum(1 if "src" in spec else 2 for spec in data.get("links", [])))
     links: dict[tuple[int, int], Link] = {}
     for i, spec in enumerate(data.get("links", [])):
         where = f"links.{i}"
@@ -272,7 +286,7 @@ def load_topology(spec: str, nodes: int = 1) -> Topology:
     """
     if nodes < 1:
         raise SynthError(f"--nodes must be at least 1, got {nodes}")
-    multi = re.fullmatch(r"(.+?)-?x([0-9]+)", spec)
+    multi = re.fullmatch(r"(.+?)-?x([0-9]{1,9})", spec)
     if multi and not _resolvable(spec) and _resolvable(multi.group(1)):
         # 'dgx_a100x4' is how a multi-node topology names itself; read it back the same way
         return load_topology(multi.group(1), int(multi.group(2)) * nodes)

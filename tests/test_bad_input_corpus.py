@@ -156,7 +156,7 @@ def test_character_device_is_refused_without_reading(tmp_path, template):
     assert "not a regular file" in result.stderr
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in DATA.iterdir()) if DATA.is_dir() else [])
+@pytest.mark.parametrize("name", sorted(p.name for p in DATA.iterdir() if p.suffix != ".md"))
 @pytest.mark.parametrize("template", ["verify {f}", "simulate {f}", "topo show {f}",
                                       "sketch check {f}", "solve --topo {f} --coll allgather "
                                       "--out {o}", "solve --topo ring:2 --coll {f} --out {o}"])
@@ -220,3 +220,200 @@ def test_non_finite_numbers_are_input_errors(tmp_path, text, suffix, field):
     with pytest.raises(SynthError) as info:
         read_data(path)
     assert f"field '{field}'" in info.value.message and "not a finite number" in info.value.message
+
+
+# ------------------------------------------------------------------------------------ outputs
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077, 0o027])
+def test_written_files_respect_the_umask(tmp_path, umask):
+    from synth.files import atomic_write
+
+    old = os.umask(umask)
+    try:
+        path = atomic_write(tmp_path / "x.json", "{}\n")
+        png = atomic_write(tmp_path / "x.png", b"\x89PNG")
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+    assert png.stat().st_mode & 0o777 == 0o666 & ~umask
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json", "x.png"]  # no temporary left
+
+
+def test_solve_output_respects_the_umask(tmp_path):
+    old = os.umask(0o002)
+    try:
+        result = run_inprocess("solve", "--topo", "ring:4", "--coll", "allgather", "--encoding",
+                               "baseline", "--algo", "ring", "--out", str(tmp_path / "o"))
+    finally:
+        os.umask(old)
+    assert result.returncode == 0, result.stderr
+    files = sorted((tmp_path / "o").iterdir())
+    assert files and all(f.stat().st_mode & 0o777 == 0o664 for f in files)
+
+
+@pytest.mark.parametrize("extra", [
+    ["--encoding", "nope"],
+    ["--encoding", "baseline", "--algo", "nope"],
+    ["--time-limit", "-1"],
+    ["--time-limit", "nan"],
+    ["--time-limit", "inf"],
+    ["--chunks", "0"],
+])
+def test_failed_solve_creates_no_folder(tmp_path, extra):
+    out = tmp_path / "a" / "b"
+    result = run_inprocess("solve", "--topo", "ring:4", "--coll", "allgather", "--out", str(out),
+                           *extra)
+    assert_one_line_error(result)
+    assert not (tmp_path / "a").exists()
+
+
+@pytest.mark.parametrize("out", ["/proc", "/proc/synth_out", "/sys/kernel"])
+def test_out_on_a_pseudo_filesystem_is_one_line(out):
+    result = run_inprocess("solve", "--topo", "ring:4", "--coll", "allgather", "--encoding",
+                           "baseline", "--algo", "ring", "--out", out)
+    assert_one_line_error(result)
+    assert "pseudo-filesystem" in result.stderr
+
+
+def test_pareto_plot_into_a_missing_folder_is_refused_before_the_walk(tmp_path):
+    plot = tmp_path / "nonexistent" / "x.png"
+    result = run_inprocess("pareto", "--topo", "ring:3", "--coll", "allgather", "--out",
+                           str(tmp_path / "o"), "--plot", str(plot))
+    assert_one_line_error(result, tmp_path / "o")
+    assert "does not exist" in result.stderr and not plot.parent.exists()
+
+
+def test_calibrate_failure_creates_no_folder(tmp_path):
+    log = tmp_path / "log.txt"
+    log.write_text("no nccl-tests rows here\n")
+    out = tmp_path / "new" / "c.json"
+    result = run_inprocess("calibrate", str(log), "--format", "nccl-tests", "--topo", "dgx1",
+                           "--out", str(out))
+    assert_one_line_error(result, out.parent)
+
+
+# ------------------------------------------------------------------------------------ fuzz finds
+TOPO = """\
+name: t
+ranks: {ranks}
+link_classes:
+  nv: {{alpha_us: {alpha}, bandwidth_GBps: {bw}}}
+switches:
+  - {{name: s, class: nv, ports: per_rank}}
+"""
+
+
+@pytest.mark.parametrize(("ranks", "alpha", "bw", "needle"), [
+    (4, ".inf", 25, "not a finite number"),
+    (4, "-.inf", 25, "not a finite number"),
+    (4, "1e308", 25, "MAX_ALPHA_US"),
+    (4, "1.0e+308", 25, "MAX_ALPHA_US"),
+    (4, 1, ".nan", "not a finite number"),
+    (4, 1, "1e-300", "BETA_RANGE_US_PER_MB"),
+    (4, 1, "1e300", "BETA_RANGE_US_PER_MB"),
+    (10**30, 1, 25, "maximum of 16384"),
+])
+def test_absurd_topology_figures_are_input_errors(tmp_path, ranks, alpha, bw, needle):
+    path = tmp_path / "t.yaml"
+    path.write_text(TOPO.format(ranks=ranks, alpha=alpha, bw=bw))
+    result = run_inprocess("solve", "--topo", str(path), "--coll", "allgather", "--json",
+                           "--out", str(tmp_path / "o"))
+    assert_one_line_error(result, tmp_path / "o")
+    assert needle in result.stderr
+
+
+def test_json_infinity_is_an_input_error(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text('{"name": "t", "ranks": 2, "link_classes": {"nv": {"alpha_us": Infinity, '
+                    '"bandwidth_GBps": 25}}, "links": [{"between": [0, 1], "class": "nv"}]}')
+    result = run_inprocess("topo", "show", str(path))
+    assert_one_line_error(result)
+    assert "link_classes.nv.alpha_us" in result.stderr
+
+
+def test_yaml_exponent_without_a_dot_is_a_number(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text(TOPO.format(ranks=4, alpha="2e0", bw="2.5e1"))
+    result = run_inprocess("topo", "show", str(path), "--json")
+    assert result.returncode == 0, result.stderr
+    assert '"alpha_us": 2.0' in result.stdout
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--topo", "dgx1", "--nodes", "1000000"], "MAX_RANKS"),
+    (["--topo", "fully_connected:100000"], "MAX_RANKS"),
+    (["--topo", "fully_connected:2000"], "MAX_LINKS"),
+    (["--topo", "switch:1000000"], "MAX_RANKS"),
+    (["--topo", "ring:4", "--chunks", "1000000000"], "MAX_GLOBAL_CHUNKS"),
+    (["--topo", "ring:" + "9" * 5000], "too large"),
+    (["--topo", "ring:4", "--time-limit", "nan"], "positive number of seconds"),
+])
+def test_absurd_sizes_are_refused_at_once(tmp_path, args, needle):
+    import time
+
+    start = time.perf_counter()
+    result = run_inprocess("solve", *args, "--coll", "allgather", "--out", str(tmp_path / "o"))
+    assert_one_line_error(result, tmp_path / "o")
+    assert needle in result.stderr
+    assert time.perf_counter() - start < 5
+
+
+def test_alltoall_counts_its_chunks(tmp_path):
+    result = run_inprocess("solve", "--topo", "switch:1024", "--coll", "alltoall", "--chunks", "2",
+                           "--out", str(tmp_path / "o"))
+    assert_one_line_error(result, tmp_path / "o")
+    assert "2097152 chunks" in result.stderr
+
+
+def test_huge_ranks_in_a_custom_collective(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(f"ranks: 4\nchunks: {10**30}\npre: {{0: [0]}}\npost: {{0: [1]}}\n")
+    result = run_inprocess("solve", "--topo", "ring:4", "--coll", str(path), "--out",
+                           str(tmp_path / "o"))
+    assert_one_line_error(result, tmp_path / "o")
+    assert "field 'chunks'" in result.stderr
+
+
+@pytest.mark.parametrize(("pre", "post", "needle"), [
+    ("{0: [0], 1: [1]}", "{}", "postcondition is empty"),
+    ("[]", "[]", "postcondition is empty"),
+    ("{0: [0], 1: [1]}", "{0: [0], 1: [1]}", "already is where"),
+    ("{a: [0]}", "{0: [1]}", "chunk 'a' is not a whole number"),
+])
+def test_custom_collective_that_moves_nothing_is_an_input_error(tmp_path, pre, post, needle):
+    path = tmp_path / "c.yaml"
+    path.write_text(f"ranks: 4\nchunks: 2\npre: {pre}\npost: {post}\n")
+    result = run_inprocess("solve", "--topo", "ring:4", "--coll", str(path), "--json", "--out",
+                           str(tmp_path / "o"))
+    assert_one_line_error(result, tmp_path / "o")
+    assert needle in result.stderr
+
+
+def test_duplicate_key_in_a_topology_file_names_key_and_line(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text(TOPO.format(ranks=4, alpha=1, bw=25) + "ranks: 8\n")
+    result = run_inprocess("topo", "show", str(path))
+    assert_one_line_error(result)
+    assert "duplicate key 'ranks' on line 7 (first on line 2)" in result.stderr
+
+
+def test_json_output_is_always_valid_json():
+    import json
+
+    from synth.files import dumps_json
+
+    text = dumps_json({"bound_us": float("inf"), "pct": [float("nan"), 1.5], "n": (1, -float("inf"))})
+    assert json.loads(text) == {"bound_us": None, "pct": [None, 1.5], "n": [1, None]}
+
+
+def test_solve_json_parses_strictly(tmp_path):
+    import json
+
+    result = run_inprocess("solve", "--topo", "ring:4", "--coll", "allgather", "--encoding",
+                           "baseline", "--algo", "ring", "--json", "--out", str(tmp_path / "o"))
+    assert result.returncode == 0, result.stderr
+
+    def refuse(name: str) -> None:
+        raise AssertionError(f"non-standard JSON constant {name}")
+
+    data = json.loads(result.stdout, parse_constant=refuse)
+    assert data["verified"] is True
