@@ -83,6 +83,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify_json": ("verify {f}", ".json"),
     "verify_xml": ("verify {f}", ".xml"),
     "simulate": ("simulate {f}", ".json"),
+    "simulate_xml": ("simulate {f} --topo dgx1", ".xml"),
     "solve_topo": ("solve --topo {f} --coll allgather --out {o}", ".yaml"),
     "solve_topo_json": ("solve --topo {f} --coll allgather --out {o}", ".json"),
     "solve_coll": ("solve --topo ring:4 --coll {f} --out {o}", ".yaml"),
