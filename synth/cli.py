@@ -139,6 +139,9 @@ def topo_show(name: str, nodes: int, as_json: bool) -> None:
                    "class (`--format nccl-tests`); neuron/jax its closed-stack fit.")
 @click.option("--out", "out_dir", default="out", show_default=True, type=click.Path(),
               help="Folder for the schedule files.")
+@click.option("--program-model/--no-program-model", "want_program", default=True,
+              show_default=True,
+              help="Also time the written XML with the timed program model (program_us).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str | None,
           chunks: int | None, root: int | None, inplace: bool | None, sizes: str | None,
@@ -146,7 +149,7 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
           engine: str | None, sketch: str | None, solver: str | None, want_xml: bool,
           xml_profile: str, proto: str, instances: int,
           min_bytes: str, max_bytes: str, target: str, tensors: int, nbytes: str | None,
-          calibration: str | None, out_dir: str, as_json: bool) -> None:
+          calibration: str | None, out_dir: str, want_program: bool, as_json: bool) -> None:
     """Synthesize a verified schedule and print its cost against the bound."""
     if target != "msccl":
         _solve_closed(topo_spec, coll_spec, nodes, target, tensors, nbytes, calibration, out_dir,
@@ -181,20 +184,57 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
             from .encodings.milp_solvers import Progress
 
             extra["progress"] = Progress(console=err)  # MILP stages: incumbent and gap, live
+        nccl_cal = _nccl_calibration(calibration)
         result = run_solve(topology, collective, encoding=encoding, algorithm=algo,
-                           sizes=size_list, time_limit_s=time_limit, chunks=chunks, extra=extra)
+                           sizes=size_list, time_limit_s=time_limit, chunks=chunks, extra=extra,
+                           nccl_calibration=nccl_cal)
         chosen, written = write_best(result, target, xml)
         result.best = chosen
     files = [str(f) for f in written.files]
+    from .solve import compare_with_nccl
+
+    vs_nccl = compare_with_nccl(result.best.schedule, topology, size_list, nccl_cal, calibration)
+    program_us = (_program_times(files, topology, size_list, xml_profile, calibration)
+                  if want_program else None)
     if as_json:
-        click.echo(dumps_json(_solve_json(result, files, written), indent=2))
+        data = _solve_json(result, files, written)
+        data["vs_nccl"] = [c.to_dict() for c in vs_nccl] if vs_nccl is not None else None
+        data["program_us"] = ({str(n): (round(t, 4) if t != float("inf") else None)
+                               for n, t in zip(size_list, program_us, strict=True)}
+                              if program_us is not None else None)
+        click.echo(dumps_json(data, indent=2))
         return
-    _print_solve(result, files)
+    _print_solve(result, files, vs_nccl, program_us)
     for note in written.notes:
         out.print(f"[yellow]{note}[/yellow]")
     for rep in written.xml_reports:
         out.print(f"XML verified by the interpreter ({rep.mode}): {rep.threadblocks} threadblocks, "
                   f"{rep.operations} operations, {rep.messages} messages")
+
+
+def _program_times(files: list[str], topology: Topology, sizes: list[int], profile: str,
+                   calibration: str | None) -> list[float] | None:
+    """The written XML's time per size under the timed program model (None without an XML).
+
+    The file was verified by the interpreter before it was written (``emit_verified_xml``).
+    """
+    from .emit.xml_parse import read_program
+    from .program_model import program_times_us
+
+    xml = [f for f in files if f.endswith(".xml")]
+    if not xml:
+        return None
+    program = read_program(xml[0], profile)
+    return program_times_us(program, topology, sizes, calibration=calibration, profile=profile)
+
+
+def _nccl_calibration(calibration: str | None) -> Any:
+    """The ``nccl_model`` section of a calibration file (None: NCCL's own figures)."""
+    if calibration is None:
+        return None
+    from .calibration import load_calibration
+    from .nccl_model import calibration_of
+    return calibration_of(load_calibration(calibration))
 
 
 def _with_calibration(topology: Topology, calibration: str | None) -> Topology:
@@ -272,7 +312,8 @@ def _solve_json(result: Any, files: list[str], written: Any) -> dict[str, Any]:
     }
 
 
-def _print_solve(result: Any, files: list[str]) -> None:
+def _print_solve(result: Any, files: list[str], vs_nccl: Any = None,
+                 program_us: list[float] | None = None) -> None:
     best = result.best
     s = best.schedule
     out.print(f"[bold]{result.collective.name}[/bold] on [bold]{result.topology.name}[/bold] "
@@ -287,13 +328,39 @@ def _print_solve(result: Any, files: list[str]) -> None:
                   f"{s.algorithm} (best mean % of bound over the sizes)")
     if s.meta.get("why"):
         out.print(f"why: {s.meta['why']}")
-    table = Table(title=f"predicted cost (bound: {result.bound.method})")
-    for col in ("size", "time µs", "algbw GB/s", "bound µs", "% of bound"):
+    model = ("NCCL's tuning model" if s.meta.get("time_model") == "nccl"
+             else "step model, no runtime floors")
+    table = Table(title=f"predicted cost ({model}; bound: {result.bound.method})")
+    cols = ["size", "model_us", "algbw GB/s", "bound µs", "% of bound"]
+    if program_us is not None:
+        cols.append("program_us")
+    for col in cols:
         table.add_column(col, justify="right")
-    for p in best.costs:
-        table.add_row(format_size(p.bytes), f"{p.time_us:.2f}", f"{p.algbw_GBps:.2f}",
-                      f"{p.bound_us:.2f}", f"{p.pct_of_bound:.1f}")
+    for i, p in enumerate(best.costs):
+        row = [format_size(p.bytes), f"{p.time_us:.2f}", f"{p.algbw_GBps:.2f}",
+               f"{p.bound_us:.2f}", f"{p.pct_of_bound:.1f}"]
+        if program_us is not None:
+            t = program_us[i]
+            row.append(f"{t:.2f}" if t != float("inf") else "deadlock")
+        table.add_row(*row)
     out.print(table)
+    if program_us is not None:
+        out.print("[dim]model_us: the lock-step model above; program_us: the written XML run by the "
+                  "timed program model (synth.program_model: threadblocks, grid iterations, FIFO "
+                  "slots, shared links; validated in results/reality_msccl.md)[/dim]")
+    if vs_nccl is not None:
+        from .nccl_model import SOURCE
+
+        cmp = Table(title="against NCCL (both with their runtime floors)")
+        for col in ("size", "runtime µs", "NCCL µs", "NCCL runs", "vs NCCL"):
+            cmp.add_column(col, justify="right")
+        for c in vs_nccl:
+            cmp.add_row(format_size(c.bytes), f"{c.runtime_us:.2f}", f"{c.nccl_us:.2f}",
+                        f"{c.nccl_algo}/{c.nccl_proto} x{c.nccl_channels}", f"{c.speedup:.2f}x")
+        out.print(cmp)
+        out.print("[dim]runtime: this schedule plus the MSCCL runtime's launch and per-step floors "
+                  "(synth.protocols, best protocol); NCCL: what NCCL's tuner runs and its time "
+                  f"({SOURCE}; validated in results/reality.md); vs NCCL = NCCL / runtime[/dim]")
     if len(result.candidates) > 1:
         sizes = [best.costs[0].bytes, best.costs[len(best.costs) // 2].bytes, best.costs[-1].bytes]
         cand = Table(title="candidates (time µs; best first)")
@@ -409,8 +476,11 @@ def _verify_xml(file: str, mode: str, profile: str, root: int | None, as_json: b
         click.echo(dumps_json({"file": file, "verified": True, "profile": profile,
                                "modes": [r.mode for r in reports],
                                "threadblocks": reports[0].threadblocks,
-                               "operations": reports[0].operations}, indent=2))
+                               "operations": reports[0].operations,
+                               "warnings": reports[0].warnings}, indent=2))
         return
+    for w in reports[0].warnings:   # advice: portability rules the runtimes do not enforce
+        err.print(f"warning: {w}", markup=False, soft_wrap=True)
     for r in reports:
         out.print(f"[green]verified[/green]: {file} ({r.collective}, {program.ngpus} ranks, "
                   f"{r.mode}): {r.threadblocks} threadblocks, {r.operations} operations, "
