@@ -19,6 +19,7 @@ from . import __version__
 from .collectives import KINDS, load_collective
 from .cost import DEFAULT_SIZES, format_size, parse_size, parse_sizes
 from .errors import SynthError
+from .files import dumps_json
 from .schedule import Schedule
 from .topology import Topology
 from .topology_io import load_topology, shipped_files, shipped_names
@@ -57,7 +58,7 @@ def topo_list(as_json: bool) -> None:
                      "links": len(t.links), "switches": len(t.switches), "nics": len(t.nics),
                      "description": t.description})
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(dumps_json(rows, indent=2))
         return
     table = Table(title="shipped topologies (multi-node: --nodes N)")
     for col in ("name", "aliases", "ranks", "links", "switches", "NICs", "machine"):
@@ -79,7 +80,7 @@ def topo_show(name: str, nodes: int, as_json: bool) -> None:
     t = load_topology(name, nodes)
     summary = topology_summary(t)
     if as_json:
-        click.echo(json.dumps({**t.to_dict(), "summary": summary}, indent=2))
+        click.echo(dumps_json({**t.to_dict(), "summary": summary}, indent=2))
         return
     out.print(f"[bold]{t.name}[/bold]: {t.description}")
     out.print(f"ranks {t.num_ranks}, nodes {t.num_nodes}, links {len(t.links)}, "
@@ -160,7 +161,7 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
                       as_json)
         return
     from .emit import XmlOptions
-    from .files import ensure_writable_dir
+    from .files import check_writable_dir
     from .solve import solve as run_solve
     from .solve import write_best
 
@@ -179,7 +180,7 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
                      inplace=inplace) if want_xml else None
     topology = _with_calibration(load_topology(topo_spec, nodes), calibration)
     collective = load_collective(coll_spec, topology.num_ranks, chunks or 1, root, bool(inplace))
-    target = ensure_writable_dir(Path(out_dir))
+    target = check_writable_dir(Path(out_dir))  # created when the first file is written
     with err.status(f"solving {collective.name} on {topology.name} ({encoding})",
                     spinner="dots") if not as_json else _nullcontext():
         extra = {k: v for k, v in (("steps", steps), ("rounds", rounds), ("engine", engine),
@@ -215,7 +216,7 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
         data["program_us"] = ({str(n): (round(t, 4) if t != float("inf") else None)
                                for n, t in zip(size_list, program_us, strict=True)}
                               if program_us is not None else None)
-        click.echo(json.dumps(data, indent=2))
+        click.echo(dumps_json(data, indent=2))
         return
     _print_solve(result, files, vs_nccl, program_us)
     for note in written.notes:
@@ -272,7 +273,7 @@ def _solve_closed(topo_spec: str, coll_spec: str, nodes: int, target: str, tenso
     import time
 
     from .closed import emit_closed_program, resolve_topology
-    from .files import ensure_writable_dir
+    from .files import check_writable_dir
 
     if tensors < 1:
         raise SynthError(f"--tensors must be at least 1, got {tensors}")
@@ -280,7 +281,7 @@ def _solve_closed(topo_spec: str, coll_spec: str, nodes: int, target: str, tenso
         raise SynthError(f"calibration file '{calibration}' does not exist")
     topology = resolve_topology(topo_spec, nodes)
     size = parse_size(nbytes) if nbytes else None
-    target_dir = ensure_writable_dir(Path(out_dir))
+    target_dir = check_writable_dir(Path(out_dir))  # created when the program is written
     start = time.perf_counter()
     files = emit_closed_program(topology, coll_spec, target, target_dir, nbytes=size,
                                 tensors=tensors, calibration=calibration)
@@ -289,7 +290,7 @@ def _solve_closed(topo_spec: str, coll_spec: str, nodes: int, target: str, tenso
             "target": target, "verified": True, "solve_seconds": round(time.perf_counter() - start, 3),
             "files": [str(f) for f in files], "strategy": report.get("winner", report)}
     if as_json:
-        click.echo(json.dumps(data, indent=2))
+        click.echo(dumps_json(data, indent=2))
         return
     out.print(f"[bold]{coll_spec}[/bold] on [bold]{topology.name}[/bold] for {target}: "
               f"program proven on the NumPy stand-in of the vendor primitives")
@@ -406,10 +407,9 @@ class _nullcontext:
 # ---------------------------------------------------------------------------------------- verify
 def _load_schedule(path: str, topo_spec: str | None, calibration: str | None = None,
                    check: bool = True) -> tuple[Schedule, Topology]:
-    p = Path(path)
-    if not p.exists():
-        raise SynthError(f"file '{path}' does not exist")
-    schedule = Schedule.from_json(p.read_text(), str(p))
+    from .files import read_input
+
+    schedule = Schedule.from_json(read_input(path, "schedule file"), path)
     topology = _with_calibration(load_topology(topo_spec or schedule.topology), calibration)
     if (check and schedule.topology_hash and schedule.topology_hash != topology.content_hash
             and schedule.topology == topology.name):
@@ -445,7 +445,7 @@ def verify_cmd(file: str, topo_spec: str | None, mode: str, xml_profile: str, ro
     schedule, topology = _load_schedule(file, topo_spec, calibration)
     report = verify(schedule, topology)
     if as_json:
-        click.echo(json.dumps({"file": file, "verified": True, "steps": report.steps,
+        click.echo(dumps_json({"file": file, "verified": True, "steps": report.steps,
                                "rounds": report.rounds, "transfers": report.transfers}, indent=2))
         return
     out.print(f"[green]verified[/green]: {schedule.collective.name} on {topology.name}, "
@@ -464,7 +464,7 @@ def _verify_mscclpp(file: str, as_json: bool) -> None:
 
     _, r = verify_plan_file(file)
     if as_json:
-        click.echo(json.dumps({"file": file, "verified": True, "format": "mscclpp",
+        click.echo(dumps_json({"file": file, "verified": True, "format": "mscclpp",
                                "collective": r.collective, "protocol": r.protocol,
                                "ranks": r.ranks, "threadblocks": r.threadblocks,
                                "operations": r.operations, "signals": r.signals,
@@ -480,11 +480,9 @@ def _verify_mscclpp(file: str, as_json: bool) -> None:
 def _verify_xml(file: str, mode: str, profile: str, root: int | None, as_json: bool) -> None:
     from .emit.interpreter import MODES, verify_program
     from .emit.xml_parse import normalize_coll, parse_program
+    from .files import read_input
 
-    path = Path(file)
-    if not path.exists():
-        raise SynthError(f"file '{file}' does not exist")
-    program = parse_program(path.read_text(), str(path), profile)
+    program = parse_program(read_input(file, "XML file"), file, profile)
     expected = None
     if root is not None:
         kind = normalize_coll(program.coll)
@@ -493,7 +491,7 @@ def _verify_xml(file: str, mode: str, profile: str, root: int | None, as_json: b
     modes = MODES if mode == "both" else (mode,)
     reports = verify_program(program, modes, collective=expected, profile=profile)
     if as_json:
-        click.echo(json.dumps({"file": file, "verified": True, "profile": profile,
+        click.echo(dumps_json({"file": file, "verified": True, "profile": profile,
                                "modes": [r.mode for r in reports],
                                "threadblocks": reports[0].threadblocks,
                                "operations": reports[0].operations,
@@ -539,7 +537,7 @@ def simulate(file: str, topo_spec: str | None, nodes: int, sizes: str | None,
     verify(schedule, base if schedule.topology_hash == base.content_hash else topology)
     points = cost_profile(schedule, topology, parse_sizes(sizes) if sizes else DEFAULT_SIZES)
     if as_json:
-        click.echo(json.dumps({"file": file, "costs": [p.to_dict() for p in points]}, indent=2))
+        click.echo(dumps_json({"file": file, "costs": [p.to_dict() for p in points]}, indent=2))
         return
     table = Table(title=f"{schedule.algorithm}: {schedule.collective.name} on {topology.name}")
     for col in ("size", "time µs", "algbw GB/s", "% of bound"):
@@ -572,7 +570,7 @@ def _simulate_xml(file: str, topo_spec: str | None, nodes: int, sizes: str | Non
                               trace=True)
         write_trace(timing, program, trace_path)
     if as_json:
-        click.echo(json.dumps({"file": file, "topology": topology.name, "model": model.to_dict(),
+        click.echo(dumps_json({"file": file, "topology": topology.name, "model": model.to_dict(),
                                "costs": [p.to_dict() for p in points]}, indent=2))
         return
     table = Table(title=f"{program.name or file}: {program.coll} ({program.proto}, "

@@ -101,6 +101,8 @@ def solve(topology: Topology, collective: Collective, *, encoding: str = "auto",
           time_limit_s: float | None = None, chunks: int | None = None,
           extra: dict[str, Any] | None = None, nccl_calibration: Any = None) -> SolveResult:
     """Produce, verify and rank schedules; the best is the one closest to the bound overall."""
+    if time_limit_s is not None and not (time_limit_s > 0 and math.isfinite(time_limit_s)):
+        raise SynthError(f"--time-limit must be a positive number of seconds, got {time_limit_s:g}")
     start = time.perf_counter()
     found = run_encoding(encoding, topology, collective,
                          Options(algorithm=algorithm, chunks=chunks, time_limit_s=time_limit_s,
@@ -222,7 +224,6 @@ def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = DE
     Everything is produced and verified in memory first; only then is anything written, each file
     atomically, so a failure leaves nothing half-written.
     """
-    ensure_writable_dir(out_dir)
     outputs: list[tuple[Path, str]] = [(out_dir / schedule_file_name(schedule), schedule.to_json())]
     reports: list[Any] = []
     notes: list[str] = []
@@ -242,6 +243,7 @@ def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = DE
         else:
             text, reports = emit_verified_xml(schedule, xml)
             outputs.append((out_dir / f"{stem}.{xml.profile}.xml", text))
+    ensure_writable_dir(out_dir)  # only now: a failure above leaves no empty folder behind
     return Written([atomic_write(path, text) for path, text in outputs], reports, notes)
 
 
