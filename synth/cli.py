@@ -19,6 +19,7 @@ from . import __version__
 from .collectives import KINDS, load_collective
 from .cost import DEFAULT_SIZES, format_size, parse_size, parse_sizes
 from .errors import SynthError
+from .files import dumps_json
 from .schedule import Schedule
 from .topology import Topology
 from .topology_io import load_topology, shipped_files, shipped_names
@@ -57,7 +58,7 @@ def topo_list(as_json: bool) -> None:
                      "links": len(t.links), "switches": len(t.switches), "nics": len(t.nics),
                      "description": t.description})
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(dumps_json(rows, indent=2))
         return
     table = Table(title="shipped topologies (multi-node: --nodes N)")
     for col in ("name", "aliases", "ranks", "links", "switches", "NICs", "machine"):
@@ -79,7 +80,7 @@ def topo_show(name: str, nodes: int, as_json: bool) -> None:
     t = load_topology(name, nodes)
     summary = topology_summary(t)
     if as_json:
-        click.echo(json.dumps({**t.to_dict(), "summary": summary}, indent=2))
+        click.echo(dumps_json({**t.to_dict(), "summary": summary}, indent=2))
         return
     out.print(f"[bold]{t.name}[/bold]: {t.description}")
     out.print(f"ranks {t.num_ranks}, nodes {t.num_nodes}, links {len(t.links)}, "
@@ -129,6 +130,10 @@ def topo_show(name: str, nodes: int, as_json: bool) -> None:
 @click.option("--min-bytes", default="0", show_default=True, help="XML minBytes (e.g. 1MB).")
 @click.option("--max-bytes", default="0", show_default=True,
               help="XML maxBytes, inclusive (legacy files get +1); 0 = unbounded.")
+@click.option("--format", "out_format", default="msccl", show_default=True,
+              type=click.Choice(["msccl", "mscclpp"]),
+              help="msccl: MSCCL-IR XML; mscclpp: an MSCCL++ execution plan (JSON, Simple protocol), "
+                   "verified by the plan interpreter. --instances/--min-bytes/--max-bytes apply.")
 @click.option("--target", default="msccl", show_default=True,
               type=click.Choice(["msccl", "neuron", "jax"]),
               help="msccl: schedule + MSCCL-IR XML; neuron/jax: a composed vendor-primitive program.")
@@ -139,23 +144,27 @@ def topo_show(name: str, nodes: int, as_json: bool) -> None:
                    "class (`--format nccl-tests`); neuron/jax its closed-stack fit.")
 @click.option("--out", "out_dir", default="out", show_default=True, type=click.Path(),
               help="Folder for the schedule files.")
+@click.option("--program-model/--no-program-model", "want_program", default=True,
+              show_default=True,
+              help="Also time the written XML with the timed program model (program_us).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str | None,
           chunks: int | None, root: int | None, inplace: bool | None, sizes: str | None,
           time_limit: float | None, steps: int | None, rounds: int | None, least_steps: bool,
           engine: str | None, sketch: str | None, solver: str | None, want_xml: bool,
           xml_profile: str, proto: str, instances: int,
-          min_bytes: str, max_bytes: str, target: str, tensors: int, nbytes: str | None,
-          calibration: str | None, out_dir: str, as_json: bool) -> None:
+          min_bytes: str, max_bytes: str, out_format: str, target: str, tensors: int,
+          nbytes: str | None, calibration: str | None, out_dir: str, want_program: bool,
+          as_json: bool) -> None:
     """Synthesize a verified schedule and print its cost against the bound."""
     if target != "msccl":
         _solve_closed(topo_spec, coll_spec, nodes, target, tensors, nbytes, calibration, out_dir,
                       as_json)
         return
     from .emit import XmlOptions
-    from .files import ensure_writable_dir
+    from .files import check_writable_dir
     from .solve import solve as run_solve
-    from .solve import write_winners
+    from .solve import write_best, write_winners
 
     if chunks is not None and chunks < 1:
         raise SynthError(f"--chunks must be at least 1, got {chunks}")
@@ -164,13 +173,15 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
                          f"'{encoding}' (use --encoding milp or auto)")
     if instances < 1:
         raise SynthError(f"--instances must be at least 1, got {instances}")
+    if out_format == "mscclpp" and proto != "Simple":
+        raise SynthError(f"--format mscclpp emits the Simple protocol only, not {proto}")
     size_list = parse_sizes(sizes) if sizes else DEFAULT_SIZES
     xml = XmlOptions(profile=xml_profile, proto=proto, instances=instances,
                      min_bytes=_bytes(min_bytes), max_bytes=_bytes(max_bytes),
                      inplace=inplace) if want_xml else None
     topology = _with_calibration(load_topology(topo_spec, nodes), calibration)
     collective = load_collective(coll_spec, topology.num_ranks, chunks or 1, root, bool(inplace))
-    target = ensure_writable_dir(Path(out_dir))
+    target = check_writable_dir(Path(out_dir))  # created when the first file is written
     with err.status(f"solving {collective.name} on {topology.name} ({encoding})",
                     spinner="dots") if not as_json else _nullcontext():
         extra = {k: v for k, v in (("steps", steps), ("rounds", rounds), ("engine", engine),
@@ -185,23 +196,66 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
         result = run_solve(topology, collective, encoding=encoding, algorithm=algo,
                            sizes=size_list, time_limit_s=time_limit, chunks=chunks, extra=extra,
                            nccl_calibration=nccl_cal)
-        written = write_winners(result, target, xml)
-        result.best = written.ranges[-1].candidate  # the one serving the largest size
+        plan = None
+        if out_format == "mscclpp":
+            from .solve import PlanOptions, PlanTarget
+
+            plan = PlanTarget(topology, PlanOptions(instances=instances,
+                                                    min_bytes=_bytes(min_bytes),
+                                                    max_bytes=_bytes(max_bytes)))
+        if plan is not None:
+            result.best, written = write_best(result, target, None, plan)
+        else:
+            written = write_winners(result, target, xml)
+            result.best = written.ranges[-1].candidate  # the one serving the largest size
     files = [str(f) for f in written.files]
     from .solve import compare_with_nccl
 
     vs_nccl = compare_with_nccl(result.best.schedule, topology, size_list, nccl_cal, calibration)
+    program_us = (_program_times(written, files, topology, size_list, xml_profile, calibration)
+                  if want_program else None)
     if as_json:
         data = _solve_json(result, files, written)
         data["vs_nccl"] = [c.to_dict() for c in vs_nccl] if vs_nccl is not None else None
-        click.echo(json.dumps(data, indent=2))
+        data["program_us"] = ({str(n): (round(t, 4) if t != float("inf") else None)
+                               for n, t in zip(size_list, program_us, strict=True)}
+                              if program_us is not None else None)
+        click.echo(dumps_json(data, indent=2))
         return
-    _print_solve(result, files, written, vs_nccl)
+    _print_solve(result, files, written, vs_nccl, program_us)
     for note in written.notes:
         out.print(f"[yellow]{note}[/yellow]")
     for rep in written.xml_reports:
         out.print(f"XML verified by the interpreter ({rep.mode}): {rep.threadblocks} threadblocks, "
                   f"{rep.operations} operations, {rep.messages} messages")
+    for rep in written.plan_reports:
+        out.print(f"MSCCL++ plan verified by the plan interpreter: {rep.threadblocks} threadblocks, "
+                  f"{rep.operations} operations, {rep.signals} signals, postcondition holds")
+
+
+def _program_times(written: Any, files: list[str], topology: Topology, sizes: list[int],
+                   profile: str, calibration: str | None) -> list[float] | None:
+    """Per size, the time of the written XML that serves it under the timed program model (None
+    without an XML).
+
+    Every file was verified by the interpreter before it was written (``emit_verified_xml``).
+    """
+    from .emit.xml_parse import read_program
+    from .program_model import program_times_us
+
+    serving = {p.bytes: f for p, _, f in _served(written)}
+    if not any(serving.values()):
+        xml = [f for f in files if f.endswith(".xml")]
+        if not xml:
+            return None
+        serving = dict.fromkeys(sizes, xml[0])
+    out: dict[int, float] = {}
+    for f in dict.fromkeys(v for v in serving.values() if v):
+        mine = [n for n in sizes if serving.get(n) == f]
+        times = program_times_us(read_program(f, profile), topology, mine, calibration=calibration,
+                                 profile=profile)
+        out.update(zip(mine, times, strict=True))
+    return [out.get(n, float("inf")) for n in sizes]
 
 
 def _nccl_calibration(calibration: str | None) -> Any:
@@ -232,7 +286,7 @@ def _solve_closed(topo_spec: str, coll_spec: str, nodes: int, target: str, tenso
     import time
 
     from .closed import emit_closed_program, resolve_topology
-    from .files import ensure_writable_dir
+    from .files import check_writable_dir
 
     if tensors < 1:
         raise SynthError(f"--tensors must be at least 1, got {tensors}")
@@ -240,7 +294,7 @@ def _solve_closed(topo_spec: str, coll_spec: str, nodes: int, target: str, tenso
         raise SynthError(f"calibration file '{calibration}' does not exist")
     topology = resolve_topology(topo_spec, nodes)
     size = parse_size(nbytes) if nbytes else None
-    target_dir = ensure_writable_dir(Path(out_dir))
+    target_dir = check_writable_dir(Path(out_dir))  # created when the program is written
     start = time.perf_counter()
     files = emit_closed_program(topology, coll_spec, target, target_dir, nbytes=size,
                                 tensors=tensors, calibration=calibration)
@@ -249,7 +303,7 @@ def _solve_closed(topo_spec: str, coll_spec: str, nodes: int, target: str, tenso
             "target": target, "verified": True, "solve_seconds": round(time.perf_counter() - start, 3),
             "files": [str(f) for f in files], "strategy": report.get("winner", report)}
     if as_json:
-        click.echo(json.dumps(data, indent=2))
+        click.echo(dumps_json(data, indent=2))
         return
     out.print(f"[bold]{coll_spec}[/bold] on [bold]{topology.name}[/bold] for {target}: "
               f"program proven on the NumPy stand-in of the vendor primitives")
@@ -262,7 +316,8 @@ def _bytes(text: str) -> int:
 
 
 def _served(written: Any) -> list[tuple[Any, Any, str | None]]:
-    """Per swept size: (its cost point under the winner, the winner, the file serving it)."""
+    """Per swept size: (its cost point under the winner, the winner, the file serving it); empty
+    when no size ranges were chosen (an MSCCL++ plan)."""
     out = []
     for r, f in zip(written.ranges, written.range_files, strict=True):
         at = {p.bytes: p for p in r.candidate.costs}
@@ -274,8 +329,10 @@ def _solve_json(result: Any, files: list[str], written: Any) -> dict[str, Any]:
     from .solve import ranges_table
 
     best = result.best
+    served = _served(written) or [(p, best, None) for p in best.costs]
     return {
         "xml_verified_modes": [rep.mode for rep in written.xml_reports],
+        "mscclpp_verified": bool(written.plan_reports),
         "notes": written.notes,
         "topology": result.topology.name,
         "collective": result.collective.name,
@@ -291,7 +348,7 @@ def _solve_json(result: Any, files: list[str], written: Any) -> dict[str, Any]:
         "files": files,
         "bound": {"method": result.bound.method, "latency_us": result.bound.latency_us,
                   "steps": result.bound.steps},
-        "costs": [{**p.to_dict(), "algorithm": c.name, "file": f} for p, c, f in _served(written)],
+        "costs": [{**p.to_dict(), "algorithm": c.name, "file": f} for p, c, f in served],
         "ranges": [r.to_dict(f) for r, f in zip(written.ranges, written.range_files, strict=True)],
         "range_table": ranges_table(result, written.ranges, written.range_files),
         "candidates": [{"name": c.name, "algorithm": c.schedule.algorithm, "steps": c.report.steps,
@@ -301,7 +358,8 @@ def _solve_json(result: Any, files: list[str], written: Any) -> dict[str, Any]:
     }
 
 
-def _print_solve(result: Any, files: list[str], written: Any, vs_nccl: Any = None) -> None:
+def _print_solve(result: Any, files: list[str], written: Any, vs_nccl: Any = None,
+                 program_us: list[float] | None = None) -> None:
     best = result.best
     s = best.schedule
     out.print(f"[bold]{result.collective.name}[/bold] on [bold]{result.topology.name}[/bold] "
@@ -320,25 +378,36 @@ def _print_solve(result: Any, files: list[str], written: Any, vs_nccl: Any = Non
              else "step model, no runtime floors")
     table = Table(title=f"predicted cost of what is written ({model}; bound: "
                         f"{result.bound.method})")
-    for col in ("size", "algorithm", "time µs", "algbw GB/s", "bound µs", "% of bound"):
+    cols = ["size", "algorithm", "model_us", "algbw GB/s", "bound µs", "% of bound"]
+    if program_us is not None:
+        cols.append("program_us")
+    for col in cols:
         table.add_column(col, justify="right")
-    for p, c, _ in _served(written):
-        table.add_row(format_size(p.bytes), c.name, f"{p.time_us:.2f}", f"{p.algbw_GBps:.2f}",
-                      f"{p.bound_us:.2f}", f"{p.pct_of_bound:.1f}")
+    served = _served(written) or [(p, best, None) for p in best.costs]
+    for i, (p, c, _) in enumerate(served):
+        row = [format_size(p.bytes), c.name, f"{p.time_us:.2f}", f"{p.algbw_GBps:.2f}",
+               f"{p.bound_us:.2f}", f"{p.pct_of_bound:.1f}"]
+        if program_us is not None:
+            t = program_us[i]
+            row.append(f"{t:.2f}" if t != float("inf") else "deadlock")
+        table.add_row(*row)
     out.print(table)
     if len(written.ranges) > 1:
         from .solve import ranges_table
 
         rt = Table(title="size range -> file (time and % of bound at the range's largest size)")
         for col in ("min bytes", "max bytes", "algorithm", "time µs", "% of bound", "file"):
-            rt.add_column(col, justify="right" if "bytes" in col or "µs" in col or "%" in col
-                          else "left")
-        for row in ranges_table(result, written.ranges, written.range_files):
-            rt.add_row(str(row["min_bytes"]), str(row["max_bytes"] or "unbounded"),
-                       row["algorithm"], f"{row['time_us']:.2f}" if row["time_us"] else "—",
-                       f"{row['pct_of_bound']:.1f}" if row["pct_of_bound"] else "—",
-                       Path(row["file"]).name if row["file"] else "—")
+            rt.add_column(col, justify="left" if col in ("algorithm", "file") else "right")
+        for row_ in ranges_table(result, written.ranges, written.range_files):
+            rt.add_row(str(row_["min_bytes"]), str(row_["max_bytes"] or "unbounded"),
+                       row_["algorithm"], f"{row_['time_us']:.2f}" if row_["time_us"] else "—",
+                       f"{row_['pct_of_bound']:.1f}" if row_["pct_of_bound"] else "—",
+                       Path(row_["file"]).name if row_["file"] else "—")
         out.print(rt)
+    if program_us is not None:
+        out.print("[dim]model_us: the lock-step model above; program_us: the written XML run by the "
+                  "timed program model (synth.program_model: threadblocks, grid iterations, FIFO "
+                  "slots, shared links; validated in results/reality_msccl.md)[/dim]")
     if vs_nccl is not None:
         from .nccl_model import SOURCE
 
@@ -380,10 +449,9 @@ class _nullcontext:
 # ---------------------------------------------------------------------------------------- verify
 def _load_schedule(path: str, topo_spec: str | None, calibration: str | None = None,
                    check: bool = True) -> tuple[Schedule, Topology]:
-    p = Path(path)
-    if not p.exists():
-        raise SynthError(f"file '{path}' does not exist")
-    schedule = Schedule.from_json(p.read_text(), str(p))
+    from .files import read_input
+
+    schedule = Schedule.from_json(read_input(path, "schedule file"), path)
     topology = _with_calibration(load_topology(topo_spec or schedule.topology), calibration)
     if (check and schedule.topology_hash and schedule.topology_hash != topology.content_hash
             and schedule.topology == topology.name):
@@ -419,7 +487,7 @@ def verify_cmd(file: str, topo_spec: str | None, mode: str, xml_profile: str, ro
     schedule, topology = _load_schedule(file, topo_spec, calibration)
     report = verify(schedule, topology)
     if as_json:
-        click.echo(json.dumps({"file": file, "verified": True, "steps": report.steps,
+        click.echo(dumps_json({"file": file, "verified": True, "steps": report.steps,
                                "rounds": report.rounds, "transfers": report.transfers}, indent=2))
         return
     out.print(f"[green]verified[/green]: {schedule.collective.name} on {topology.name}, "
@@ -438,7 +506,7 @@ def _verify_mscclpp(file: str, as_json: bool) -> None:
 
     _, r = verify_plan_file(file)
     if as_json:
-        click.echo(json.dumps({"file": file, "verified": True, "format": "mscclpp",
+        click.echo(dumps_json({"file": file, "verified": True, "format": "mscclpp",
                                "collective": r.collective, "protocol": r.protocol,
                                "ranks": r.ranks, "threadblocks": r.threadblocks,
                                "operations": r.operations, "signals": r.signals,
@@ -454,11 +522,9 @@ def _verify_mscclpp(file: str, as_json: bool) -> None:
 def _verify_xml(file: str, mode: str, profile: str, root: int | None, as_json: bool) -> None:
     from .emit.interpreter import MODES, verify_program
     from .emit.xml_parse import normalize_coll, parse_program
+    from .files import read_input
 
-    path = Path(file)
-    if not path.exists():
-        raise SynthError(f"file '{file}' does not exist")
-    program = parse_program(path.read_text(), str(path), profile)
+    program = parse_program(read_input(file, "XML file"), file, profile)
     expected = None
     if root is not None:
         kind = normalize_coll(program.coll)
@@ -467,7 +533,7 @@ def _verify_xml(file: str, mode: str, profile: str, root: int | None, as_json: b
     modes = MODES if mode == "both" else (mode,)
     reports = verify_program(program, modes, collective=expected, profile=profile)
     if as_json:
-        click.echo(json.dumps({"file": file, "verified": True, "profile": profile,
+        click.echo(dumps_json({"file": file, "verified": True, "profile": profile,
                                "modes": [r.mode for r in reports],
                                "threadblocks": reports[0].threadblocks,
                                "operations": reports[0].operations,
@@ -513,7 +579,7 @@ def simulate(file: str, topo_spec: str | None, nodes: int, sizes: str | None,
     verify(schedule, base if schedule.topology_hash == base.content_hash else topology)
     points = cost_profile(schedule, topology, parse_sizes(sizes) if sizes else DEFAULT_SIZES)
     if as_json:
-        click.echo(json.dumps({"file": file, "costs": [p.to_dict() for p in points]}, indent=2))
+        click.echo(dumps_json({"file": file, "costs": [p.to_dict() for p in points]}, indent=2))
         return
     table = Table(title=f"{schedule.algorithm}: {schedule.collective.name} on {topology.name}")
     for col in ("size", "time µs", "algbw GB/s", "% of bound"):
@@ -546,7 +612,7 @@ def _simulate_xml(file: str, topo_spec: str | None, nodes: int, sizes: str | Non
                               trace=True)
         write_trace(timing, program, trace_path)
     if as_json:
-        click.echo(json.dumps({"file": file, "topology": topology.name, "model": model.to_dict(),
+        click.echo(dumps_json({"file": file, "topology": topology.name, "model": model.to_dict(),
                                "costs": [p.to_dict() for p in points]}, indent=2))
         return
     table = Table(title=f"{program.name or file}: {program.coll} ({program.proto}, "

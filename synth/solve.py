@@ -23,6 +23,7 @@ from .emit import XmlOptions, emit_verified_xml, xml_unsupported_reason
 from .encodings import Options, run_encoding
 from .errors import SynthError
 from .files import atomic_write, ensure_writable_dir
+from .mscclpp.emit import PlanOptions, emit_verified_plan, plan_unsupported_reason
 from .schedule import Schedule
 from .topology import Topology
 from .verify import VerifyReport, verify
@@ -103,6 +104,8 @@ def solve(topology: Topology, collective: Collective, *, encoding: str = "auto",
           time_limit_s: float | None = None, chunks: int | None = None,
           extra: dict[str, Any] | None = None, nccl_calibration: Any = None) -> SolveResult:
     """Produce, verify and rank schedules; the best is the one closest to the bound overall."""
+    if time_limit_s is not None and not (time_limit_s > 0 and math.isfinite(time_limit_s)):
+        raise SynthError(f"--time-limit must be a positive number of seconds, got {time_limit_s:g}")
     start = time.perf_counter()
     found = run_encoding(encoding, topology, collective,
                          Options(algorithm=algorithm, chunks=chunks, time_limit_s=time_limit_s,
@@ -345,37 +348,77 @@ def _never_selected(result: SolveResult, tunings: Sequence[BucketTuning], choice
 
 @dataclass
 class Written:
-    """What :func:`write_outputs` / :func:`write_winners` put on disk, and why an output was left
-    out."""
+    """What :func:`write_outputs` put on disk, and why an output was left out."""
 
     files: list[Path]
     xml_reports: list[Any]
     notes: list[str]
+    plan_reports: list[Any] = field(default_factory=list)
+    """MSCCL++ plan verification reports (``--format mscclpp``)."""
     ranges: list[SizeRange] = field(default_factory=list)
     range_files: list[str | None] = field(default_factory=list)
     """The XML serving each range (None without XML)."""
 
 
-def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML
-                  ) -> Written:
-    """Write one schedule's JSON and, where MSCCL-IR can express it, the verified XML beside it.
+@dataclass(frozen=True)
+class PlanTarget:
+    """Write an MSCCL++ execution plan instead of the XML: its options and the topology whose
+    nodes decide memory (same node) versus port (across NICs) channels."""
+
+    topology: Topology
+    options: PlanOptions = field(default_factory=PlanOptions)
+
+
+def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML,
+                  plan: PlanTarget | None = None) -> Written:
+    """Write the schedule JSON and, where MSCCL-IR can express it, the verified XML beside it
+    (or, with ``plan``, the verified MSCCL++ execution plan instead of the XML).
 
     Everything is produced and verified in memory first; only then is anything written, each file
     atomically, so a failure leaves nothing half-written.
     """
-    ensure_writable_dir(out_dir)
     outputs: list[tuple[Path, str]] = [(out_dir / schedule_file_name(schedule), schedule.to_json())]
     reports: list[Any] = []
     notes: list[str] = []
+    stem = schedule_file_name(schedule).removesuffix(".schedule.json")
+    if plan is not None:
+        reason = plan_unsupported_reason(schedule)
+        if reason:
+            notes.append(f"no MSCCL++ plan: {reason}")
+            return Written([atomic_write(path, text) for path, text in outputs], [], notes)
+        text, report = emit_verified_plan(schedule, plan.topology, plan.options)
+        outputs.append((out_dir / f"{stem}.mscclpp.json", text))
+        return Written([atomic_write(path, text) for path, text in outputs], [], notes, [report])
     if xml is not None:
         reason = xml_unsupported_reason(schedule, xml)
         if reason:
             notes.append(f"no XML: {reason}")
         else:
             text, reports = emit_verified_xml(schedule, xml)
-            stem = schedule_file_name(schedule).removesuffix(".schedule.json")
             outputs.append((out_dir / f"{stem}.{xml.profile}.xml", text))
+    ensure_writable_dir(out_dir)  # only now: a failure above leaves no empty folder behind
     return Written([atomic_write(path, text) for path, text in outputs], reports, notes)
+
+
+def write_best(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML,
+               plan: PlanTarget | None = None) -> tuple[Candidate, Written]:
+    """Write the best candidate whose outputs can all be produced and verified.
+
+    A schedule can be correct yet not fit a runtime's hard limits (threadblocks, steps, depid):
+    then the next candidate is tried, and the notes say what was passed over and why.
+    """
+    skipped: list[str] = []
+    for candidate in result.candidates:
+        try:
+            written = write_outputs(candidate.schedule, out_dir, xml, plan)
+        except SynthError as exc:
+            if (xml is None and plan is None) or len(result.candidates) == 1:
+                raise
+            skipped.append(f"{candidate.name} passed over: {exc.message}")
+            continue
+        written.notes[:0] = skipped
+        return candidate, written
+    raise SynthError("no candidate could be emitted: " + "; ".join(skipped))
 
 
 def _range_label(lo: int, hi: int) -> str:
@@ -435,7 +478,6 @@ def write_winners(result: SolveResult, out_dir: Path, xml: XmlOptions | None = D
     written atomically. One range (one size, or one candidate winning everywhere) writes the
     same single XML as before, named ``<schedule>.<profile>.xml``.
     """
-    ensure_writable_dir(out_dir)
     ranges, notes = choose_ranges(result, xml, model)
     outputs: dict[Path, str] = {}
     range_files: list[str | None] = []
@@ -463,5 +505,6 @@ def write_winners(result: SolveResult, out_dir: Path, xml: XmlOptions | None = D
         outputs[out_dir / f"{prefix}.ranges.md"] = ranges_markdown(result, rows)
         if entries:
             outputs[out_dir / f"{prefix}.msccl_config"] = config_index(entries)
+    ensure_writable_dir(out_dir)  # only now: a failure above leaves no empty folder behind
     written = [atomic_write(path, text) for path, text in outputs.items()]
-    return Written(written, reports, notes, ranges, range_files)
+    return Written(written, reports, notes, ranges=ranges, range_files=range_files)

@@ -262,3 +262,18 @@ def test_cli_simulate_xml_needs_topology(capsys):
     with pytest.raises(SystemExit) as e:
         main(["simulate", str(DATA / "ndv5__ap-1pass.xml"), "--sizes", "1KB"])
     assert e.value.code == 2
+
+
+def test_solve_reports_program_us_next_to_model_us(tmp_path, capsys):
+    main(["solve", "--topo", "dgx_h100", "--coll", "allgather", "--encoding", "baseline",
+          "--algo", "ring", "--sizes", "1KB,1MB", "--out", str(tmp_path), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    prog_us = doc["program_us"]
+    assert set(prog_us) == {"1024", "1048576"}
+    # the program pays the launch and per-hop floors the lock-step step model leaves out
+    for c in doc["costs"]:
+        assert prog_us[str(c["bytes"])] > c["time_us"]
+    main(["solve", "--topo", "dgx_h100", "--coll", "allgather", "--encoding", "baseline",
+          "--algo", "ring", "--sizes", "1KB", "--out", str(tmp_path), "--no-program-model",
+          "--json"])
+    assert json.loads(capsys.readouterr().out)["program_us"] is None
