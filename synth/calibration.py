@@ -24,7 +24,6 @@ joins its NICs' kinds), else the switch's ``kind`` (:func:`class_of_port`).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SynthError
-from .topology import Port, Switch, Topology, beta_from_bandwidth
+from .topology import Port, Switch, Topology, beta_from_bandwidth, check_link_figures
 
 FORMAT = "synth-calibration/1"
 
@@ -146,6 +145,8 @@ def _class_params(entry: Any, where: str) -> ClassParams:
         beta = beta_from_bandwidth(bw)
     if alpha is None and beta is None:
         raise SynthError(f"{where} sets neither alpha_us nor beta_us_per_mb / bandwidth_GBps")
+    # the same sanity range as a topology's link classes (a figure left out is not checked)
+    check_link_figures(0.0 if alpha is None else alpha, 1.0 if beta is None else beta, where)
     return ClassParams(alpha, beta, str(entry.get("source", "given")),
                        entry.get("alpha_stderr_pct"), entry.get("beta_stderr_pct"))
 
@@ -172,15 +173,10 @@ def load_calibration(source: str | Path | Mapping[str, Any] | Calibration) -> Ca
         return source
     if isinstance(source, Mapping):
         return Calibration.from_json(source)
+    from .files import read_data
+
     path = Path(source)
-    if not path.exists():
-        raise SynthError(f"calibration file '{path}' does not exist")
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SynthError(f"cannot read calibration file '{path}': {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise SynthError(f"{path}: not valid JSON: {exc}") from None
+    data = read_data(path, "calibration file", fmt="json")
     return Calibration.from_json(data, str(path))
 
 

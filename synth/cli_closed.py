@@ -5,7 +5,6 @@ Parse, call :mod:`synth.closed`, print. Attached to the main group at the end of
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -15,6 +14,7 @@ from rich.table import Table
 
 from .cost import format_size, parse_size
 from .errors import SynthError
+from .files import dumps_json
 
 out = Console(highlight=False)
 if not out.is_terminal:
@@ -61,7 +61,7 @@ def strategies(topo_spec: str, coll: str, nodes: int, size: str, tensors: int, p
                         reduce_op=reduce_op)
     best = r.best
     if as_json:
-        click.echo(json.dumps(r.to_dict(), indent=2))
+        click.echo(dumps_json(r.to_dict(), indent=2))
         return
     out.print(f"[bold]{coll}[/bold] on [bold]{topology.name}[/bold] ({r.mesh.size} ranks, mesh "
               f"{r.mesh.describe()}), {format_size(nbytes)} {dtype} × {r.tensors} tensor(s), "
@@ -169,10 +169,10 @@ def calibrate(log: str, log_format: str, xml_dir: str | None, platform: str | No
     fit = run_calibrate(log, topology, platform)
     data = fit.to_json()
     target = Path(out_path) if out_path else Path(log).with_name("calibration.json")
-    ensure_writable_dir(target.parent if str(target.parent) else Path("."))
-    atomic_write(target, json.dumps(data, indent=2) + "\n")
+    ensure_writable_dir(target.parent)
+    atomic_write(target, dumps_json(data, indent=2) + "\n")
     if as_json:
-        click.echo(json.dumps({**data, "file": str(target)}, indent=2))
+        click.echo(dumps_json({**data, "file": str(target)}, indent=2))
         return
     out.print(f"calibrated [bold]{topology.name}[/bold] ({platform}) from {log}: "
               f"{fit.records} records, rms relative error {100 * fit.rms_rel_error:.2f}%")
@@ -255,7 +255,7 @@ def _calibrate_nccl(log: str, topo_spec: str | None, nodes: int | None, rings: i
                     out_path: str | None, as_json: bool) -> None:
     """`calibrate --format nccl-tests`: fit α/β per link class, write the calibration atomically."""
     from .calibrate_nccl import calibrate_file
-    from .files import atomic_write, ensure_writable_dir
+    from .files import atomic_write, check_writable_dir, ensure_writable_dir
     from .topology import bandwidth_from_beta
     from .topology_io import load_topology
 
@@ -263,11 +263,12 @@ def _calibrate_nccl(log: str, topo_spec: str | None, nodes: int | None, rings: i
         raise SynthError("--format nccl-tests needs --topo: the single-node topology the log was "
                          "measured on (e.g. dgx_a100); the node count comes from the log's hosts")
     target = Path(out_path) if out_path else Path(log).with_name("calibration.json")
-    ensure_writable_dir(target.parent if str(target.parent) else Path("."))
+    check_writable_dir(target.parent)
     fit = calibrate_file(log, topo_spec, nodes=nodes, rings=rings)
+    ensure_writable_dir(target.parent)
     atomic_write(target, fit.dumps())
     if as_json:
-        click.echo(json.dumps({**fit.to_json(), "file": str(target)}, indent=2))
+        click.echo(dumps_json({**fit.to_json(), "file": str(target)}, indent=2))
         return
     base = load_topology(topo_spec, 1)
     out.print(f"calibrated [bold]{base.name}[/bold] link classes from {log} (nccl-tests): "
