@@ -204,6 +204,8 @@ def calibrate(log: str, log_format: str, xml_dir: str | None, platform: str | No
 def _calibrate_msccl(log: str, xml_dir: str | None, topo_spec: str | None, nodes: int,
                      out_path: str | None, as_json: bool) -> None:
     """`calibrate --format msccl`: fit the program model's floors to measured MSCCL times."""
+    import json
+
     from .emit.interpreter import verify_program
     from .emit.xml_parse import read_program
     from .files import atomic_write, ensure_writable_dir, read_input
@@ -234,9 +236,9 @@ def _calibrate_msccl(log: str, xml_dir: str | None, topo_spec: str | None, nodes
            "source": str(log), "program": fit.program_section()}
     target = Path(out_path) if out_path else Path(log).with_name("calibration.json")
     ensure_writable_dir(target.parent if str(target.parent) else Path("."))
-    atomic_write(target, json.dumps(cal, indent=2) + "\n")
+    atomic_write(target, dumps_json(cal, indent=2) + "\n")
     if as_json:
-        click.echo(json.dumps({**cal, "file": str(target), "points": fit.points,
+        click.echo(dumps_json({**cal, "file": str(target), "points": fit.points,
                                "skipped": fit.skipped}, indent=2))
         return
     launches = ", ".join(f"{k} {v:.2f} µs" for k, v in sorted(fit.launch_us.items()))
