@@ -57,7 +57,31 @@ def winners(cr: CollectiveResult) -> list[tuple[int, Config]]:
     return out
 
 
-def bucket_rows(cr: CollectiveResult, buckets: list) -> list[dict[str, Any]]:
+def program_times(result: CatalogResult, cr: CollectiveResult) -> dict[int, float]:
+    """Per bucket, the winning file run by the timed program model (:mod:`synth.program_model`).
+
+    The files are the interpreter-verified ones the catalog writes; ``model_us`` (``time_us``)
+    is the lock-step protocol model the tuner ranks by, this is the same file as the runtime would
+    execute it (threadblocks, grid iterations, FIFO slots, shared links).
+    """
+    from ..emit.xml_parse import parse_program
+    from ..program_model import program_model, program_times_us
+
+    out: dict[int, float] = {}
+    ranges = cr.choice.ranges
+    for ri, e in enumerate(cr.emitted):
+        if ri >= len(ranges) or e.range.config != ranges[ri].config:
+            continue
+        program = parse_program(e.exec_xml, xml_name(cr.kind, ri, e.range.config))
+        model = program_model(result.topology, program.proto, protocols=result.model)
+        sizes = [b for b in result.buckets if b.index in set(ranges[ri].buckets)]
+        times = program_times_us(program, result.topology, [b.size for b in sizes], model=model)
+        out.update({b.index: t for b, t in zip(sizes, times, strict=True)})
+    return out
+
+
+def bucket_rows(cr: CollectiveResult, buckets: list,
+                program_us: dict[int, float] | None = None) -> list[dict[str, Any]]:
     t = cr.table
     rows = []
     for b, (ri, cfg) in zip(buckets, winners(cr), strict=True):
@@ -69,6 +93,7 @@ def bucket_rows(cr: CollectiveResult, buckets: list) -> list[dict[str, Any]]:
             "index": b.index, "size": b.size, "lo": b.lo, "hi": b.hi,
             "file": xml_name(cr.kind, ri, cfg),
             "winner": cfg.to_dict(), "time_us": _r(tw), "algbw_GBps": _r(algbw_GBps(b.size, tw)),
+            "program_us": _r(program_us[b.index]) if program_us and b.index in program_us else None,
             "best_baseline": base.to_dict() if base is not None else None,
             "baseline_time_us": _r(tb),
             "gain_pct": _r(100.0 * (tb - tw) / tb) if math.isfinite(tb) and tb > 0 else None,
@@ -122,7 +147,7 @@ def catalog_json(result: CatalogResult, xml_dir: str, config_paths: dict[str, st
             })
         data["collectives"][cr.kind] = {
             "files": files,
-            "buckets": bucket_rows(cr, result.buckets),
+            "buckets": bucket_rows(cr, result.buckets, program_times(result, cr)),
             "excluded": [{"config": c.to_dict(), "reason": why}
                          for c, why in sorted(cr.choice.excluded.items())],
             "candidates": cands,
@@ -188,14 +213,17 @@ def catalog_md(result: CatalogResult, data: dict[str, Any], out_abs: str) -> str
         lines += [f"Tuner `{result.tuner}`: {sum(evals) / len(evals):.0f} model evaluations per "
                   f"bucket on average, of {space} configurations (algorithm × protocol × chunk level "
                   f"× instances); every baseline configuration is ranked as well.", ""]
-        lines += ["| size | bucket | winner | µs | algbw GB/s | best baseline | baseline µs | "
-                  "better by |", "|---:|---|---|---:|---:|---|---:|---:|"]
+        lines += ["| size | bucket | winner | model_us | program_us | algbw GB/s | best baseline | "
+                  "baseline µs | better by |", "|---:|---|---|---:|---:|---:|---|---:|---:|"]
         for r in d["buckets"]:
             gain = f"{r['gain_pct']:.1f}%" if r["gain_pct"] is not None else "-"
             lines.append(f"| {format_size(r['size'])} | {_range_text(r['lo'], r['hi'])} | "
                          f"{_cfg_text(r['winner'])} | {_num(r['time_us'])} | "
+                         f"{_num(r.get('program_us'))} | "
                          f"{_num(r['algbw_GBps'])} | {_cfg_text(r['best_baseline'])} | "
                          f"{_num(r['baseline_time_us'])} | {gain} |")
+        lines += ["", "model_us: the lock-step protocol model the tuner ranks by; program_us: the "
+                  "written file run by the timed program model (`synth.program_model`).", ""]
         lines += ["", "Files:", ""]
         for f in d["files"]:
             lines.append(f"- `{f['file']}`: {_range_text(f['minBytes'], f['maxBytes'])} "
