@@ -447,8 +447,8 @@ class _Sim:
         if _RECVS[code]:
             self.cur_in[b] = self.in_conn[b].queue.popleft()
         sync = m.step_us
-        if _SENDS[code] or _RECVS[code]:
-            c = self.out_conn[b] if _SENDS[code] else self.in_conn[b]
+        if _SENDS[code]:    # NCCL's hwLat is per hop: charged once, on the sending side
+            c = self.out_conn[b]
             sync += m.proto.hop_inter_us if c.inter else m.proto.hop_intra_us
         if _SENDS[code]:
             self.out_conn[b].inflight += 1
