@@ -19,7 +19,7 @@ Ranks and nodes come from the ``Rank`` lines (distinct hosts = nodes), else from
     time(size) = launch + Σ_steps max over the step's resources r of (α_c(r) + load_r · chunk · β_c(r))
 
 i.e. synth's α-β step cost (:func:`synth.cost.schedule_times_us`) of the algorithm NCCL runs: the
-**ring** (:mod:`synth.encodings.baseline`) for allgather and reducescatter, ring allreduce
+**ring** (:mod:`synth.encodings.baseline.algorithms`) for allgather and reducescatter, ring allreduce
 (= reducescatter then allgather, 2(n-1) steps), and **direct** point-to-point for alltoall. NCCL runs
 several rings side by side on a multi-node machine, rail-aligned so that each ring crosses nodes
 through its own NIC: with ``rings`` rings (default: NICs per node) the inter-node resources carry
@@ -50,7 +50,7 @@ import numpy as np
 
 from .calibration import Calibration, ClassParams, apply_calibration, class_figures, class_of_port
 from .collectives import make_collective
-from .encodings.baseline import baseline
+from .encodings.baseline.algorithms import baseline
 from .errors import SynthError
 from .files import read_input
 from .schedule import Schedule

@@ -177,7 +177,7 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
         if least_steps:
             extra["least_steps"] = True
         if not as_json and encoding in ("milp", "auto"):
-            from .encodings.milp_solvers import Progress
+            from .encodings.milp.solvers import Progress
 
             extra["progress"] = Progress(console=err)  # MILP stages: incumbent and gap, live
         result = run_solve(topology, collective, encoding=encoding, algorithm=algo,

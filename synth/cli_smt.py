@@ -1,6 +1,6 @@
 """``synth pareto`` and ``synth analyze``: the SMT (SCCL) searches on the command line.
 
-Only argument parsing and printing live here; the searches are :mod:`synth.encodings.smt_search`.
+Only argument parsing and printing live here; the searches are :mod:`synth.encodings.smt.search`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ SMALL, LARGE = 2**10, 2**30
 
 def _problem(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace: bool,
              engine: str | None):
-    from .encodings.smt import SmtProblem
+    from .encodings.smt.encoding import SmtProblem
 
     topology = load_topology(topo_spec, nodes)
     collective = load_collective(coll_spec, topology.num_ranks, 1, root, inplace)
@@ -74,8 +74,8 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
     hop bound, keeps the algorithms no other beats in both steps and rounds per chunk, and stops
     when one meets the bandwidth bound (or at the time limit: exit code 3, with what was proven).
     """
-    from .encodings.smt_search import pareto as walk
-    from .encodings.smt_search import pareto_sccl
+    from .encodings.smt.search import pareto as walk
+    from .encodings.smt.search import pareto_sccl
     from .files import ensure_writable_dir
     from .solve import cost_profile, write_outputs
     from .verify import verify
@@ -175,7 +175,7 @@ def _plot(path: Path, topology, collective, rows: list[dict[str, Any]]) -> None:
     import matplotlib.pyplot as plt
 
     from .collectives import make_collective
-    from .encodings.baseline import baseline, preferred_chunks
+    from .encodings.baseline.algorithms import baseline, preferred_chunks
     from .errors import NotApplicable
     from .files import ensure_writable_dir
     from .solve import cost_profile

@@ -22,8 +22,7 @@ from synth.cli import main
 from synth.cost import schedule_times_us
 from synth.errors import SynthError
 from synth.topology_io import load_topology
-
-from .conftest import run_synth
+from tests.conftest import run_synth
 
 # An older nccl-tests (no "Collective test starting", no root column, "error" = largest deviation),
 # run as one process with -g 8, the command echoed by the job script; then a current version's

@@ -25,7 +25,7 @@ from synth.collectives import make_collective
 from synth.cost import parse_sizes, schedule_times_us
 from synth.emit.interpreter import MODES, verify_program
 from synth.emit.xml_parse import parse_program
-from synth.encodings.baseline import baseline
+from synth.encodings.baseline.algorithms import baseline
 from synth.protocols import PROTOCOLS, ProtocolParams, StepProfile, default_model, predict_times_us
 from synth.topology_io import load_topology
 

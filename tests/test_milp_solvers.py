@@ -12,9 +12,9 @@ import pytest
 from rich.console import Console
 
 # isort: off
-# milp_solvers loads OR-Tools before PuLP: PuLP's import of highspy would otherwise load a second
+# milp.solvers loads OR-Tools before PuLP: PuLP's import of highspy would otherwise load a second
 # libhighs.so.1 and leave CP-SAT unloadable (see the module docstring).
-from synth.encodings.milp_solvers import (
+from synth.encodings.milp.solvers import (
     SOLVERS,
     MilpResult,
     Progress,
@@ -374,7 +374,7 @@ def test_names_and_sizes() -> None:
 
 def test_import_order_keeps_cp_sat_loadable() -> None:
     """Loading this module first keeps OR-Tools usable next to PuLP (highspy stays unloaded)."""
-    code = ("import synth.encodings.milp_solvers as m, pulp, sys\n"
+    code = ("import synth.encodings.milp.solvers as m, pulp, sys\n"
             "from ortools.sat.python import cp_model\n"
             "assert 'highspy._core' not in sys.modules\n"
             "print(m.available_solvers()['cpsat'])\n")
@@ -387,7 +387,7 @@ def test_pulp_imported_first_costs_cp_sat_only() -> None:
     """The other order: PuLP (and with it highspy) first. CP-SAT cannot load, and says why; the
     other backends still work."""
     code = ("import pulp, sys\n"
-            "import synth.encodings.milp_solvers as m\n"
+            "import synth.encodings.milp.solvers as m\n"
             "from synth.errors import SynthError\n"
             "ok = m.available_solvers()\n"
             "assert ok['highs'] and ok['cbc'] and not ok['cpsat'], ok\n"
@@ -403,5 +403,5 @@ def test_pulp_imported_first_costs_cp_sat_only() -> None:
     out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "import synth.encodings.milp_solvers before pulp" in out.stdout
+    assert "import synth.encodings.milp.solvers before pulp" in out.stdout
     assert "available: highs, cbc" in out.stdout

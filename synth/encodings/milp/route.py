@@ -1,6 +1,6 @@
 """Stage 1 of the MILP encoding (TACCL's routing): which links carry each representative chunk.
 
-Variables ``x[q, e]`` (binary) exist only for the candidate links of :mod:`.milp_problem`: the
+Variables ``x[q, e]`` (binary) exist only for the candidate links of :mod:`.problem`: the
 sketch's links on (near-)shortest paths of the chunk. A multi-destination chunk picks one parent per
 destination over a DAG (so the choice is a tree); a single-destination chunk picks a path (flow
 conservation). The objective is TACCL's makespan proxy at large sizes: the busiest resource,
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import SynthError
-from .milp_problem import Edge, MilpProblem
-from .milp_solvers import pulp  # OR-Tools must load before PuLP: see milp_solvers
+from ...errors import SynthError
+from .problem import Edge, MilpProblem
+from .solvers import pulp  # OR-Tools must load before PuLP: see milp.solvers
 
 ROUTING_GROUPS = ("delivery", "forwarding", "switch_max_peers", "switch_min_peers")
 """Constraint groups, named so an infeasible sketch can be explained (see :func:`diagnose`)."""
@@ -49,7 +49,7 @@ class Routes:
     objective_us_per_mb: float
     """The busiest resource's load, µs per MB of chunk (the routing model's optimum or incumbent)."""
     result: object
-    """The :class:`~synth.encodings.milp_solvers.MilpResult` of the routing model."""
+    """The :class:`~synth.encodings.milp.solvers.MilpResult` of the routing model."""
 
 
 def _switch_matches(problem: MilpProblem, edge: Edge, name: str) -> bool:
@@ -168,7 +168,7 @@ def route(problem: MilpProblem, policies: Sequence[PeerPolicy], *, solver: str,
           time_limit_s: float | None, mip_gap: float | None, progress=None,
           diagnose: bool = True) -> Routes:
     """Solve stage 1 and read each chunk's tree/path back (BFS from its origin)."""
-    from .milp_solvers import diagnose_infeasible, solve_milp
+    from .solvers import diagnose_infeasible, solve_milp
 
     model, var = build_routing_model(problem, policies)
     result = solve_milp(model, solver, time_limit_s=time_limit_s, mip_gap=mip_gap,

@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterable, Sequence
 
 import networkx as nx
 
-from ..collectives import Collective
-from ..cost import make_step
-from ..errors import NotApplicable
-from ..schedule import Step, Transfer
-from ..topology import Topology
+from ...collectives import Collective
+from ...cost import make_step
+from ...errors import NotApplicable
+from ...schedule import Step, Transfer
+from ...topology import Topology
 
 SEARCH_BUDGET = 400_000
 """Work (candidate vertices examined) a Hamiltonian-cycle search may spend before giving up."""

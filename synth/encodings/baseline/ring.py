@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .baseline_graph import Plan, Tree, tree_from_parent
-from .baseline_job import Job
+from .graph import Plan, Tree, tree_from_parent
+from .job import Job
 
 
 def ring_ag(plan: Plan, order: Sequence[int], groups: Sequence[Sequence[int]], start: int) -> int:

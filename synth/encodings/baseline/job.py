@@ -1,5 +1,5 @@
 """The build context shared by the baseline algorithms: a :class:`Job` holds the topology, the
-collective and the :class:`~synth.encodings.baseline_graph.Plan` being filled, with the tree and
+collective and the :class:`~synth.encodings.baseline.graph.Plan` being filled, with the tree and
 phase primitives every algorithm is written in."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..collectives import Collective
-from ..errors import NotApplicable
-from ..topology import Topology
-from .baseline_graph import Plan, RankGraph, Tree
+from ...collectives import Collective
+from ...errors import NotApplicable
+from ...topology import Topology
+from .graph import Plan, RankGraph, Tree
 
 
 class Job:

@@ -27,11 +27,11 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..collectives import Collective, make_collective
-from ..errors import NotApplicable, SynthError
-from ..schedule import Schedule, Step, Transfer
-from ..topology import Topology
-from .smt_model import (
+from ...collectives import Collective, make_collective
+from ...errors import NotApplicable, SynthError
+from ...schedule import Schedule, Step, Transfer
+from ...topology import Topology
+from .model import (
     Demand,
     Model,
     ModelBuilder,
@@ -138,7 +138,7 @@ class _Family:
 
     def candidates(self) -> list[tuple[int, ...]]:
         if self._candidates is None:
-            from ..bounds import symmetry_generators
+            from ...bounds import symmetry_generators
 
             cands = [tuple(p) for p in symmetry_generators(self.topology)]
             if self.net.n <= VF2_MAX_RANKS:
@@ -584,11 +584,11 @@ class SmtProblem:
                 model = part.builder.build(steps, symmetry_break=part.lex)
             cap = max(rounds, 2 * steps + 2)
             if self.engine == "z3":
-                from .smt_z3 import Z3Engine
+                from .backend_z3 import Z3Engine
 
                 eng = Z3Engine(model, cap)
             else:
-                from .smt_cpsat import CpSatEngine
+                from .backend_cpsat import CpSatEngine
 
                 eng = CpSatEngine(model, cap, workers=self.workers if kind == "full" else 1)
             entry = (eng, cap)

@@ -1,4 +1,4 @@
-"""z3 engine for the SCCL model of :mod:`synth.encodings.smt_model` (SMT fidelity).
+"""z3 engine for the SCCL model of :mod:`synth.encodings.smt.model` (SMT fidelity).
 
 The model's constraints become z3 clauses and pseudo-Boolean constraints (``PbEq``/``PbLe``, as in
 SCCL), the round count of each step a one-hot choice with ``rounds == i -> load <= cap * i``. One
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import z3
 
-from .smt_model import Cap, Imp, Lin, Model
+from .model import Cap, Imp, Lin, Model
 
 SAT, UNSAT, UNKNOWN = "sat", "unsat", "unknown"
 

@@ -1,14 +1,14 @@
 """The SMT encoding (SCCL, PPoPP'21): steps/rounds/chunks instances, least steps, Pareto frontier.
 
-One model (:mod:`smt_model`), two engines: OR-Tools CP-SAT (``cpsat``, the default: fast) and z3
+One model (:mod:`.model`), two engines: OR-Tools CP-SAT (``cpsat``, the default: fast) and z3
 (``z3``: SMT fidelity, SCCL's own solver); both decide the same instances the same way, so the
 frontier does not depend on the engine. The pieces:
 
-* :mod:`smt_model` — the constraints, hop-distance pruning, symmetry breaking, symmetric models;
-* :mod:`smt_cpsat`, :mod:`smt_z3` — the engines (incremental across round budgets);
-* :mod:`smt_problem` — bounds (hops, SCCL's rounds LP, a flow LP), instance solving, the
+* :mod:`.model` — the constraints, hop-distance pruning, symmetry breaking, symmetric models;
+* :mod:`.backend_cpsat`, :mod:`.backend_z3` — the engines (incremental across round budgets);
+* :mod:`.problem` — bounds (hops, SCCL's rounds LP, a flow LP), instance solving, the
   reducescatter/reduce duals and the allreduce composition, decoding to a Schedule;
-* :mod:`smt_search` — least steps and SCCL's Pareto walk.
+* :mod:`.search` — least steps and SCCL's Pareto walk.
 
 As an encoding (``synth solve --encoding smt``), ``Options.extra`` selects the search:
 
@@ -24,12 +24,12 @@ raises SynthError with exit code 3 (:data:`synth.errors.LIMIT_REACHED`), saying 
 
 from __future__ import annotations
 
-from ..collectives import Collective
-from ..errors import LIMIT_REACHED, NotApplicable, SynthError
-from ..schedule import Schedule
-from ..topology import Topology
-from . import Options
-from .smt_problem import (
+from ...collectives import Collective
+from ...errors import LIMIT_REACHED, NotApplicable, SynthError
+from ...schedule import Schedule
+from ...topology import Topology
+from .. import Options
+from .problem import (
     ENGINES,
     SAT,
     UNKNOWN,
@@ -40,7 +40,7 @@ from .smt_problem import (
     no_algorithm_message,
     resolve_engine,
 )
-from .smt_search import SearchReport, least_steps, pareto
+from .search import SearchReport, least_steps, pareto
 
 __all__ = [
     "AUTO_MAX_RANKS",

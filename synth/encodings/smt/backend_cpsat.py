@@ -1,4 +1,4 @@
-"""OR-Tools CP-SAT engine for the SCCL model of :mod:`synth.encodings.smt_model` (the fast one).
+"""OR-Tools CP-SAT engine for the SCCL model of :mod:`synth.encodings.smt.model` (the fast one).
 
 One CP-SAT model is built per (steps, chunks) family and reused for every round budget R: the total
 rounds variable's domain is narrowed before each solve, and the last solution is passed as a hint,
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ortools.sat.python import cp_model
 
-from .smt_model import Cap, Imp, Lin, Model
+from .model import Cap, Imp, Lin, Model
 
 SAT, UNSAT, UNKNOWN = "sat", "unsat", "unknown"
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from ..collectives import Collective
 from ..schedule import Schedule
 from ..topology import Topology
-from .trees import TREE_KINDS
+from .trees.encoding import TREE_KINDS
 
 EXACT_MAX_RANKS = 8
 """Up to this many ranks an exact (SMT) search is worth its time when it is registered."""

@@ -18,10 +18,10 @@ cycle, else BFS trees inside the node; inter-node phases use a ring over ``G_l``
 
 from __future__ import annotations
 
-from .baseline import btree_parent
-from .baseline_graph import Tree, tree_from_parent
-from .baseline_job import Job
-from .baseline_ring import ring_ag, ring_rs
+from .algorithms import btree_parent
+from .graph import Tree, tree_from_parent
+from .job import Job
+from .ring import ring_ag, ring_rs
 
 
 class _Hier:

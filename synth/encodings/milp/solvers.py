@@ -1,6 +1,6 @@
 """Solver backends for the MILP encoding: one PuLP model, four open or optional solvers.
 
-The MILP encoding (:mod:`synth.encodings.milp`, TACCL-style) builds its models with PuLP and hands
+The MILP encoding (:mod:`synth.encodings.milp.encoding`, TACCL-style) builds its models with PuLP and hands
 them to :func:`solve_milp`, which runs the solver the user named and returns a :class:`MilpResult`
 with the incumbent, the proven bound and the relative gap — the same fields for every backend — and
 leaves the incumbent in every PuLP variable's ``varValue``. How each backend gets there:
@@ -90,7 +90,7 @@ from rich.markup import escape
 from rich.progress import Progress as RichProgress
 from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from ..errors import SynthError, unknown_name
+from ...errors import SynthError, unknown_name
 
 SOLVERS = ("highs", "cbc", "cpsat", "gurobi")
 """Backend names, in the order they are offered."""
@@ -386,7 +386,7 @@ def _unavailable_reason(name: str) -> str | None:
         if cp_model is None:
             return ("OR-Tools could not load in this process (" + _CPSAT_IMPORT_ERROR.split(":")[0]
                     + "); highspy's libhighs.so.1 was probably loaded first — import "
-                    "synth.encodings.milp_solvers before pulp or highspy")
+                    "synth.encodings.milp.solvers before pulp or highspy")
         return None
     if name == "gurobi":
         return _gurobi_problem()

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from .smt_problem import (
+from .problem import (
     SAT,
     UNKNOWN,
     UNSAT,

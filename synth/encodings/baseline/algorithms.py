@@ -24,13 +24,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..collectives import KINDS, Collective
-from ..errors import NotApplicable, SynthError, unknown_name
-from ..schedule import Schedule
-from ..topology import Topology
-from .baseline_graph import RankGraph, Tree, tree_from_parent
-from .baseline_job import Job
-from .baseline_ring import ring_algorithm
+from ...collectives import KINDS, Collective
+from ...errors import NotApplicable, SynthError, unknown_name
+from ...schedule import Schedule
+from ...topology import Topology
+from .graph import RankGraph, Tree, tree_from_parent
+from .job import Job
+from .ring import ring_algorithm
 
 __all__ = ["ALGORITHMS", "Algorithm", "all_baselines", "applicable", "baseline", "btree_parent",
            "dtree_parents", "preferred_chunks"]
@@ -331,7 +331,7 @@ class Algorithm:
 
 
 def _hierarchical(job: Job) -> None:
-    from .baseline_hier import hierarchical
+    from .hier import hierarchical
     hierarchical(job)
 
 

@@ -31,7 +31,7 @@ only used to find solutions; its UNSAT proves nothing and the full model decides
 
 Variables are booleans ``0..nbool-1`` and the per-step round counts; constraints are
 ``Imp(a, b)`` (``a -> b``), ``Lin(terms, lo, hi)`` over booleans and ``Cap(terms, cap, step)``
-(``sum terms <= cap * r_step``). :mod:`smt_cpsat` and :mod:`smt_z3` translate them.
+(``sum terms <= cap * r_step``). :mod:`.backend_cpsat` and :mod:`.backend_z3` translate them.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from ..collectives import Collective
-from ..topology import Topology
+from ...collectives import Collective
+from ...topology import Topology
 
 UNREACHABLE = 1 << 20
 

@@ -4,18 +4,18 @@ The request passes through a chain of reductions, each a small module, and the s
 
 1. **sketch -> logical links** (:mod:`synth.sketches`): which one-hop pairs may be used and whose
    data each inter-node relay may carry; no sketch means every channel.
-2. **problem** (:mod:`.milp_problem`): the sketch-preserving rank group, one representative rank's
+2. **problem** (:mod:`.problem`): the sketch-preserving rank group, one representative rank's
    chunks, and their sparse candidate links (shortest paths of the sketch's graph).
-3. **routing MILP** (:mod:`.milp_route`): a tree (allgather) or path (alltoall) per representative
+3. **routing MILP** (:mod:`.route`): a tree (allgather) or path (alltoall) per representative
    chunk minimising the busiest resource orbit, with the sketch's switch policies.
-4. **ordering** (:mod:`.milp_schedule`): list scheduling into synchronous steps.
-5. **scheduling MILP** (:mod:`.milp_schedule`): batching within a window (α paid once per batch).
+4. **ordering** (:mod:`.schedule`): list scheduling into synchronous steps.
+5. **scheduling MILP** (:mod:`.schedule`): batching within a window (α paid once per batch).
 6. **replication**: every group element maps the representative's steps to its ranks; the
    verifier (called by :func:`synth.solve.solve`) checks the whole schedule.
 
 Reducescatter routes an allgather over the reversed links and reverses its steps (copies become
 reductions); allreduce is that reducescatter followed by the allgather. Solvers are open
-(HiGHS default, CBC, CP-SAT; Gurobi when installed) via :mod:`.milp_solvers`.
+(HiGHS default, CBC, CP-SAT; Gurobi when installed) via :mod:`.solvers`.
 
 ``Options.extra``: ``sketch`` (name or file; default the shipped sketch fitting the topology),
 ``solver``, ``size`` (bytes the plan is tuned for, default 1 GiB), ``window`` (stage-3 slack in
@@ -29,15 +29,15 @@ from typing import Any
 
 import numpy as np
 
-from ..collectives import Collective, make_collective
-from ..cost import format_size, step_from_arrays
-from ..errors import NotApplicable, SynthError
-from ..schedule import Schedule, Step
-from ..topology import MB, Topology
-from .milp_problem import MILP_KINDS, LogicalLinks, MilpProblem, all_links, build_problem, reversed_links
-from .milp_route import InfeasibleSketch, PeerPolicy, Routes, route
-from .milp_schedule import Tasks, make_tasks, order, outcome, schedule_tasks, step_arrays
-from .trees import DEFAULT_SIZE, _option_size
+from ...collectives import Collective, make_collective
+from ...cost import format_size, step_from_arrays
+from ...errors import NotApplicable, SynthError
+from ...schedule import Schedule, Step
+from ...topology import MB, Topology
+from ..trees.encoding import DEFAULT_SIZE, _option_size
+from .problem import MILP_KINDS, LogicalLinks, MilpProblem, all_links, build_problem, reversed_links
+from .route import InfeasibleSketch, PeerPolicy, Routes, route
+from .schedule import Tasks, make_tasks, order, outcome, schedule_tasks, step_arrays
 
 DEFAULT_WINDOW = 2
 AUTO_MAX_RANKS = 80
@@ -53,7 +53,7 @@ SMALL_SIZE = 2**20
 
 def resolve_sketch(topology: Topology, spec: str | None):
     """(sketch or None, logical links, switch policies) for this topology."""
-    from ..sketches import load_sketch, require_fit, sketch_for
+    from ...sketches import load_sketch, require_fit, sketch_for
 
     sketch = load_sketch(spec, topology) if spec else sketch_for(topology)
     if sketch is None:
@@ -100,7 +100,7 @@ BOUND_SLACK = 1.02
 
 def _bound_proxy(topology: Topology, routed: Collective) -> float:
     """The cut bound in the routing objective's units: µs per MB of one chunk (bandwidth part)."""
-    from ..bounds import lower_bound
+    from ...bounds import lower_bound
 
     bound = lower_bound(topology, routed)
     return bound.inv_bandwidth_us_per_byte * routed.buffer_chunks * MB
@@ -190,10 +190,10 @@ def milp_encoding(topology: Topology, collective: Collective, options) -> dict[s
     n = topology.num_ranks
     extra = dict(options.extra or {})
     solver = str(extra.get("solver") or "highs")
-    from .milp_solvers import SOLVERS, available_solvers
+    from .solvers import SOLVERS, available_solvers
 
     if solver not in SOLVERS:
-        from ..errors import unknown_name
+        from ...errors import unknown_name
 
         raise unknown_name("solver", solver, SOLVERS)
     if not available_solvers().get(solver, False):

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .trees_pack import LogicalGraph, Tree
+from .pack import LogicalGraph, Tree
 
 
 @dataclass

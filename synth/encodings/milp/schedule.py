@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .milp_problem import Edge, MilpProblem
-from .milp_solvers import pulp  # OR-Tools must load before PuLP: see milp_solvers
+from .problem import Edge, MilpProblem
+from .solvers import pulp  # OR-Tools must load before PuLP: see milp.solvers
 
 STAGE3_NODES = 300
 """Branch-and-bound nodes the scheduling MILP may explore (HiGHS): a deterministic budget, so the
@@ -288,7 +288,7 @@ def build_scheduling_model(tasks: Tasks, initial: list[int], chunk_mb: float, wi
 def schedule_tasks(tasks: Tasks, initial: list[int], chunk_mb: float, *, window: int, solver: str,
                    time_limit_s: float | None, progress=None) -> tuple[list[int], dict]:
     """Stage 3: the MILP's steps when it beats stage 2, else stage 2's; and a report."""
-    from .milp_solvers import solve_milp
+    from .solvers import solve_milp
 
     base = plan_cost(tasks, initial, chunk_mb)
     report: dict = {"stage2_us": round(base, 6), "window": window}

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..collectives import Collective
-from ..errors import NotApplicable, SynthError
-from ..topology import Topology
-from .symmetry import RankGroup, ResourceMap, rank_group, trivial_group
+from ...collectives import Collective
+from ...errors import NotApplicable, SynthError
+from ...topology import Topology
+from ..symmetry import RankGroup, ResourceMap, rank_group, trivial_group
 
 MILP_KINDS = ("allgather", "alltoall", "reducescatter", "allreduce")
 """Collectives the MILP encoding synthesises (reducescatter and allreduce via reversed allgather)."""

@@ -4,10 +4,10 @@ Alltoall, scatter, gather and custom collectives whose chunks each go from one r
 no copies, so the schedule is a multi-commodity flow: a commodity per (source, destination) pair,
 carried over paths of the topology, hop by hop in synchronous steps. This encoding
 
-1. plans one representative source per orbit of a rank group (:mod:`.symmetry`) — 511 commodities
+1. plans one representative source per orbit of a rank group (:mod:`..symmetry`) — 511 commodities
    instead of 261,632 on 512 ranks — counting load per resource orbit;
 2. offers every commodity a few candidate paths: the direct channel when one exists (a switch),
-   and shortest paths of the sparse logical graph (:mod:`.trees_pack`), by hops and by β;
+   and shortest paths of the sparse logical graph (:mod:`..trees.pack`), by hops and by β;
 3. solves the **time-expanded LP** (HiGHS via scipy): a variable per (commodity, path, start
    step) — the fraction of the commodity's data that leaves at that step and advances one hop per
    step — with ``z_t >= τ_O · load(O, t)`` for every resource orbit O and step t, minimising
@@ -19,7 +19,7 @@ carried over paths of the topology, hop by hop in synchronous steps. This encodi
 
 ``meta`` reports the LP optimum (``sum z_t`` plus each step's α) and the rounded schedule's gap to
 it. Options (``Options.extra``): ``size`` (bytes the plan is tuned for, default 1 GiB),
-``symmetry``, ``rail_stripes`` (paths only over the striped fabric of :mod:`.trees_pack`: each rank
+``symmetry``, ``rail_stripes`` (paths only over the striped fabric of :mod:`..trees.pack`: each rank
 talks to about nodes/8 fabric peers, which MSCCL's threadblock limits can load), ``max_paths``
 (default 4), ``extra_steps`` (how far S is searched past its
 minimum, default 8; the search stops after two steps without gain), ``max_transfers``.
@@ -36,14 +36,14 @@ import scipy.sparse as sp
 from scipy.optimize import linprog
 from scipy.sparse.csgraph import dijkstra, shortest_path
 
-from ..collectives import Collective, make_collective
-from ..cost import step_from_arrays
-from ..errors import NotApplicable, SynthError
-from ..schedule import Schedule, Step
-from ..topology import MB, Topology
-from .symmetry import RankGroup, ResourceMap, rank_group, trivial_group
-from .trees import DEFAULT_SIZE, _option_size
-from .trees_pack import LogicalGraph, logical_graph
+from ...collectives import Collective, make_collective
+from ...cost import step_from_arrays
+from ...errors import NotApplicable, SynthError
+from ...schedule import Schedule, Step
+from ...topology import MB, Topology
+from ..symmetry import RankGroup, ResourceMap, rank_group, trivial_group
+from ..trees.encoding import DEFAULT_SIZE, _option_size
+from ..trees.pack import LogicalGraph, logical_graph
 
 DEFAULT_MAX_PATHS = 4
 DEFAULT_MAX_TRANSFERS = 6_000_000

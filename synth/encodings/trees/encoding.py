@@ -4,9 +4,9 @@ For allgather every rank broadcasts its data, so a schedule is a set of spanning
 ForestColl (arXiv 2402.06787) shows that trees whose bandwidth shares meet the cut bound exist, on
 any topology, switches included. This encoding
 
-1. finds a semiregular group of rank automorphisms (:mod:`.symmetry`) and plans one representative
+1. finds a semiregular group of rank automorphisms (:mod:`..symmetry`) and plans one representative
    root per orbit (a single root on every shipped multi-node machine);
-2. packs trees by column generation (:mod:`.trees_pack`): an LP over trees whose pricing step is
+2. packs trees by column generation (:mod:`.pack`): an LP over trees whose pricing step is
    Edmonds' minimum arborescence; switches are unwound into rank-to-rank edges that load the
    sender's out-port and receiver's in-port (port budgets, NICs shared by several ranks); the LP
    optimum is the cut bound (checked in the tests and the benchmark);
@@ -14,7 +14,7 @@ any topology, switches included. This encoding
    among multiples of the weights' common denominator and powers of two, and pieces are assigned
    by largest remainder;
 4. pipelines the pieces into synchronous steps with a budgeted list scheduler
-   (:mod:`.trees_sched`) whose geometric ramp keeps the step count, and so the α term, small;
+   (:mod:`.sched`) whose geometric ramp keeps the step count, and so the α term, small;
 5. replicates the representative's steps by the group and sets every step's rounds with
    :func:`synth.cost.make_step`.
 
@@ -39,14 +39,14 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..collectives import Collective, make_collective
-from ..cost import format_size, parse_size, step_from_arrays
-from ..errors import NotApplicable, SynthError
-from ..schedule import Schedule, Step
-from ..topology import MB, Topology
-from .symmetry import RankGroup, ResourceMap, rank_group, trivial_group
-from .trees_pack import LogicalGraph, Packing, logical_graph, pack_trees
-from .trees_sched import Plan, Scheduler, TaskSet, assign_pieces, build_tasks
+from ...collectives import Collective, make_collective
+from ...cost import format_size, parse_size, step_from_arrays
+from ...errors import NotApplicable, SynthError
+from ...schedule import Schedule, Step
+from ...topology import MB, Topology
+from ..symmetry import RankGroup, ResourceMap, rank_group, trivial_group
+from .pack import LogicalGraph, Packing, logical_graph, pack_trees
+from .sched import Plan, Scheduler, TaskSet, assign_pieces, build_tasks
 
 TREE_KINDS = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce")
 DEFAULT_SIZE = 2**30
@@ -124,7 +124,7 @@ def pack_phases(topology: Topology, kind: str, group: RankGroup, roots: tuple[in
 
 def _target_T(topology: Topology, kind: str, reverse: bool, roots: tuple[int, ...]) -> float | None:
     """The cut bound in packing units (time per unit of per-root data): stage 1 stops there."""
-    from ..bounds import allgather_inv_bandwidth, reducescatter_inv_bandwidth, root_mincut_inv_bandwidth
+    from ...bounds import allgather_inv_bandwidth, reducescatter_inv_bandwidth, root_mincut_inv_bandwidth
 
     n = topology.num_ranks
     try:

@@ -39,9 +39,9 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
-from ..errors import SynthError
-from ..topology import Topology
-from .symmetry import RankGroup, ResourceMap
+from ...errors import SynthError
+from ...topology import Topology
+from ..symmetry import RankGroup, ResourceMap
 
 FULL_SWITCH_PAIRS = 8192
 """A switch with at most this many cross-port rank pairs is unwound into all of them."""
