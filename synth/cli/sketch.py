@@ -12,11 +12,11 @@ from collections import Counter
 import click
 from rich.table import Table
 
-from .cli import out
-from .errors import SynthError
-from .sketches import Sketch, base_topology_name, load_sketch, require_fit, shipped_sketches
-from .topology import Topology
-from .topology_io import load_topology
+from ..errors import SynthError
+from ..sketches import Sketch, base_topology_name, load_sketch, require_fit, shipped_sketches
+from ..topology import Topology
+from ..topology_io import load_topology
+from .solve import out
 
 
 @click.group()

@@ -15,13 +15,13 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from . import __version__
-from .collectives import KINDS, load_collective
-from .cost import DEFAULT_SIZES, format_size, parse_size, parse_sizes
-from .errors import SynthError
-from .schedule import Schedule
-from .topology import Topology
-from .topology_io import load_topology, shipped_files, shipped_names
+from .. import __version__
+from ..collectives import KINDS, load_collective
+from ..cost import DEFAULT_SIZES, format_size, parse_size, parse_sizes
+from ..errors import SynthError
+from ..schedule import Schedule
+from ..topology import Topology
+from ..topology_io import load_topology, shipped_files, shipped_names
 
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -74,7 +74,7 @@ def topo_list(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the full topology as JSON.")
 def topo_show(name: str, nodes: int, as_json: bool) -> None:
     """What synth believes the machine NAME is: ranks, links, bandwidth per rank, bounds."""
-    from .summary import topology_summary
+    from ..summary import topology_summary
 
     t = load_topology(name, nodes)
     summary = topology_summary(t)
@@ -151,10 +151,10 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
         _solve_closed(topo_spec, coll_spec, nodes, target, tensors, nbytes, calibration, out_dir,
                       as_json)
         return
-    from .emit import XmlOptions
-    from .files import ensure_writable_dir
-    from .solve import solve as run_solve
-    from .solve import write_best
+    from ..emit import XmlOptions
+    from ..files import ensure_writable_dir
+    from ..solve import solve as run_solve
+    from ..solve import write_best
 
     if chunks is not None and chunks < 1:
         raise SynthError(f"--chunks must be at least 1, got {chunks}")
@@ -177,7 +177,7 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
         if least_steps:
             extra["least_steps"] = True
         if not as_json and encoding in ("milp", "auto"):
-            from .encodings.milp.solvers import Progress
+            from ..encodings.milp.solvers import Progress
 
             extra["progress"] = Progress(console=err)  # MILP stages: incumbent and gap, live
         result = run_solve(topology, collective, encoding=encoding, algorithm=algo,
@@ -205,7 +205,7 @@ def _with_calibration(topology: Topology, calibration: str | None) -> Topology:
     """
     if calibration is None:
         return topology
-    from .calibration import apply_calibration
+    from ..calibration import apply_calibration
     return apply_calibration(topology, calibration)
 
 
@@ -214,8 +214,8 @@ def _solve_closed(topo_spec: str, coll_spec: str, nodes: int, target: str, tenso
     """`solve --target neuron|jax`: rank strategies, prove the winner on the stand-in, write it."""
     import time
 
-    from .closed import emit_closed_program, resolve_topology
-    from .files import ensure_writable_dir
+    from ..closed import emit_closed_program, resolve_topology
+    from ..files import ensure_writable_dir
 
     if tensors < 1:
         raise SynthError(f"--tensors must be at least 1, got {tensors}")
@@ -280,7 +280,7 @@ def _print_solve(result: Any, files: list[str]) -> None:
               f"{s.collective.chunks_per_rank} chunk(s)/rank — [green]verified[/green] "
               f"in {result.seconds:.2f} s")
     if result.encoding == "auto":
-        from .encodings import auto_reason
+        from ..encodings import auto_reason
 
         out.print(f"auto: {auto_reason(result.topology, result.collective)}; picked "
                   f"{s.algorithm} (best mean % of bound over the sizes)")
@@ -349,7 +349,7 @@ def _load_schedule(path: str, topo_spec: str | None, calibration: str | None = N
 def verify_cmd(file: str, topo_spec: str | None, mode: str, xml_profile: str, root: int | None,
                calibration: str | None, as_json: bool) -> None:
     """Verify a schedule JSON or MSCCL-IR XML file: exit 0 if correct, 1 with the reason if not."""
-    from .verify import verify
+    from ..verify import verify
 
     if file.endswith(".xml"):
         _verify_xml(file, mode, xml_profile, root, as_json)
@@ -365,8 +365,8 @@ def verify_cmd(file: str, topo_spec: str | None, mode: str, xml_profile: str, ro
 
 
 def _verify_xml(file: str, mode: str, profile: str, root: int | None, as_json: bool) -> None:
-    from .emit.interpreter import MODES, verify_program
-    from .emit.xml_parse import normalize_coll, parse_program
+    from ..emit.interpreter import MODES, verify_program
+    from ..emit.xml_parse import normalize_coll, parse_program
 
     path = Path(file)
     if not path.exists():
@@ -401,8 +401,8 @@ def _verify_xml(file: str, mode: str, profile: str, root: int | None, as_json: b
 def simulate(file: str, topo_spec: str | None, sizes: str | None, calibration: str | None,
              as_json: bool) -> None:
     """Predict a schedule's time and bandwidth over message sizes (α-β model)."""
-    from .solve import cost_profile
-    from .verify import verify
+    from ..solve import cost_profile
+    from ..verify import verify
 
     schedule, base = _load_schedule(file, topo_spec, None, check=calibration is None)
     topology = _with_calibration(base, calibration)
@@ -443,23 +443,23 @@ def main(argv: list[str] | None = None) -> None:
 
 
 # ---------------------------------------------------------------------------------------- closed stacks
-from .cli_closed import calibrate, strategies  # noqa: E402
+from .closed import calibrate, strategies  # noqa: E402
 
 cli.add_command(strategies)
 cli.add_command(calibrate)
 
 # ---------------------------------------------------------------------------------------- smt (SCCL)
-from .cli_smt import analyze, pareto  # noqa: E402
+from .smt import analyze, pareto  # noqa: E402
 
 cli.add_command(pareto)
 cli.add_command(analyze)
 
 # ---------------------------------------------------------------------------------------- sketches
-from .cli_sketch import sketch  # noqa: E402
+from .sketch import sketch  # noqa: E402
 
 cli.add_command(sketch)
 
 # ---------------------------------------------------------------------------------------- catalog
-from .cli_catalog import catalog  # noqa: E402
+from .catalog import catalog  # noqa: E402
 
 cli.add_command(catalog)

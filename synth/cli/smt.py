@@ -14,18 +14,18 @@ from typing import Any
 import click
 from rich.table import Table
 
-from .cli import err, out
-from .collectives import KINDS, load_collective
-from .cost import format_size
-from .errors import LIMIT_REACHED, SynthError
-from .topology_io import load_topology
+from ..collectives import KINDS, load_collective
+from ..cost import format_size
+from ..errors import LIMIT_REACHED, SynthError
+from ..topology_io import load_topology
+from .solve import err, out
 
 SMALL, LARGE = 2**10, 2**30
 
 
 def _problem(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace: bool,
              engine: str | None):
-    from .encodings.smt.encoding import SmtProblem
+    from ..encodings.smt.encoding import SmtProblem
 
     topology = load_topology(topo_spec, nodes)
     collective = load_collective(coll_spec, topology.num_ranks, 1, root, inplace)
@@ -74,11 +74,11 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
     hop bound, keeps the algorithms no other beats in both steps and rounds per chunk, and stops
     when one meets the bandwidth bound (or at the time limit: exit code 3, with what was proven).
     """
-    from .encodings.smt.search import pareto as walk
-    from .encodings.smt.search import pareto_sccl
-    from .files import ensure_writable_dir
-    from .solve import cost_profile, write_outputs
-    from .verify import verify
+    from ..encodings.smt.search import pareto as walk
+    from ..encodings.smt.search import pareto_sccl
+    from ..files import ensure_writable_dir
+    from ..solve import cost_profile, write_outputs
+    from ..verify import verify
 
     if max_steps is not None and max_steps < 1:
         raise SynthError(f"--max-steps must be at least 1, got {max_steps}")
@@ -91,7 +91,7 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
     topology, collective, problem = _problem(topo_spec, coll_spec, nodes, root, inplace, engine)
     costed = topology
     if calibration is not None:
-        from .calibration import apply_calibration
+        from ..calibration import apply_calibration
         costed = apply_calibration(topology, calibration)
     target = ensure_writable_dir(Path(out_dir))
 
@@ -102,7 +102,7 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
     search = pareto_sccl if sccl_walk else walk
     report = search(problem, max_steps=max_steps, max_chunks=max_chunks, time_limit_s=time_limit,
                     on_instance=show)
-    from .bounds import lower_bound
+    from ..bounds import lower_bound
 
     bound = lower_bound(costed, collective) if report.points else None
     rows: list[dict[str, Any]] = []
@@ -162,7 +162,7 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
 
 
 def _sizes() -> tuple[int, ...]:
-    from .cost import DEFAULT_SIZES
+    from ..cost import DEFAULT_SIZES
 
     return DEFAULT_SIZES
 
@@ -174,11 +174,11 @@ def _plot(path: Path, topology, collective, rows: list[dict[str, Any]]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .collectives import make_collective
-    from .encodings.baseline.algorithms import baseline, preferred_chunks
-    from .errors import NotApplicable
-    from .files import ensure_writable_dir
-    from .solve import cost_profile
+    from ..collectives import make_collective
+    from ..encodings.baseline.algorithms import baseline, preferred_chunks
+    from ..errors import NotApplicable
+    from ..files import ensure_writable_dir
+    from ..solve import cost_profile
 
     ensure_writable_dir(path.parent if str(path.parent) else Path("."))
     fig, ax = plt.subplots(figsize=(6.4, 4.8))
@@ -232,7 +232,7 @@ def analyze(what: str, topo_spec: str, coll_spec: str, nodes: int, root: int | N
     """Lower bounds of the SMT encoding: least STEPS (hop distance) or ROUNDS per chunk (LPs)."""
     topology, collective, problem = _problem(topo_spec, coll_spec, nodes, root, inplace, None)
     if what == "steps":
-        from .bounds import latency_floor
+        from ..bounds import latency_floor
 
         steps = problem.steps_lower_bound()
         hops, alpha = latency_floor(topology, collective)

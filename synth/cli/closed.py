@@ -1,6 +1,6 @@
 """``synth strategies`` and ``synth calibrate``: the closed-stack strategy layer on the command line.
 
-Parse, call :mod:`synth.closed`, print. Attached to the main group at the end of :mod:`synth.cli`.
+Parse, call :mod:`synth.closed`, print. Attached to the main group at the end of :mod:`synth.cli.solve`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .cost import format_size, parse_size
-from .errors import SynthError
+from ..cost import format_size, parse_size
+from ..errors import SynthError
 
 out = Console(highlight=False)
 if not out.is_terminal:
@@ -25,7 +25,7 @@ COLLS = ("allgather", "reducescatter", "allreduce", "alltoall")
 def _platform_for(topology, platform: str | None) -> str:
     if platform:
         return platform
-    from .closed.cost import hardware_of
+    from ..closed.cost import hardware_of
     return "jax" if hardware_of(topology) == "tpu" else "neuron"
 
 
@@ -51,8 +51,8 @@ def strategies(topo_spec: str, coll: str, nodes: int, size: str, tensors: int, p
                dtype: str, reduce_op: str, calibration: str | None, limit: int,
                as_json: bool) -> None:
     """Rank the composed vendor-primitive strategies for a closed stack (Trainium, TPU)."""
-    from .closed.mesh import resolve_topology
-    from .closed.search import rank_strategies
+    from ..closed.mesh import resolve_topology
+    from ..closed.search import rank_strategies
 
     topology = resolve_topology(topo_spec, nodes)
     nbytes = parse_size(size)
@@ -144,10 +144,10 @@ def calibrate(log: str, log_format: str, platform: str | None, topo_spec: str | 
     if platform is None:
         raise SynthError("--format nccom-test needs --platform neuron (nccom-test output) or "
                          "--platform jax (a synth-timings JSON)")
-    from .closed.calibrate import calibrate as run_calibrate
-    from .closed.calibrate import nodes_in_log
-    from .closed.mesh import resolve_topology
-    from .files import atomic_write, ensure_writable_dir
+    from ..closed.calibrate import calibrate as run_calibrate
+    from ..closed.calibrate import nodes_in_log
+    from ..closed.mesh import resolve_topology
+    from ..files import atomic_write, ensure_writable_dir
 
     spec = topo_spec or ("trn1_32" if platform == "neuron" else "tpu_v5e_4x4")
     if nodes is None:
@@ -191,10 +191,10 @@ def calibrate(log: str, log_format: str, platform: str | None, topo_spec: str | 
 def _calibrate_nccl(log: str, topo_spec: str | None, nodes: int | None, rings: int | None,
                     out_path: str | None, as_json: bool) -> None:
     """`calibrate --format nccl-tests`: fit α/β per link class, write the calibration atomically."""
-    from .calibrate_nccl import calibrate_file
-    from .files import atomic_write, ensure_writable_dir
-    from .topology import bandwidth_from_beta
-    from .topology_io import load_topology
+    from ..calibrate_nccl import calibrate_file
+    from ..files import atomic_write, ensure_writable_dir
+    from ..topology import bandwidth_from_beta
+    from ..topology_io import load_topology
 
     if topo_spec is None:
         raise SynthError("--format nccl-tests needs --topo: the single-node topology the log was "
@@ -211,7 +211,7 @@ def _calibrate_nccl(log: str, topo_spec: str | None, nodes: int | None, rings: i
               f"{fit.points} points, median relative error {100 * fit.median_rel_error:.2f}%, "
               f"max {100 * fit.max_rel_error:.2f}% (datasheet figures: median "
               f"{100 * fit.default_median_rel_error:.1f}%)")
-    from .calibration import class_figures
+    from ..calibration import class_figures
     figures: dict[str, tuple[float, float]] = {}
     for n in sorted({r["nodes"] for r in fit.runs}):
         figures.update({k: v for k, v in class_figures(load_topology(topo_spec, n)).items()

@@ -1,6 +1,6 @@
 """``synth catalog``: regenerate a cluster's catalog. Parse, call :mod:`synth.catalog`, print.
 
-Attached to the main group at the end of :mod:`synth.cli`.
+Attached to the main group at the end of :mod:`synth.cli.solve`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from .errors import SynthError
+from ..errors import SynthError
 
 if TYPE_CHECKING:
-    from .catalog import CollectiveResult
+    from ..catalog import CollectiveResult
 
 out = Console(highlight=False)
 if not out.is_terminal:
@@ -80,18 +80,18 @@ def catalog(topo_spec: str, nodes: int, collectives: str, sizes: str, calibratio
             cache_dir: str | None, time_limit: float, seed: int, no_xml_cache: bool,
             quiet: bool) -> None:
     """Regenerate the per-cluster catalog: best verified algorithm per collective and size range."""
-    from .calibration import load_calibration
-    from .catalog import build_catalog, check_collectives
-    from .catalog.cache import default_cache_dir
-    from .catalog.executor import check_executor
-    from .catalog.output import check_out_dir, write_catalog
-    from .cost import format_size, parse_sizes
-    from .topology_io import load_topology
-    from .tuning import TUNERS
+    from ..calibration import load_calibration
+    from ..catalog import build_catalog, check_collectives
+    from ..catalog.cache import default_cache_dir
+    from ..catalog.executor import check_executor
+    from ..catalog.output import check_out_dir, write_catalog
+    from ..cost import format_size, parse_sizes
+    from ..topology_io import load_topology
+    from ..tuning import TUNERS
 
     start = time.perf_counter()
     if tuner not in TUNERS:
-        from .errors import unknown_name
+        from ..errors import unknown_name
         raise unknown_name("tuner", tuner, TUNERS)
     workers = workers if workers is not None else max(1, min(os.cpu_count() or 1, 8))
     check_executor(executor, workers)
@@ -131,5 +131,5 @@ def catalog(topo_spec: str, nodes: int, collectives: str, sizes: str, calibratio
 
 def _per_bucket(cr: CollectiveResult) -> list[float | None]:
     """% by which the catalog beats the best baseline, per size bucket."""
-    from .catalog.report import bucket_rows
+    from ..catalog.report import bucket_rows
     return [r["gain_pct"] for r in bucket_rows(cr, [t.bucket for t in cr.tunings])]
