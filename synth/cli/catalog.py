@@ -1,6 +1,6 @@
 """``synth catalog``: regenerate a cluster's catalog. Parse, call :mod:`synth.catalog`, print.
 
-Attached to the main group at the end of :mod:`synth.cli.solve`.
+Attached to the main group in :mod:`synth.cli`.
 """
 
 from __future__ import annotations
@@ -11,18 +11,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from ..errors import SynthError
+from .console import err, stdout_console
 
 if TYPE_CHECKING:
     from ..catalog import CollectiveResult
 
-out = Console(highlight=False)
-if not out.is_terminal:
-    out = Console(highlight=False, width=200)
-err = Console(stderr=True, highlight=False)
+out = stdout_console(piped_width=200)
 
 
 class _Bars:

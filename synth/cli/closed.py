@@ -1,6 +1,6 @@
 """``synth strategies`` and ``synth calibrate``: the closed-stack strategy layer on the command line.
 
-Parse, call :mod:`synth.closed`, print. Attached to the main group at the end of :mod:`synth.cli.solve`.
+Parse, call :mod:`synth.closed`, print. Attached to the main group at the end of :mod:`synth.cli`.
 """
 
 from __future__ import annotations
@@ -9,16 +9,14 @@ import json
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from ..cost import format_size, parse_size
 from ..errors import SynthError
+from .console import stdout_console
 
-out = Console(highlight=False)
-if not out.is_terminal:
-    out = Console(highlight=False, width=180)
+out = stdout_console(piped_width=180)
 COLLS = ("allgather", "reducescatter", "allreduce", "alltoall")
 
 

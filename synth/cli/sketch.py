@@ -16,7 +16,7 @@ from ..errors import SynthError
 from ..sketches import Sketch, base_topology_name, load_sketch, require_fit, shipped_sketches
 from ..topology import Topology
 from ..topology_io import load_topology
-from .solve import out
+from .console import out
 
 
 @click.group()

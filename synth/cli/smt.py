@@ -18,7 +18,7 @@ from ..collectives import KINDS, load_collective
 from ..cost import format_size
 from ..errors import LIMIT_REACHED, SynthError
 from ..topology_io import load_topology
-from .solve import err, out
+from .console import err, out
 
 SMALL, LARGE = 2**10, 2**30
 

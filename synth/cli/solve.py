@@ -1,106 +1,27 @@
-"""The ``synth`` command line: parse arguments, call the library, print. Nothing else lives here.
+"""``synth solve``, ``synth verify``, ``synth simulate``: synthesize, check and cost schedules.
 
-User errors surface as one line on stderr and a non-zero exit code (2 for bad input, 1 for a
-schedule that fails verification, 3 for a solver limit); never as a traceback.
+Parse arguments, call the library, print; nothing else lives here.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
-from .. import __version__
 from ..collectives import KINDS, load_collective
 from ..cost import DEFAULT_SIZES, format_size, parse_size, parse_sizes
 from ..errors import SynthError
 from ..schedule import Schedule
 from ..topology import Topology
-from ..topology_io import load_topology, shipped_files, shipped_names
-
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+from ..topology_io import load_topology
+from .console import err, out
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, prog_name="synth")
-def cli() -> None:
-    """Synthesize, verify and emit collective-communication schedules."""
-
-
-# ---------------------------------------------------------------------------------------- topo
-@cli.group()
-def topo() -> None:
-    """Inspect the topologies synth knows."""
-
-
-@topo.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def topo_list(as_json: bool) -> None:
-    """List the shipped topologies.
-
-    Builders need no file: ring:N line:N fully_connected:N switch:N torus:AxB hypercube:D.
-    """
-    rows = []
-    aliases: dict[str, list[str]] = {}
-    for name, file in shipped_files().items():
-        if Path(file).stem != name:
-            aliases.setdefault(Path(file).stem, []).append(name)
-    for name in shipped_names():
-        t = load_topology(name)
-        rows.append({"name": name, "aliases": aliases.get(name, []), "ranks": t.num_ranks,
-                     "links": len(t.links), "switches": len(t.switches), "nics": len(t.nics),
-                     "description": t.description})
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    table = Table(title="shipped topologies (multi-node: --nodes N)")
-    for col in ("name", "aliases", "ranks", "links", "switches", "NICs", "machine"):
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        table.add_row(r["name"], ", ".join(r["aliases"]), str(r["ranks"]), str(r["links"]),
-                      str(r["switches"]), str(r["nics"]), r["description"].split(":")[0])
-    out.print(table)
-
-
-@topo.command("show")
-@click.argument("name")
-@click.option("--nodes", default=1, show_default=True, help="Join N copies through their NICs.")
-@click.option("--json", "as_json", is_flag=True, help="Print the full topology as JSON.")
-def topo_show(name: str, nodes: int, as_json: bool) -> None:
-    """What synth believes the machine NAME is: ranks, links, bandwidth per rank, bounds."""
-    from ..summary import topology_summary
-
-    t = load_topology(name, nodes)
-    summary = topology_summary(t)
-    if as_json:
-        click.echo(json.dumps({**t.to_dict(), "summary": summary}, indent=2))
-        return
-    out.print(f"[bold]{t.name}[/bold]: {t.description}")
-    out.print(f"ranks {t.num_ranks}, nodes {t.num_nodes}, links {len(t.links)}, "
-              f"switches {len(t.switches)}, NICs {len(t.nics)}")
-    table = Table(title="link classes")
-    for col in ("class", "alpha µs", "GB/s per link/port", "links/ports"):
-        table.add_column(col)
-    for c in summary["link_classes"]:
-        table.add_row(c["class"], f"{c['alpha_us']:g}", f"{c['bandwidth_GBps']:g}", str(c["count"]))
-    out.print(table)
-    bw = summary["bandwidth_per_rank_GBps"]
-    out.print(f"send bandwidth per rank: {bw['min']:g}..{bw['max']:g} GB/s")
-    b = summary["bounds"]["allgather"]
-    out.print(f"allgather bound: latency >= {b['latency_us']:.3g} µs ({b['steps']} hops), "
-              f"algbw <= {b['algbw_limit_GBps']:.4g} GB/s ({b['method']})")
-    for src in t.sources:
-        out.print(f"[dim]source: {src}[/dim]")
-
-
-# ---------------------------------------------------------------------------------------- solve
-@cli.command()
+@click.command()
 @click.option("--topo", "topo_spec", required=True, help="Shipped name, builder (ring:8) or file.")
 @click.option("--coll", "coll_spec", required=True,
               help=f"One of {', '.join(KINDS)}, or a custom collective file.")
@@ -334,7 +255,7 @@ def _load_schedule(path: str, topo_spec: str | None, calibration: str | None = N
     return schedule, topology
 
 
-@cli.command("verify")
+@click.command("verify")
 @click.argument("file")
 @click.option("--topo", "topo_spec", default=None, help="Topology, if not the one the file names.")
 @click.option("--mode", default="both", show_default=True,
@@ -391,7 +312,7 @@ def _verify_xml(file: str, mode: str, profile: str, root: int | None, as_json: b
                   f"{r.messages} messages")
 
 
-@cli.command()
+@click.command()
 @click.argument("file")
 @click.option("--topo", "topo_spec", default=None, help="Topology, if not the one the file names.")
 @click.option("--sizes", default=None, help="Message sizes: 1KB:1GB or 1KB,1MB.")
@@ -420,46 +341,3 @@ def simulate(file: str, topo_spec: str | None, sizes: str | None, calibration: s
         table.add_row(format_size(p.bytes), f"{p.time_us:.2f}", f"{p.algbw_GBps:.2f}",
                       f"{p.pct_of_bound:.1f}")
     out.print(table)
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Console entry point: turn SynthError into a one-line message and an exit code."""
-    try:
-        cli.main(args=argv, prog_name="synth", standalone_mode=False)
-    except SynthError as exc:
-        err.print(f"synth: error: {exc.message}", markup=False, soft_wrap=True)
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        err.print("synth: aborted")
-        sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        err.print("synth: interrupted")
-        sys.exit(130)
-    except BrokenPipeError:
-        sys.exit(1)
-
-
-# ---------------------------------------------------------------------------------------- closed stacks
-from .closed import calibrate, strategies  # noqa: E402
-
-cli.add_command(strategies)
-cli.add_command(calibrate)
-
-# ---------------------------------------------------------------------------------------- smt (SCCL)
-from .smt import analyze, pareto  # noqa: E402
-
-cli.add_command(pareto)
-cli.add_command(analyze)
-
-# ---------------------------------------------------------------------------------------- sketches
-from .sketch import sketch  # noqa: E402
-
-cli.add_command(sketch)
-
-# ---------------------------------------------------------------------------------------- catalog
-from .catalog import catalog  # noqa: E402
-
-cli.add_command(catalog)
