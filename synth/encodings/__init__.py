@@ -8,25 +8,12 @@ costs them (:mod:`synth.solve`). An encoding that cannot express the request rai
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 from ..collectives import Collective, make_collective
 from ..errors import NotApplicable, SynthError, unknown_name
 from ..schedule import Schedule
 from ..topology import Topology
-
-
-@dataclass(frozen=True)
-class Options:
-    """What a caller may ask of an encoding. Encodings ignore what does not concern them."""
-
-    algorithm: str | None = None
-    chunks: int | None = None
-    """Chunks per rank the user fixed; None lets each algorithm use its natural count."""
-    time_limit_s: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
+from .options import Options
 
 RING_ALLTOALL = ("ring", "bidir_ring")
 RING_ALLTOALL_MAX_RANKS = 32

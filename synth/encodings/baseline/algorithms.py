@@ -29,7 +29,9 @@ from ...errors import NotApplicable, SynthError, unknown_name
 from ...schedule import Schedule
 from ...topology import Topology
 from .graph import RankGraph, Tree, tree_from_parent
+from .hier import hierarchical
 from .job import Job
+from .nccl_trees import btree_parent, dtree_parents
 from .ring import ring_algorithm
 
 __all__ = ["ALGORITHMS", "Algorithm", "all_baselines", "applicable", "baseline", "btree_parent",
@@ -250,42 +252,6 @@ def _binomial(job: Job) -> None:
 
 
 # -------------------------------------------------------------------------- double binary tree
-def btree_parent(nranks: int, rank: int) -> int | None:
-    """NCCL's binary tree (ncclGetBtree): the parent of ``rank``, None for the root 0."""
-    if rank == 0:
-        return None
-    bit = 1
-    while bit < nranks and not bit & rank:
-        bit <<= 1
-    up = (rank ^ bit) | (bit << 1)
-    if up >= nranks:
-        up = rank ^ bit
-    return up
-
-
-def dtree_parents(nranks: int) -> tuple[tuple[int, dict[int, int]], tuple[int, dict[int, int]]]:
-    """NCCL's double binary tree (ncclGetDtree) as ((root, parent map), (root, parent map)).
-
-    The second tree mirrors the first (even count) or shifts it by one (odd count), so that the
-    leaves of one tree are the inner nodes of the other.
-    """
-    first = {r: p for r in range(1, nranks) if (p := btree_parent(nranks, r)) is not None}
-    second: dict[int, int] = {}
-    if nranks % 2:
-        root2 = 1 % nranks
-        for r in range(nranks):
-            up = btree_parent(nranks, (r - 1) % nranks)
-            if up is not None:
-                second[r] = (up + 1) % nranks
-    else:
-        root2 = nranks - 1
-        for r in range(nranks):
-            up = btree_parent(nranks, nranks - 1 - r)
-            if up is not None:
-                second[r] = nranks - 1 - up
-    return (0, first), (root2, second)
-
-
 def _double_binary_tree(job: Job) -> None:
     """Two complementary binary trees, each carrying half the chunks, pipelined."""
     n, kind = job.n, job.kind
@@ -330,11 +296,6 @@ class Algorithm:
         return baseline(topology, collective, self.name)
 
 
-def _hierarchical(job: Job) -> None:
-    from .hier import hierarchical
-    hierarchical(job)
-
-
 ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
     Algorithm("ring", ALL_KINDS, "unidirectional ring over a Hamiltonian cycle of real links; "
               "broadcast/reduce pipelined along it", lambda j: ring_algorithm(j, False)),
@@ -353,7 +314,7 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
               "NCCL's two complementary binary trees, each with half the chunks, pipelined",
               _double_binary_tree),
     Algorithm("hierarchical", ALL_KINDS, "intra-node then inter-node phases on multi-node "
-              "topologies", _hierarchical),
+              "topologies", hierarchical),
     Algorithm("tree", ALL_KINDS, "one BFS spanning tree of the real topology, pipelined; allreduce "
               "= reduce + broadcast", _tree),
 )}

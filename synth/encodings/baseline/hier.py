@@ -18,9 +18,9 @@ cycle, else BFS trees inside the node; inter-node phases use a ring over ``G_l``
 
 from __future__ import annotations
 
-from .algorithms import btree_parent
 from .graph import Tree, tree_from_parent
 from .job import Job
+from .nccl_trees import btree_parent
 from .ring import ring_ag, ring_rs
 
 

@@ -28,7 +28,7 @@ from ...collectives import Collective
 from ...errors import LIMIT_REACHED, NotApplicable, SynthError
 from ...schedule import Schedule
 from ...topology import Topology
-from .. import Options
+from ..options import Options
 from .problem import (
     ENGINES,
     SAT,
