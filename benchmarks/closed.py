@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from synth.closed.calibrate import (  # noqa: E402
+from synth.calibrate.closed_fit import (  # noqa: E402
     PUBLISHED_NCCOM,
     calibrate,
     synthetic_nccom,

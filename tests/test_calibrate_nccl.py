@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from synth.calibrate_nccl import (
+from synth.calibrate.format import apply_calibration, load_calibration
+from synth.calibrate.nccl_fit import (
     calibrate_file,
     calibrate_nccl,
     class_figures,
@@ -17,7 +18,6 @@ from synth.calibrate_nccl import (
     step_model,
     synthetic_nccl_log,
 )
-from synth.calibration import apply_calibration, load_calibration
 from synth.cli import main
 from synth.cost import schedule_times_us
 from synth.errors import SynthError

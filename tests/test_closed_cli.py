@@ -7,8 +7,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from synth.calibrate.closed_fit import PUBLISHED_NCCOM
 from synth.cli import cli
-from synth.closed.calibrate import PUBLISHED_NCCOM
 from synth.closed.mesh import resolve_topology
 from synth.closed.search import emit_closed_program, rank_strategies
 from tests.conftest import run_synth

@@ -77,7 +77,7 @@ def catalog(topo_spec: str, nodes: int, collectives: str, sizes: str, calibratio
             cache_dir: str | None, time_limit: float, seed: int, no_xml_cache: bool,
             quiet: bool) -> None:
     """Regenerate the per-cluster catalog: best verified algorithm per collective and size range."""
-    from ..calibration import load_calibration
+    from ..calibrate.format import load_calibration
     from ..catalog import build_catalog, check_collectives
     from ..catalog.cache import default_cache_dir
     from ..catalog.executor import check_executor

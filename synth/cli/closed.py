@@ -142,8 +142,8 @@ def calibrate(log: str, log_format: str, platform: str | None, topo_spec: str | 
     if platform is None:
         raise SynthError("--format nccom-test needs --platform neuron (nccom-test output) or "
                          "--platform jax (a synth-timings JSON)")
-    from ..closed.calibrate import calibrate as run_calibrate
-    from ..closed.calibrate import nodes_in_log
+    from ..calibrate.closed_fit import calibrate as run_calibrate
+    from ..calibrate.closed_fit import nodes_in_log
     from ..closed.mesh import resolve_topology
     from ..files import atomic_write, ensure_writable_dir
 
@@ -189,7 +189,7 @@ def calibrate(log: str, log_format: str, platform: str | None, topo_spec: str | 
 def _calibrate_nccl(log: str, topo_spec: str | None, nodes: int | None, rings: int | None,
                     out_path: str | None, as_json: bool) -> None:
     """`calibrate --format nccl-tests`: fit α/β per link class, write the calibration atomically."""
-    from ..calibrate_nccl import calibrate_file
+    from ..calibrate.nccl_fit import calibrate_file
     from ..files import atomic_write, ensure_writable_dir
     from ..topology import bandwidth_from_beta
     from ..topology_io import load_topology
@@ -209,7 +209,7 @@ def _calibrate_nccl(log: str, topo_spec: str | None, nodes: int | None, rings: i
               f"{fit.points} points, median relative error {100 * fit.median_rel_error:.2f}%, "
               f"max {100 * fit.max_rel_error:.2f}% (datasheet figures: median "
               f"{100 * fit.default_median_rel_error:.1f}%)")
-    from ..calibration import class_figures
+    from ..calibrate.format import class_figures
     figures: dict[str, tuple[float, float]] = {}
     for n in sorted({r["nodes"] for r in fit.runs}):
         figures.update({k: v for k, v in class_figures(load_topology(topo_spec, n)).items()

@@ -91,7 +91,7 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
     topology, collective, problem = _problem(topo_spec, coll_spec, nodes, root, inplace, engine)
     costed = topology
     if calibration is not None:
-        from ..calibration import apply_calibration
+        from ..calibrate.format import apply_calibration
         costed = apply_calibration(topology, calibration)
     target = ensure_writable_dir(Path(out_dir))
 

@@ -126,7 +126,7 @@ def _with_calibration(topology: Topology, calibration: str | None) -> Topology:
     """
     if calibration is None:
         return topology
-    from ..calibration import apply_calibration
+    from ..calibrate.format import apply_calibration
     return apply_calibration(topology, calibration)
 
 

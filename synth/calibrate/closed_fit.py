@@ -36,11 +36,11 @@ from typing import Any
 
 import numpy as np
 
+from ..closed.cost import CostModel, default_model, wire_factor
+from ..closed.mesh import Mesh, mesh_for_topology
 from ..errors import SynthError
 from ..files import read_input
 from ..topology import MB, Topology
-from .cost import CostModel, default_model, wire_factor
-from .mesh import Mesh, mesh_for_topology
 
 OPS = {
     "allr": "all_reduce", "all_reduce": "all_reduce", "allreduce": "all_reduce",

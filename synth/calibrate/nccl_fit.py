@@ -2,7 +2,7 @@
 
 Users of NCCL clusters already have nccl-tests output; this turns it into per-link-class α/β (and
 the per-call latency floor) that ``solve``, ``pareto`` and ``catalog`` then use instead of datasheet
-figures (:mod:`synth.calibration`).
+figures (:mod:`synth.calibrate.format`).
 
 **Input.** The text nccl-tests prints (NVIDIA/nccl-tests ``src/common.cu``/``util.cu``): a header of
 ``#`` comments (``# Collective test starting: all_gather_perf``, ``# nThread 1 nGpus 1 minBytes ...``,
@@ -48,13 +48,13 @@ from typing import Any
 
 import numpy as np
 
-from .calibration import Calibration, ClassParams, apply_calibration, class_figures, class_of_port
-from .collectives import make_collective
-from .encodings.baseline.algorithms import baseline
-from .errors import SynthError
-from .files import read_input
-from .schedule import Schedule
-from .topology import MB, Topology
+from ..collectives import make_collective
+from ..encodings.baseline.algorithms import baseline
+from ..errors import SynthError
+from ..files import read_input
+from ..schedule import Schedule
+from ..topology import MB, Topology
+from .format import Calibration, ClassParams, apply_calibration, class_figures, class_of_port
 
 PROGRAMS = {"all_gather": "allgather", "reduce_scatter": "reducescatter",
             "all_reduce": "allreduce", "alltoall": "alltoall"}
@@ -333,7 +333,7 @@ class StepModel:
 
 def step_model(schedule: Schedule, topology: Topology, classes: Sequence[str], rings: int = 1) -> StepModel:
     """The :class:`StepModel` of ``schedule`` on ``topology``; inter-node loads divided by ``rings``."""
-    from .cost import step_loads
+    from ..cost import step_loads
 
     index = {c: i for i, c in enumerate(classes)}
     link_class = {(str(lk.src), str(lk.dst)): lk.kind for lk in topology.links}
@@ -407,7 +407,7 @@ class CalibrationFit:
     default_median_rel_error: float
 
     def calibration(self) -> Calibration:
-        """The fit as a :class:`synth.calibration.Calibration` (what ``solve``/``catalog`` read).
+        """The fit as a :class:`synth.calibrate.format.Calibration` (what ``solve``/``catalog`` read).
 
         The per-call floor goes to ``launch`` and, because it is the small-message regime's where
         NCCL runs LL, also to ``protocols.LL.launch_us`` (the topology's α is read as LL's per-hop
@@ -435,7 +435,7 @@ class CalibrationFit:
 
 
 def _topology_for(base_spec: str, nodes: int, cache: dict[int, Topology]) -> Topology:
-    from .topology_io import load_topology
+    from ..topology_io import load_topology
     if nodes not in cache:
         cache[nodes] = load_topology(base_spec, nodes)
     return cache[nodes]
@@ -448,7 +448,7 @@ def calibrate_nccl(runs: Sequence[Run], topo_spec: str, *, nodes: int | None = N
     ``nodes`` is the node count for runs whose log does not list hosts; ``rings`` overrides the
     number of parallel rings on multi-node runs (default: NICs per node).
     """
-    from .topology_io import load_topology
+    from ..topology_io import load_topology
 
     base = load_topology(topo_spec, 1)
     if base.num_nodes > 1:
@@ -681,7 +681,7 @@ def synthetic_nccl_log(topology: Topology, params: dict[str, Any],
     inter-node port β divided by ``rings`` for ring collectives on several nodes) — a separate code
     path from the fit's step model, so recovering the parameters also checks that model.
     """
-    from .cost import schedule_times_us
+    from ..cost import schedule_times_us
 
     rng = np.random.default_rng(seed)
     launch = float(params.get("launch_us", 0.0))

@@ -11,7 +11,7 @@ A calibration is what ``synth calibrate`` writes and ``catalog``/``solve``/``par
 ``link_classes`` (``bandwidth_GBps`` is accepted instead). ``protocols`` and
 ``instance_overhead_us`` are read by :mod:`synth.protocols`.
 
-A closed-stack fit (:mod:`synth.closed.calibrate`, the same ``format`` with ``terms``) is also
+A closed-stack fit (:mod:`synth.calibrate.closed_fit`, the same ``format`` with ``terms``) is also
 read: each term is a vendor primitive's α/β over a replica group on one link class, not a link, so
 its ratio to what the closed-stack model predicts from the topology's own figures says how far that
 class is off; the class's α and β are scaled by those ratios (geometric mean over its terms).
@@ -31,8 +31,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .errors import SynthError
-from .topology import Port, Switch, Topology, beta_from_bandwidth
+from ..errors import SynthError
+from ..topology import Port, Switch, Topology, beta_from_bandwidth
 
 FORMAT = "synth-calibration/1"
 
@@ -219,9 +219,9 @@ def class_figures(topology: Topology) -> dict[str, tuple[float, float]]:
 def _closed_term_ratios(topology: Topology, calibration: Calibration
                         ) -> tuple[dict[str, tuple[float | None, float | None]], list[str]]:
     """Per class: geometric-mean ratios (measured / modelled) of a closed-stack fit's α and β."""
-    from .closed.calibrate import _default_terms_for
-    from .closed.cost import default_model
-    from .closed.mesh import mesh_for_topology
+    from ..closed.cost import default_model
+    from ..closed.mesh import mesh_for_topology
+    from .closed_fit import _default_terms_for
 
     have = set(topology_classes(topology))
     mine = [t for t in calibration.terms if t.get("link_class") in have]
