@@ -8,16 +8,15 @@ import json
 import numpy as np
 import pytest
 
-from synth.calibrate.format import apply_calibration, load_calibration
+from synth.calibrate.format import apply_calibration, class_figures, load_calibration
 from synth.calibrate.nccl_fit import (
     calibrate_file,
     calibrate_nccl,
-    class_figures,
     nccl_schedule,
-    parse_nccl_tests,
     step_model,
     synthetic_nccl_log,
 )
+from synth.calibrate.nccl_tests import parse_nccl_tests
 from synth.cli import main
 from synth.cost import schedule_times_us
 from synth.errors import SynthError

@@ -143,7 +143,7 @@ def calibrate(log: str, log_format: str, platform: str | None, topo_spec: str | 
         raise SynthError("--format nccom-test needs --platform neuron (nccom-test output) or "
                          "--platform jax (a synth-timings JSON)")
     from ..calibrate.closed_fit import calibrate as run_calibrate
-    from ..calibrate.closed_fit import nodes_in_log
+    from ..calibrate.closed_logs import nodes_in_log
     from ..closed.mesh import resolve_topology
     from ..files import atomic_write, ensure_writable_dir
 
