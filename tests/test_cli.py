@@ -134,3 +134,12 @@ def test_verify_corpus_xml_and_reject_broken(synth_cli, tmp_path):
     broken.write_text('<?xml version="1.0"?>\n' + corpus.read_text())
     bad = synth_cli("verify", str(broken))
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_two_rank_solve_runs_trees_and_writes_xml(synth_cli, tmp_path):
+    """Issue 12: `synth solve --topo ring:2 --coll allgather` crashed in the trees encoding."""
+    r = synth_cli("solve", "--topo", "ring:2", "--coll", "allgather", "--encoding", "trees",
+                  "--json", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["encoding"] == "trees" and any(f.endswith(".xml") for f in data["files"])

@@ -497,6 +497,17 @@ def _depth(n: int, src: np.ndarray, dst: np.ndarray, edges: np.ndarray, root: in
     return max((d(v) for v in parent), default=0)
 
 
+def _edge_ids(pair_index: sp.csr_array, heads: np.ndarray, tails: np.ndarray) -> np.ndarray:
+    """Indices of the edges ``heads[k] -> tails[k]`` (``pair_index`` stores index + 1).
+
+    An empty selection is answered directly: scipy returns a sparse array, not a dense one, for an
+    empty fancy index (a 2-rank relay tree has no edge after its first hop).
+    """
+    if heads.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.asarray(pair_index[heads, tails]).ravel().astype(np.int64) - 1
+
+
 def _path_tree(n: int, src: np.ndarray, dst: np.ndarray, cost: np.ndarray, allowed: np.ndarray,
                pair_index: sp.csr_array, root: int) -> np.ndarray:
     """Edges of a shortest-path tree from ``root`` under ``cost`` (over the ``allowed`` edges)."""
@@ -508,7 +519,7 @@ def _path_tree(n: int, src: np.ndarray, dst: np.ndarray, cost: np.ndarray, allow
     vs = np.flatnonzero(pred >= 0)
     if vs.size != n - 1 or not np.isfinite(dist).all():
         raise SynthError("the logical graph does not reach every rank from the root")
-    edges = np.asarray(pair_index[pred[vs], vs]).ravel().astype(np.int64) - 1
+    edges = _edge_ids(pair_index, pred[vs], vs)
     return np.sort(edges)
 
 
@@ -542,7 +553,7 @@ def _relay_tree(n: int, src: np.ndarray, dst: np.ndarray, cost: np.ndarray, allo
     vs = np.flatnonzero(pred >= 0)
     if vs.size != n - 2:
         return None
-    edges = np.asarray(pair_index[pred[vs], vs]).ravel().astype(np.int64) - 1
+    edges = _edge_ids(pair_index, pred[vs], vs)
     return np.sort(np.append(edges, e0))
 
 
