@@ -233,12 +233,17 @@ def _resolve_ranks(run: Run, source: str) -> None:
         run.nodes = len(set(run.hosts.values()))
         return
     assert run.collective is not None
-    best = max((r for r in run.rows if r.algbw and r.busbw), key=lambda r: r.size, default=None)
+    # nccl-tests prints two decimals: below 1 GB/s the ratio is rounding noise (0.02 / 0.01 = 2)
+    best = max((r for r in run.rows if r.algbw and r.algbw >= 1.0 and r.busbw), key=lambda r: r.size,
+               default=None)
     if best is None:
         run.ranks = 0  # decided by the topology
         return
     ratio = best.busbw / best.algbw  # type: ignore[operator]
-    n = 2 / (2 - ratio) if run.collective == "allreduce" else 1 / (1 - ratio) if ratio < 1 else 0
+    if run.collective == "allreduce":
+        n = 2 / (2 - ratio) if ratio < 2 else 0
+    else:
+        n = 1 / (1 - ratio) if ratio < 1 else 0
     run.ranks = round(n) if n and math.isfinite(n) and n >= 2 else 0
 
 

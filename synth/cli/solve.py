@@ -269,11 +269,14 @@ def _load_schedule(path: str, topo_spec: str | None, calibration: str | None = N
 @click.option("--json", "as_json", is_flag=True)
 def verify_cmd(file: str, topo_spec: str | None, mode: str, xml_profile: str, root: int | None,
                calibration: str | None, as_json: bool) -> None:
-    """Verify a schedule JSON or MSCCL-IR XML file: exit 0 if correct, 1 with the reason if not."""
+    """Verify a schedule JSON, MSCCL-IR XML or MSCCL++ plan JSON: exit 0 if correct, 1 if not."""
     from ..verify import verify
 
     if file.endswith(".xml"):
         _verify_xml(file, mode, xml_profile, root, as_json)
+        return
+    if _is_mscclpp_plan(file):
+        _verify_mscclpp(file, as_json)
         return
     schedule, topology = _load_schedule(file, topo_spec, calibration)
     report = verify(schedule, topology)
@@ -283,6 +286,31 @@ def verify_cmd(file: str, topo_spec: str | None, mode: str, xml_profile: str, ro
         return
     out.print(f"[green]verified[/green]: {schedule.collective.name} on {topology.name}, "
               f"{report.steps} steps, {report.rounds} rounds, {report.transfers} transfers")
+
+
+def _is_mscclpp_plan(file: str) -> bool:
+    from ..files import read_input
+    from ..mscclpp import is_plan_text
+
+    return file.endswith(".json") and is_plan_text(read_input(file))
+
+
+def _verify_mscclpp(file: str, as_json: bool) -> None:
+    from ..mscclpp import verify_plan_file
+
+    _, r = verify_plan_file(file)
+    if as_json:
+        click.echo(json.dumps({"file": file, "verified": True, "format": "mscclpp",
+                               "collective": r.collective, "protocol": r.protocol,
+                               "ranks": r.ranks, "threadblocks": r.threadblocks,
+                               "operations": r.operations, "signals": r.signals,
+                               "postcondition": r.postcondition}, indent=2))
+        return
+    post = "postcondition holds" if r.postcondition else \
+        f"no postcondition known for '{r.collective}': checked for races, deadlocks and ranges only"
+    out.print(f"[green]verified[/green]: {file} (MSCCL++ plan '{r.name}', {r.collective}, "
+              f"{r.protocol}, {r.ranks} ranks): {r.threadblocks} threadblocks, {r.operations} "
+              f"operations, {r.signals} signals; {post}")
 
 
 def _verify_xml(file: str, mode: str, profile: str, root: int | None, as_json: bool) -> None:
@@ -314,17 +342,29 @@ def _verify_xml(file: str, mode: str, profile: str, root: int | None, as_json: b
 
 @click.command()
 @click.argument("file")
-@click.option("--topo", "topo_spec", default=None, help="Topology, if not the one the file names.")
+@click.option("--topo", "topo_spec", default=None,
+              help="Topology, if not the one the file names (required for an XML file).")
+@click.option("--nodes", default=1, show_default=True, help="XML: join N copies through their NICs.")
 @click.option("--sizes", default=None, help="Message sizes: 1KB:1GB or 1KB,1MB.")
 @click.option("--calibration", default=None, type=click.Path(),
               help="Predict with measured α/β per link class (`synth calibrate --format nccl-tests`).")
+@click.option("--xml-profile", default="exec", show_default=True,
+              type=click.Choice(["exec", "legacy", "rccl"]), help="XML: the runtime's rules.")
+@click.option("--trace", "trace_path", default=None, type=click.Path(),
+              help="XML: write a Chrome/Perfetto trace of the largest size to this file.")
 @click.option("--json", "as_json", is_flag=True)
-def simulate(file: str, topo_spec: str | None, sizes: str | None, calibration: str | None,
+def simulate(file: str, topo_spec: str | None, nodes: int, sizes: str | None,
+             calibration: str | None, xml_profile: str, trace_path: str | None,
              as_json: bool) -> None:
-    """Predict a schedule's time and bandwidth over message sizes (α-β model)."""
+    """Predict a schedule's (α-β model) or an MSCCL-IR XML program's (timed model) time over sizes."""
     from ..solve import cost_profile
     from ..verify import verify
 
+    if file.endswith(".xml"):
+        _simulate_xml(file, topo_spec, nodes, sizes, calibration, xml_profile, trace_path, as_json)
+        return
+    if trace_path is not None or nodes != 1:
+        raise SynthError("--trace and --nodes apply to MSCCL-IR XML files only")
     schedule, base = _load_schedule(file, topo_spec, None, check=calibration is None)
     topology = _with_calibration(base, calibration)
     # a schedule solved without the calibration is checked on the file's figures, then costed
@@ -341,3 +381,47 @@ def simulate(file: str, topo_spec: str | None, sizes: str | None, calibration: s
         table.add_row(format_size(p.bytes), f"{p.time_us:.2f}", f"{p.algbw_GBps:.2f}",
                       f"{p.pct_of_bound:.1f}")
     out.print(table)
+
+
+def _simulate_xml(file: str, topo_spec: str | None, nodes: int, sizes: str | None,
+                  calibration: str | None, profile: str, trace_path: str | None,
+                  as_json: bool) -> None:
+    """Verify the XML with the interpreter (exit 1 with its message if it fails), then time it."""
+    from ..emit.interpreter import verify_program
+    from ..emit.xml_parse import parse_program
+    from ..files import read_input
+    from ..program_model import program_model, program_time, sweep, write_trace
+
+    if topo_spec is None:
+        raise SynthError("an XML file names no topology: pass --topo (and --nodes)")
+    program = parse_program(read_input(file, "XML file"), file, profile)
+    topology = _with_calibration(load_topology(topo_spec, nodes), calibration)
+    verify_program(program, profile=profile)
+    size_list = parse_sizes(sizes) if sizes else DEFAULT_SIZES
+    model = program_model(topology, program.proto, calibration)
+    points = sweep(program, topology, size_list, model=model, profile=profile)
+    if trace_path is not None:
+        timing = program_time(program, topology, max(size_list), model=model, profile=profile,
+                              trace=True)
+        write_trace(timing, program, trace_path)
+    if as_json:
+        click.echo(json.dumps({"file": file, "topology": topology.name, "model": model.to_dict(),
+                               "costs": [p.to_dict() for p in points]}, indent=2))
+        return
+    table = Table(title=f"{program.name or file}: {program.coll} ({program.proto}, "
+                        f"{program.nchannels} channels) on {topology.name}, timed program model")
+    for col in ("size", "time µs", "algbw GB/s", "busbw GB/s", "% of bound", "iters", "M",
+                "messages"):
+        table.add_column(col, justify="right")
+    for p in points:
+        size = format_size(p.bytes) + ("" if p.in_range else " *")
+        if p.time_us == float("inf"):
+            table.add_row(size, "deadlock", "-", "-", "-", str(p.iterations), str(p.max_count), "-")
+            continue
+        table.add_row(size, f"{p.time_us:.2f}", f"{p.algbw_GBps:.2f}", f"{p.busbw_GBps:.2f}",
+                      f"{p.pct_of_bound:.1f}", str(p.iterations), str(p.max_count), str(p.messages))
+    out.print(table)
+    if not all(p.in_range for p in points):
+        out.print("* outside the file's minBytes..maxBytes: the runtime would not select it there")
+    if trace_path is not None:
+        out.print(f"trace ({format_size(max(size_list))}): {trace_path}")
