@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from synth.calibrate.format import apply_calibration, class_figures, load_calibration
-from synth.calibrate.nccl_fit import (
+from synth.calibrate.link_fit import (
     calibrate_file,
     calibrate_nccl,
     nccl_schedule,

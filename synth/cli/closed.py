@@ -189,7 +189,7 @@ def calibrate(log: str, log_format: str, platform: str | None, topo_spec: str | 
 def _calibrate_nccl(log: str, topo_spec: str | None, nodes: int | None, rings: int | None,
                     out_path: str | None, as_json: bool) -> None:
     """`calibrate --format nccl-tests`: fit α/β per link class, write the calibration atomically."""
-    from ..calibrate.nccl_fit import calibrate_file
+    from ..calibrate.link_fit import calibrate_file
     from ..files import atomic_write, ensure_writable_dir
     from ..topology import bandwidth_from_beta
     from ..topology_io import load_topology
