@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from synth import nccl_model as nm
-from synth.errors import NotApplicable, SynthError
-from synth.nccl_fit import (
+from synth.calibrate.nccl_fit import (
     Measurement,
     error_ratio,
     fit,
@@ -17,6 +16,7 @@ from synth.nccl_fit import (
     predict_measurement,
     read_measurements,
 )
+from synth.errors import NotApplicable, SynthError
 from synth.topology_io import load_topology
 
 DATA = Path(__file__).parent / "data" / "nccl-tests"

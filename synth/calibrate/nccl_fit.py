@@ -30,9 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import SynthError
-from .files import read_input
-from .nccl_model import NcclCalibration, NcclMachine, choose, machine_of
+from ..errors import SynthError
+from ..files import read_input
+from ..nccl_model import NcclCalibration, NcclMachine, choose, machine_of
 
 _HEADER_RE = re.compile(r"^#\s*synth:\s*(.*)$")
 
@@ -107,7 +107,7 @@ def read_measurements(path: str | Path) -> list[Measurement]:
             per[coll][0].append(size)
             per[coll][1].append(t)
     else:
-        from .calibrate.nccl_tests import parse_nccl_tests
+        from .nccl_tests import parse_nccl_tests
 
         for run in parse_nccl_tests(text, str(p)):
             assert run.collective is not None
@@ -135,7 +135,7 @@ def load_suite(folder: str | Path) -> list[Measurement]:
 
 def machine_for(meas: Measurement, cache: dict[tuple[str, int], NcclMachine] | None = None
                 ) -> NcclMachine:
-    from .topology_io import load_topology
+    from ..topology_io import load_topology
 
     key = (meas.topology, meas.nodes)
     if cache is not None and key in cache:
