@@ -41,11 +41,25 @@ class CostPoint:
                 "pct_of_bound": round(self.pct_of_bound, 4)}
 
 
+def schedule_time_model(schedule: Schedule) -> str:
+    """``nccl`` for the ``nccl`` baseline (priced by NCCL's tuning model), else ``step``."""
+    return "nccl" if schedule.meta.get("time_model") == "nccl" else "step"
+
+
 def cost_profile(schedule: Schedule, topology: Topology, sizes: Sequence[int],
-                 bound: Bound | None = None) -> list[CostPoint]:
-    """Time, algorithm bandwidth and % of the lower bound at every size."""
+                 bound: Bound | None = None, nccl_calibration: Any = None) -> list[CostPoint]:
+    """Time, algorithm bandwidth and % of the lower bound at every size.
+
+    The ``nccl`` baseline is priced as NCCL prices itself (:mod:`synth.nccl_model`: its tuner's
+    algorithm, protocol and channels, with its latency floors), every other schedule by the α-β
+    step model (:func:`synth.cost.schedule_times_us`).
+    """
     bound = bound or lower_bound(topology, schedule.collective)
-    times = schedule_times_us(schedule, topology, sizes)
+    if schedule_time_model(schedule) == "nccl":
+        from .nccl_model import times_us as nccl_times_us
+        times = nccl_times_us(topology, schedule.collective.kind, sizes, nccl_calibration)
+    else:
+        times = schedule_times_us(schedule, topology, sizes)
     bws = algbw_GBps(sizes, times)
     points = []
     for size, t, bw in zip(sizes, times, bws, strict=True):
@@ -84,7 +98,7 @@ class SolveResult:
 def solve(topology: Topology, collective: Collective, *, encoding: str = "auto",
           algorithm: str | None = None, sizes: Sequence[int] = DEFAULT_SIZES,
           time_limit_s: float | None = None, chunks: int | None = None,
-          extra: dict[str, Any] | None = None) -> SolveResult:
+          extra: dict[str, Any] | None = None, nccl_calibration: Any = None) -> SolveResult:
     """Produce, verify and rank schedules; the best is the one closest to the bound overall."""
     start = time.perf_counter()
     found = run_encoding(encoding, topology, collective,
@@ -96,10 +110,70 @@ def solve(topology: Topology, collective: Collective, *, encoding: str = "auto",
         schedule = found[name]
         report = verify(schedule, topology)
         candidates.append(Candidate(name, schedule, report,
-                                    cost_profile(schedule, topology, sizes, bound)))
+                                    cost_profile(schedule, topology, sizes, bound,
+                                                 nccl_calibration)))
     candidates.sort(key=lambda c: (-c.score, c.report.steps, c.name))
     return SolveResult(topology, collective, encoding, candidates[0], candidates, bound,
                        time.perf_counter() - start)
+
+
+@dataclass(frozen=True)
+class NcclComparison:
+    """The candidate against NCCL at one size, both with their runtime floors.
+
+    ``runtime_us`` is the candidate run by the MSCCL runtime (:mod:`synth.protocols`: the step
+    model plus the protocol's launch floor and per-step synchronisation, best of Simple / LL /
+    LL128, one instance); ``nccl_us`` is NCCL's own tuning-model time of what NCCL would run
+    (:mod:`synth.nccl_model`). ``speedup`` = nccl_us / runtime_us (> 1: the candidate is faster).
+    """
+
+    bytes: int
+    nccl_algo: str
+    nccl_proto: str
+    nccl_channels: int
+    nccl_us: float
+    runtime_us: float
+    runtime_proto: str
+
+    @property
+    def speedup(self) -> float:
+        return self.nccl_us / self.runtime_us if self.runtime_us > 0 else math.inf
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bytes": self.bytes, "nccl": {"algo": self.nccl_algo, "proto": self.nccl_proto,
+                                              "channels": self.nccl_channels,
+                                              "time_us": round(self.nccl_us, 6)},
+                "runtime_us": round(self.runtime_us, 6), "runtime_proto": self.runtime_proto,
+                "speedup_vs_nccl": round(self.speedup, 6)}
+
+
+def compare_with_nccl(schedule: Schedule, topology: Topology, sizes: Sequence[int],
+                      nccl_calibration: Any = None, calibration: Any = None
+                      ) -> list[NcclComparison] | None:
+    """The candidate's floored runtime time against NCCL's, per size; None where NCCL has no
+    such collective (gather, scatter, custom)."""
+    from .errors import NotApplicable
+    from .nccl_model import predict
+    from .protocols import PROTOCOLS, predict_times_us
+
+    coll = schedule.collective
+    if coll.custom is not None:
+        return None
+    try:
+        nccl = predict(topology, coll.kind, sizes, nccl_calibration)
+    except NotApplicable:
+        return None
+    if schedule_time_model(schedule) == "nccl":
+        runtime = {"NCCL": [c.time_us for c in nccl]}
+    else:
+        runtime = {p: predict_times_us(schedule, topology, sizes, p, 1, calibration)
+                   for p in PROTOCOLS}
+    out = []
+    for i, c in enumerate(nccl):
+        proto = min(runtime, key=lambda p: (runtime[p][i], p))
+        out.append(NcclComparison(c.bytes, c.algo, c.proto, c.channels, c.time_us,
+                                  runtime[proto][i], proto))
+    return out
 
 
 def schedule_file_name(schedule: Schedule) -> str:

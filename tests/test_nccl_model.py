@@ -163,3 +163,73 @@ def test_measurement_without_a_machine_line_is_refused(tmp_path):
     f.write_text("collective,bytes,nccl_us\nallreduce,1024,10\n")
     with pytest.raises(SynthError, match="which machine"):
         read_measurements(f)
+
+
+# ------------------------------------------------------------------------------- as a schedule
+def test_nccl_baseline_is_one_ring_per_rail_and_priced_by_nccl():
+    from synth.collectives import make_collective
+    from synth.encodings.baseline import baseline, preferred_chunks
+    from synth.solve import cost_profile
+    from synth.verify import verify
+
+    topo = load_topology("dgx_h100", 2)
+    k = preferred_chunks("nccl", "allgather", 16, topo)
+    assert k == 8  # 8 NICs per node: 8 rings
+    sched = baseline(topo, make_collective("allgather", 16, k), "nccl")
+    verify(sched, topo)
+    rings = sched.meta["rings"]
+    assert len(rings) == 8
+    leaving = {ring[7] for ring in rings}  # the rank that leaves node 0 differs per ring
+    assert len(leaving) == 8
+    sizes = [1024, 2**30]
+    got = [p.time_us for p in cost_profile(sched, topo, sizes)]
+    assert got == pytest.approx(list(nm.times_us(topo, "allgather", sizes)))
+
+
+def test_solve_compares_with_nccl_on_floored_times():
+    from synth.collectives import make_collective
+    from synth.solve import compare_with_nccl, solve
+
+    topo = load_topology("dgx_h100")
+    res = solve(topo, make_collective("allreduce", 8, 1), encoding="baseline", algorithm="ring",
+                sizes=[1024, 2**30])
+    cmp = compare_with_nccl(res.best.schedule, topo, [1024, 2**30])
+    assert cmp is not None and [c.nccl_algo for c in cmp] == ["Ring", "NVLS"]
+    for c, p in zip(cmp, res.best.costs, strict=True):
+        assert c.runtime_us > p.time_us  # the runtime adds its launch and per-step floors
+        assert c.speedup == pytest.approx(c.nccl_us / c.runtime_us)
+    assert compare_with_nccl(solve(topo, make_collective("gather", 8, 1), encoding="baseline",
+                                   algorithm="direct", sizes=[1024]).best.schedule,
+                             topo, [1024]) is None
+
+
+def test_cli_solve_json_has_vs_nccl(tmp_path):
+    import json
+
+    from .conftest import run_synth
+
+    r = run_synth("solve", "--topo", "dgx_a100", "--coll", "allgather", "--encoding", "baseline",
+                  "--algo", "nccl", "--sizes", "1KB,1GB", "--out", str(tmp_path), "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["algorithm"] == "nccl"
+    assert [c["nccl"]["algo"] for c in data["vs_nccl"]] == ["Ring", "Ring"]
+    assert data["vs_nccl"][0]["speedup_vs_nccl"] == pytest.approx(1.0)
+
+
+def test_calibrate_fits_nccl_model_and_solve_reads_it(tmp_path):
+    import json
+
+    from synth.calibrate.format import load_calibration
+    from synth.calibrate.link_fit import calibrate_file
+
+    fitted = calibrate_file(DATA / "h200-1node-allreduce-16g-nhc142.log", "dgx_h100")
+    section = fitted.to_json()["nccl_model"]
+    assert section["fitted"] == ["bandwidth_scale"]  # one 16 GiB point: only bandwidth shows
+    assert section["median_error_factor"] < 1.001 <= section["uncalibrated_median_error_factor"]
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(fitted.to_json()))
+    cal = nm.calibration_of(load_calibration(path))
+    assert cal.bandwidth_scale == pytest.approx(section["bandwidth_scale"])
+    t = nm.times_us(load_topology("dgx_h100"), "allreduce", [16 * 2**30], cal)[0]
+    assert t == pytest.approx(62620.0, rel=1e-3)  # the log's median of out/in-place

@@ -71,6 +71,8 @@ class Calibration:
     terms: list[dict[str, Any]] = field(default_factory=list)
     """Closed-stack fit terms (see the module docstring), kept for :func:`apply_calibration`."""
     notes: list[str] = field(default_factory=list)
+    nccl_model: dict[str, Any] | None = None
+    """Corrections to NCCL's own tuning model (:class:`synth.nccl_model.NcclCalibration`)."""
 
     def get(self, key: str, default: Any = None) -> Any:
         """Mapping-style access for :mod:`synth.protocols` (``protocols``, ``instance_overhead_us``)."""
@@ -80,7 +82,7 @@ class Calibration:
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"format": FORMAT, "kind": self.kind, "topology": self.topology,
                                 "link_classes": {k: v.to_dict() for k, v in sorted(self.classes.items())}}
-        for key in ("launch", "protocols", "instance_overhead_us", "model", "fit"):
+        for key in ("launch", "protocols", "instance_overhead_us", "model", "fit", "nccl_model"):
             value = getattr(self, key)
             if value is not None:
                 data[key] = value
@@ -93,7 +95,7 @@ class Calibration:
         if not isinstance(data, Mapping):
             raise SynthError(f"{source}: a calibration file is a JSON object")
         terms = list(data.get("terms") or []) if data.get("format") == FORMAT else []
-        if not ("link_classes" in data or terms or "protocols" in data):
+        if not ("link_classes" in data or terms or "protocols" in data or "nccl_model" in data):
             raise SynthError(f"{source}: not a synth calibration (expected 'link_classes', "
                              f"'protocols' or closed-stack 'terms' with \"format\": \"{FORMAT}\"; "
                              "make one with `synth calibrate`)")
@@ -111,7 +113,17 @@ class Calibration:
                            dict(protocols) if protocols is not None else None,
                            None if overhead is None else _number(overhead, f"{source}: "
                                                                  "instance_overhead_us", True),
-                           [dict(t) for t in terms if isinstance(t, Mapping)])
+                           [dict(t) for t in terms if isinstance(t, Mapping)],
+                           nccl_model=_nccl_section(data.get("nccl_model"), source))
+
+
+def _nccl_section(section: Any, source: str) -> dict[str, Any] | None:
+    """The ``nccl_model`` section, checked (:class:`synth.nccl_model.NcclCalibration`)."""
+    if section is None:
+        return None
+    from ..nccl_model import NcclCalibration
+    NcclCalibration.from_mapping(section, f"{source}: nccl_model")
+    return dict(section)
 
 
 def _class_params(entry: Any, where: str) -> ClassParams:

@@ -170,6 +170,9 @@ class CalibrationFit:
     median_rel_error: float
     max_rel_error: float
     default_median_rel_error: float
+    nccl_model: dict[str, Any] | None = None
+    """The fit of NCCL's own tuning model to the same log (:mod:`synth.calibrate.nccl_fit`): its launch
+    floor, latency and bandwidth scales, read by :mod:`synth.nccl_model`."""
 
     def calibration(self) -> Calibration:
         """The fit as a :class:`synth.calibrate.format.Calibration` (what ``solve``/``catalog`` read).
@@ -188,7 +191,7 @@ class CalibrationFit:
                "default_median_rel_error": _r(self.default_median_rel_error),
                "runs": self.runs, "notes": self.notes}
         return Calibration(dict(self.classes), launch, self.topology, "nccl-tests", self.model, fit,
-                           self.source, protocols)
+                           self.source, protocols, nccl_model=self.nccl_model)
 
     def to_json(self) -> dict[str, Any]:
         return self.calibration().to_json()
@@ -266,7 +269,37 @@ def calibrate_nccl(runs: Sequence[Run], topo_spec: str, *, nodes: int | None = N
             models[key] = step_model(schedules[key[:2]], topo, classes, k)
         series.append(_Series(run, topo, models[key], np.array([r.size for r in run.rows], float),
                               np.array([r.time_us for r in run.rows]), k))
-    return _fit(series, classes, figures, base, notes, source, rings)
+    result = _fit(series, classes, figures, base, notes, source, rings)
+    result.nccl_model = _fit_nccl_model(placed, topo_spec, source)
+    return result
+
+
+def _fit_nccl_model(placed: Sequence[tuple[Run, Topology, int]], topo_spec: str, source: str
+                    ) -> dict[str, Any] | None:
+    """NCCL's tuning model fitted to the same runs (launch floor, latency and bandwidth scales)."""
+    from ..errors import NotApplicable
+    from .nccl_fit import Measurement, _by_size, error_ratio, fit, predict_measurement
+
+    meas = []
+    for run, _, _ in placed:
+        if not run.rows:
+            continue
+        sizes, times = _by_size([r.size for r in run.rows], [r.time_us for r in run.rows])
+        meas.append(Measurement(f"{source}:{run.start_line}", source, run.collective or "",
+                                topo_spec, run.nodes, "log", (), sizes, times, source))
+    if not meas:
+        return None
+    try:
+        result = fit(meas, source=f"synth calibrate {source}")
+        before = np.concatenate([error_ratio(predict_measurement(m), m.times_us) for m in meas])
+        after = np.concatenate([error_ratio(predict_measurement(m, result.calibration), m.times_us)
+                                for m in meas])
+    except NotApplicable:
+        return None
+    return {**result.calibration.to_dict(), "fitted": list(result.fitted), "points": result.points,
+            "median_error_factor": _r(float(np.median(after))),
+            "max_error_factor": _r(float(np.max(after))),
+            "uncalibrated_median_error_factor": _r(float(np.median(before)))}
 
 
 def _predict(series: Sequence[_Series], theta: np.ndarray, n_cls: int) -> tuple[np.ndarray, np.ndarray]:

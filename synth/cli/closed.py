@@ -227,6 +227,12 @@ def _calibrate_nccl(log: str, topo_spec: str | None, nodes: int | None, rings: i
     out.print(f"per-call floor (launch, written as protocols.LL.launch_us): {fit.launch_us:.3f} µs "
               f"({fit.launch_source}"
               + (f", ± {fit.launch_stderr_pct:.2f}%" if fit.launch_stderr_pct is not None else "") + ")")
+    if fit.nccl_model:
+        nm = fit.nccl_model
+        out.print(f"NCCL's tuning model (nccl_model): launch +{nm['launch_us']:.3f} µs, latency × "
+                  f"{nm['latency_scale']:.3f}, bandwidth × {nm['bandwidth_scale']:.3f} (fitted: "
+                  f"{', '.join(nm['fitted']) or 'nothing separable'}); median error ×"
+                  f"{nm['uncalibrated_median_error_factor']} -> ×{nm['median_error_factor']}")
     runs = Table(title="fit per run (model: ring for allgather/reducescatter/allreduce, direct alltoall)")
     for col in ("line", "program", "ranks", "nodes", "rings", "points", "sizes", "median err",
                 "max err", "file figures median err"):

@@ -101,20 +101,36 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
             from ..encodings.milp.solvers import Progress
 
             extra["progress"] = Progress(console=err)  # MILP stages: incumbent and gap, live
+        nccl_cal = _nccl_calibration(calibration)
         result = run_solve(topology, collective, encoding=encoding, algorithm=algo,
-                           sizes=size_list, time_limit_s=time_limit, chunks=chunks, extra=extra)
+                           sizes=size_list, time_limit_s=time_limit, chunks=chunks, extra=extra,
+                           nccl_calibration=nccl_cal)
         chosen, written = write_best(result, target, xml)
         result.best = chosen
     files = [str(f) for f in written.files]
+    from ..solve import compare_with_nccl
+
+    vs_nccl = compare_with_nccl(result.best.schedule, topology, size_list, nccl_cal, calibration)
     if as_json:
-        click.echo(json.dumps(_solve_json(result, files, written), indent=2))
+        data = _solve_json(result, files, written)
+        data["vs_nccl"] = [c.to_dict() for c in vs_nccl] if vs_nccl is not None else None
+        click.echo(json.dumps(data, indent=2))
         return
-    _print_solve(result, files)
+    _print_solve(result, files, vs_nccl)
     for note in written.notes:
         out.print(f"[yellow]{note}[/yellow]")
     for rep in written.xml_reports:
         out.print(f"XML verified by the interpreter ({rep.mode}): {rep.threadblocks} threadblocks, "
                   f"{rep.operations} operations, {rep.messages} messages")
+
+
+def _nccl_calibration(calibration: str | None) -> Any:
+    """The ``nccl_model`` section of a calibration file (None: NCCL's own figures)."""
+    if calibration is None:
+        return None
+    from ..calibrate.format import load_calibration
+    from ..nccl_model import calibration_of
+    return calibration_of(load_calibration(calibration))
 
 
 def _with_calibration(topology: Topology, calibration: str | None) -> Topology:
@@ -192,7 +208,7 @@ def _solve_json(result: Any, files: list[str], written: Any) -> dict[str, Any]:
     }
 
 
-def _print_solve(result: Any, files: list[str]) -> None:
+def _print_solve(result: Any, files: list[str], vs_nccl: Any = None) -> None:
     best = result.best
     s = best.schedule
     out.print(f"[bold]{result.collective.name}[/bold] on [bold]{result.topology.name}[/bold] "
@@ -207,13 +223,28 @@ def _print_solve(result: Any, files: list[str]) -> None:
                   f"{s.algorithm} (best mean % of bound over the sizes)")
     if s.meta.get("why"):
         out.print(f"why: {s.meta['why']}")
-    table = Table(title=f"predicted cost (bound: {result.bound.method})")
+    model = ("NCCL's tuning model" if s.meta.get("time_model") == "nccl"
+             else "step model, no runtime floors")
+    table = Table(title=f"predicted cost ({model}; bound: {result.bound.method})")
     for col in ("size", "time µs", "algbw GB/s", "bound µs", "% of bound"):
         table.add_column(col, justify="right")
     for p in best.costs:
         table.add_row(format_size(p.bytes), f"{p.time_us:.2f}", f"{p.algbw_GBps:.2f}",
                       f"{p.bound_us:.2f}", f"{p.pct_of_bound:.1f}")
     out.print(table)
+    if vs_nccl is not None:
+        from ..nccl_model import SOURCE
+
+        cmp = Table(title="against NCCL (both with their runtime floors)")
+        for col in ("size", "runtime µs", "NCCL µs", "NCCL runs", "vs NCCL"):
+            cmp.add_column(col, justify="right")
+        for c in vs_nccl:
+            cmp.add_row(format_size(c.bytes), f"{c.runtime_us:.2f}", f"{c.nccl_us:.2f}",
+                        f"{c.nccl_algo}/{c.nccl_proto} x{c.nccl_channels}", f"{c.speedup:.2f}x")
+        out.print(cmp)
+        out.print("[dim]runtime: this schedule plus the MSCCL runtime's launch and per-step floors "
+                  "(synth.protocols, best protocol); NCCL: what NCCL's tuner runs and its time "
+                  f"({SOURCE}; validated in results/reality.md); vs NCCL = NCCL / runtime[/dim]")
     if len(result.candidates) > 1:
         sizes = [best.costs[0].bytes, best.costs[len(best.costs) // 2].bytes, best.costs[-1].bytes]
         cand = Table(title="candidates (time µs; best first)")
@@ -332,8 +363,11 @@ def _verify_xml(file: str, mode: str, profile: str, root: int | None, as_json: b
         click.echo(json.dumps({"file": file, "verified": True, "profile": profile,
                                "modes": [r.mode for r in reports],
                                "threadblocks": reports[0].threadblocks,
-                               "operations": reports[0].operations}, indent=2))
+                               "operations": reports[0].operations,
+                               "warnings": reports[0].warnings}, indent=2))
         return
+    for w in reports[0].warnings:   # advice: portability rules the runtimes do not enforce
+        err.print(f"warning: {w}", markup=False, soft_wrap=True)
     for r in reports:
         out.print(f"[green]verified[/green]: {file} ({r.collective}, {program.ngpus} ranks, "
                   f"{r.mode}): {r.threadblocks} threadblocks, {r.operations} operations, "

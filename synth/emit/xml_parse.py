@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from lxml import etree
 
 from ..errors import SynthError, VerificationError
+from .agreement import disagreements
 from .program import INSTRUCTIONS, Gpu, Instr, Program, Threadblock
 
 # --------------------------------------------------------------------------------------------------
@@ -643,6 +644,8 @@ def lint_program(program: Program, profile: str | None = "exec") -> list[str]:
             raise _err("unmatched", "E1", f"connection rank {a} -> rank {b} channel {c}: {len(snd)} "
                                           f"send-type steps but {len(rcv)} receive-type steps "
                                           "(the call would hang or leave stale data)", rank=a)
+    # ---- both ends of a message name one transfer (E2: portability, the runtimes ignore it)
+    warn.extend(disagreements(p, limit=3))
     return warn
 
 
