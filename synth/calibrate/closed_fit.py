@@ -306,7 +306,7 @@ def synthetic_timings(truth: dict, keys: Sequence[tuple[str, tuple[int, int], st
 
 
 PUBLISHED_NCCOM = """\
-# Published nccom-test figures (shared/reference/hardware.md, from the AWS Neuron docs):
+# Published nccom-test figures (docs/reference/hardware.md, from the AWS Neuron docs):
 # 32-rank all-gather on trn1.32xlarge: 1 KiB in 6.2 us, 512 KiB in 23 us.
 $ nccom-test -r 32 allg -b 1024 -e 524288
      size(B)    count(elems)     type    time(us)    algbw(GB/s)    busbw(GB/s)
