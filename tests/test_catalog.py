@@ -314,6 +314,7 @@ def test_workers_do_not_change_the_output(tmp_path, built, capsys):
     assert mine == theirs
 
 
+@pytest.mark.slow  # long end-to-end case: .ci/run runs it in its second pass
 def test_ray_executor(tmp_path, built, capsys):
     pytest.importorskip("ray")
     out, _ = built

@@ -59,6 +59,9 @@ from .console import err, out
                    "class (`--format nccl-tests`); neuron/jax its closed-stack fit.")
 @click.option("--out", "out_dir", default="out", show_default=True, type=click.Path(),
               help="Folder for the schedule files.")
+@click.option("--program-model/--no-program-model", "want_program", default=True,
+              show_default=True,
+              help="Also time the written XML with the timed program model (program_us).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str | None,
           chunks: int | None, root: int | None, inplace: bool | None, sizes: str | None,
@@ -66,7 +69,7 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
           engine: str | None, sketch: str | None, solver: str | None, want_xml: bool,
           xml_profile: str, proto: str, instances: int,
           min_bytes: str, max_bytes: str, target: str, tensors: int, nbytes: str | None,
-          calibration: str | None, out_dir: str, as_json: bool) -> None:
+          calibration: str | None, out_dir: str, want_program: bool, as_json: bool) -> None:
     """Synthesize a verified schedule and print its cost against the bound."""
     if target != "msccl":
         _solve_closed(topo_spec, coll_spec, nodes, target, tensors, nbytes, calibration, out_dir,
@@ -111,17 +114,38 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
     from ..solve import compare_with_nccl
 
     vs_nccl = compare_with_nccl(result.best.schedule, topology, size_list, nccl_cal, calibration)
+    program_us = (_program_times(files, topology, size_list, xml_profile, calibration)
+                  if want_program else None)
     if as_json:
         data = _solve_json(result, files, written)
         data["vs_nccl"] = [c.to_dict() for c in vs_nccl] if vs_nccl is not None else None
+        data["program_us"] = ({str(n): (round(t, 4) if t != float("inf") else None)
+                               for n, t in zip(size_list, program_us, strict=True)}
+                              if program_us is not None else None)
         click.echo(json.dumps(data, indent=2))
         return
-    _print_solve(result, files, vs_nccl)
+    _print_solve(result, files, vs_nccl, program_us)
     for note in written.notes:
         out.print(f"[yellow]{note}[/yellow]")
     for rep in written.xml_reports:
         out.print(f"XML verified by the interpreter ({rep.mode}): {rep.threadblocks} threadblocks, "
                   f"{rep.operations} operations, {rep.messages} messages")
+
+
+def _program_times(files: list[str], topology: Topology, sizes: list[int], profile: str,
+                   calibration: str | None) -> list[float] | None:
+    """The written XML's time per size under the timed program model (None without an XML).
+
+    The file was verified by the interpreter before it was written (``emit_verified_xml``).
+    """
+    from .emit.xml_parse import read_program
+    from .program_model import program_times_us
+
+    xml = [f for f in files if f.endswith(".xml")]
+    if not xml:
+        return None
+    program = read_program(xml[0], profile)
+    return program_times_us(program, topology, sizes, calibration=calibration, profile=profile)
 
 
 def _nccl_calibration(calibration: str | None) -> Any:
@@ -208,7 +232,8 @@ def _solve_json(result: Any, files: list[str], written: Any) -> dict[str, Any]:
     }
 
 
-def _print_solve(result: Any, files: list[str], vs_nccl: Any = None) -> None:
+def _print_solve(result: Any, files: list[str], vs_nccl: Any = None,
+                 program_us: list[float] | None = None) -> None:
     best = result.best
     s = best.schedule
     out.print(f"[bold]{result.collective.name}[/bold] on [bold]{result.topology.name}[/bold] "
@@ -226,12 +251,23 @@ def _print_solve(result: Any, files: list[str], vs_nccl: Any = None) -> None:
     model = ("NCCL's tuning model" if s.meta.get("time_model") == "nccl"
              else "step model, no runtime floors")
     table = Table(title=f"predicted cost ({model}; bound: {result.bound.method})")
-    for col in ("size", "time µs", "algbw GB/s", "bound µs", "% of bound"):
+    cols = ["size", "model_us", "algbw GB/s", "bound µs", "% of bound"]
+    if program_us is not None:
+        cols.append("program_us")
+    for col in cols:
         table.add_column(col, justify="right")
-    for p in best.costs:
-        table.add_row(format_size(p.bytes), f"{p.time_us:.2f}", f"{p.algbw_GBps:.2f}",
-                      f"{p.bound_us:.2f}", f"{p.pct_of_bound:.1f}")
+    for i, p in enumerate(best.costs):
+        row = [format_size(p.bytes), f"{p.time_us:.2f}", f"{p.algbw_GBps:.2f}",
+               f"{p.bound_us:.2f}", f"{p.pct_of_bound:.1f}"]
+        if program_us is not None:
+            t = program_us[i]
+            row.append(f"{t:.2f}" if t != float("inf") else "deadlock")
+        table.add_row(*row)
     out.print(table)
+    if program_us is not None:
+        out.print("[dim]model_us: the lock-step model above; program_us: the written XML run by the "
+                  "timed program model (synth.program_model: threadblocks, grid iterations, FIFO "
+                  "slots, shared links; validated in results/reality_msccl.md)[/dim]")
     if vs_nccl is not None:
         from ..nccl_model import SOURCE
 
