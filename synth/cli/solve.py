@@ -138,8 +138,8 @@ def _program_times(files: list[str], topology: Topology, sizes: list[int], profi
 
     The file was verified by the interpreter before it was written (``emit_verified_xml``).
     """
-    from .emit.xml_parse import read_program
-    from .program_model import program_times_us
+    from ..emit.xml_parse import read_program
+    from ..program_model import program_times_us
 
     xml = [f for f in files if f.endswith(".xml")]
     if not xml:
