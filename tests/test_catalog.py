@@ -339,7 +339,7 @@ def test_ray_executor(tmp_path, built, capsys):
     (["--tuner", "annealing"], "unknown tuner 'annealing'"),
     (["--executor", "slurm"], "unknown executor 'slurm'"),
     (["--workers", "0"], "--workers must be at least 1"),
-    (["--time-limit", "0"], "--time-limit must be positive"),
+    (["--time-limit", "0"], "--time-limit must be a positive"),
     (["--calibration", "/nonexistent/cal.json"], "does not exist"),
 ])
 def test_bad_input(tmp_path, capsys, argv, needle):

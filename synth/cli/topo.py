@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 from rich.table import Table
 
+from ..files import dumps_json
 from ..topology_io import load_topology, shipped_files, shipped_names
 from .console import out
 
@@ -35,7 +35,7 @@ def topo_list(as_json: bool) -> None:
                      "links": len(t.links), "switches": len(t.switches), "nics": len(t.nics),
                      "description": t.description})
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(dumps_json(rows, indent=2))
         return
     table = Table(title="shipped topologies (multi-node: --nodes N)")
     for col in ("name", "aliases", "ranks", "links", "switches", "NICs", "machine"):
@@ -57,7 +57,7 @@ def topo_show(name: str, nodes: int, as_json: bool) -> None:
     t = load_topology(name, nodes)
     summary = topology_summary(t)
     if as_json:
-        click.echo(json.dumps({**t.to_dict(), "summary": summary}, indent=2))
+        click.echo(dumps_json({**t.to_dict(), "summary": summary}, indent=2))
         return
     out.print(f"[bold]{t.name}[/bold]: {t.description}")
     out.print(f"ranks {t.num_ranks}, nodes {t.num_nodes}, links {len(t.links)}, "
