@@ -129,6 +129,10 @@ def topo_show(name: str, nodes: int, as_json: bool) -> None:
 @click.option("--instances", default=1, show_default=True, help="XML instances (channels).")
 @click.option("--min-bytes", default="0", show_default=True, help="XML minBytes (e.g. 1MB).")
 @click.option("--max-bytes", default="0", show_default=True, help="XML maxBytes; 0 = unbounded.")
+@click.option("--format", "out_format", default="msccl", show_default=True,
+              type=click.Choice(["msccl", "mscclpp"]),
+              help="msccl: MSCCL-IR XML; mscclpp: an MSCCL++ execution plan (JSON, Simple protocol), "
+                   "verified by the plan interpreter. --instances/--min-bytes/--max-bytes apply.")
 @click.option("--target", default="msccl", show_default=True,
               type=click.Choice(["msccl", "neuron", "jax"]),
               help="msccl: schedule + MSCCL-IR XML; neuron/jax: a composed vendor-primitive program.")
@@ -148,8 +152,9 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
           time_limit: float | None, steps: int | None, rounds: int | None, least_steps: bool,
           engine: str | None, sketch: str | None, solver: str | None, want_xml: bool,
           xml_profile: str, proto: str, instances: int,
-          min_bytes: str, max_bytes: str, target: str, tensors: int, nbytes: str | None,
-          calibration: str | None, out_dir: str, want_program: bool, as_json: bool) -> None:
+          min_bytes: str, max_bytes: str, out_format: str, target: str, tensors: int,
+          nbytes: str | None, calibration: str | None, out_dir: str, want_program: bool,
+          as_json: bool) -> None:
     """Synthesize a verified schedule and print its cost against the bound."""
     if target != "msccl":
         _solve_closed(topo_spec, coll_spec, nodes, target, tensors, nbytes, calibration, out_dir,
@@ -167,6 +172,8 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
                          f"'{encoding}' (use --encoding milp or auto)")
     if instances < 1:
         raise SynthError(f"--instances must be at least 1, got {instances}")
+    if out_format == "mscclpp" and proto != "Simple":
+        raise SynthError(f"--format mscclpp emits the Simple protocol only, not {proto}")
     size_list = parse_sizes(sizes) if sizes else DEFAULT_SIZES
     xml = XmlOptions(profile=xml_profile, proto=proto, instances=instances,
                      min_bytes=_bytes(min_bytes), max_bytes=_bytes(max_bytes),
@@ -188,7 +195,14 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
         result = run_solve(topology, collective, encoding=encoding, algorithm=algo,
                            sizes=size_list, time_limit_s=time_limit, chunks=chunks, extra=extra,
                            nccl_calibration=nccl_cal)
-        chosen, written = write_best(result, target, xml)
+        plan = None
+        if out_format == "mscclpp":
+            from .solve import PlanOptions, PlanTarget
+
+            plan = PlanTarget(topology, PlanOptions(instances=instances,
+                                                    min_bytes=_bytes(min_bytes),
+                                                    max_bytes=_bytes(max_bytes)))
+        chosen, written = write_best(result, target, None if plan else xml, plan)
         result.best = chosen
     files = [str(f) for f in written.files]
     from .solve import compare_with_nccl
@@ -210,6 +224,9 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
     for rep in written.xml_reports:
         out.print(f"XML verified by the interpreter ({rep.mode}): {rep.threadblocks} threadblocks, "
                   f"{rep.operations} operations, {rep.messages} messages")
+    for rep in written.plan_reports:
+        out.print(f"MSCCL++ plan verified by the plan interpreter: {rep.threadblocks} threadblocks, "
+                  f"{rep.operations} operations, {rep.signals} signals, postcondition holds")
 
 
 def _program_times(files: list[str], topology: Topology, sizes: list[int], profile: str,
@@ -289,6 +306,7 @@ def _solve_json(result: Any, files: list[str], written: Any) -> dict[str, Any]:
     best = result.best
     return {
         "xml_verified_modes": [rep.mode for rep in written.xml_reports],
+        "mscclpp_verified": bool(written.plan_reports),
         "notes": written.notes,
         "topology": result.topology.name,
         "collective": result.collective.name,
