@@ -448,3 +448,12 @@ def test_schedule_header_of_the_wrong_type(tmp_path, field, value):
     result = run_inprocess("verify", str(bad))
     assert_one_line_error(result)
     assert f"field '{field}'" in result.stderr
+
+
+@pytest.mark.parametrize("fmt", ["msccl", "mscclpp"])
+def test_solve_creates_a_new_out_folder_when_it_writes(tmp_path, fmt):
+    out = tmp_path / "new" / "deeper"
+    result = run_inprocess("solve", "--topo", "ring:4", "--coll", "allgather", "--encoding",
+                           "baseline", "--algo", "ring", "--format", fmt, "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert any(out.glob("*.schedule.json"))
