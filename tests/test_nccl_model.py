@@ -153,10 +153,15 @@ def test_model_against_measured_points(stem, coll, size, tolerance):
 
 
 def test_suite_median_error_uncalibrated():
-    ratios = np.concatenate([error_ratio(predict_measurement(m), m.times_us)
-                             for m in load_suite(DATA)])
+    suite = load_suite(DATA)
+    ratios = np.concatenate([error_ratio(predict_measurement(m), m.times_us) for m in suite])
     assert np.median(ratios) <= 1.3
-    assert ratios.max() <= 2.0
+    healthy = np.concatenate([error_ratio(predict_measurement(m), m.times_us) for m in suite
+                              if m.status == "measured"])
+    assert healthy.max() <= 2.0
+    # the run its reporter calls below expectation is slower than NCCL's model everywhere
+    slow = next(m for m in suite if m.status == "reported-below-expectation")
+    assert np.all(predict_measurement(slow) < slow.times_us)
 
 
 def test_fit_recovers_known_corrections():
@@ -260,3 +265,16 @@ def test_catalog_rows_claim_speedups_against_nccl_only():
                                                                       [1024, 2**30])))
     fake.topology = load_topology("ring:4")
     assert nccl_choices(fake, "allgather", [1024]) is None  # type: ignore[arg-type]
+
+
+def test_compare_uses_the_timed_program_where_it_runs():
+    from synth.collectives import make_collective
+    from synth.solve import compare_with_nccl, solve
+
+    topo = load_topology("dgx_h100")
+    sched = solve(topo, make_collective("allgather", 8, 1), encoding="baseline",
+                  algorithm="ring", sizes=[1024]).best.schedule
+    cmp = compare_with_nccl(sched, topo, [1024, 2**30], program_us=[100.0, float("inf")])
+    assert cmp is not None
+    assert (cmp[0].runtime_proto, cmp[0].runtime_us) == ("program", 100.0)
+    assert cmp[1].runtime_proto in ("Simple", "LL", "LL128")  # the file does not run there
