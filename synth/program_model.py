@@ -3,7 +3,7 @@
 The lock-step model (:mod:`synth.cost`, :mod:`synth.protocols`) prices a *schedule* as a sum of
 synchronous steps. The runtime does not run steps in lock step: every threadblock walks its own
 step list, grid iteration after grid iteration, and only FIFOs, flags and shared links couple the
-blocks (``shared/reference/msccl-xml-spec.md`` §3.5, §5.1-§5.4). This module executes the parsed
+blocks (``docs/reference/msccl-xml-spec.md`` §3.5, §5.1-§5.4). This module executes the parsed
 :class:`~synth.emit.program.Program` -- the same object the interpreter checks, folded the same way
 (:func:`synth.emit.interpreter.fold_block`) -- in simulated time:
 
@@ -147,7 +147,7 @@ def program_model(topology: Topology, proto: str, calibration: Any = None,
     ``protocols`` is a protocol model already built (e.g. a catalog's, calibration applied); else
     it is NCCL's for the topology with ``calibration``'s protocol overrides.
     """
-    from .calibration import load_calibration
+    from .calibrate.format import load_calibration
 
     data = load_calibration(calibration) if calibration is not None else None
     pm = protocols if protocols is not None else model_with_calibration(default_model(topology),

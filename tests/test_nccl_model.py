@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from synth import nccl_model as nm
-from synth.errors import NotApplicable, SynthError
-from synth.nccl_fit import (
+from synth.calibrate.nccl_fit import (
     Measurement,
     error_ratio,
     fit,
@@ -17,6 +16,7 @@ from synth.nccl_fit import (
     predict_measurement,
     read_measurements,
 )
+from synth.errors import NotApplicable, SynthError
 from synth.topology_io import load_topology
 
 DATA = Path(__file__).parent / "data" / "nccl-tests"
@@ -153,10 +153,15 @@ def test_model_against_measured_points(stem, coll, size, tolerance):
 
 
 def test_suite_median_error_uncalibrated():
-    ratios = np.concatenate([error_ratio(predict_measurement(m), m.times_us)
-                             for m in load_suite(DATA)])
+    suite = load_suite(DATA)
+    ratios = np.concatenate([error_ratio(predict_measurement(m), m.times_us) for m in suite])
     assert np.median(ratios) <= 1.3
-    assert ratios.max() <= 2.0
+    healthy = np.concatenate([error_ratio(predict_measurement(m), m.times_us) for m in suite
+                              if m.status == "measured"])
+    assert healthy.max() <= 2.0
+    # the run its reporter calls below expectation is slower than NCCL's model everywhere
+    slow = next(m for m in suite if m.status == "reported-below-expectation")
+    assert np.all(predict_measurement(slow) < slow.times_us)
 
 
 def test_fit_recovers_known_corrections():
@@ -231,8 +236,8 @@ def test_cli_solve_json_has_vs_nccl(tmp_path):
 def test_calibrate_fits_nccl_model_and_solve_reads_it(tmp_path):
     import json
 
-    from synth.calibrate_nccl import calibrate_file
-    from synth.calibration import load_calibration
+    from synth.calibrate.format import load_calibration
+    from synth.calibrate.link_fit import calibrate_file
 
     fitted = calibrate_file(DATA / "h200-1node-allreduce-16g-nhc142.log", "dgx_h100")
     section = fitted.to_json()["nccl_model"]
