@@ -242,10 +242,10 @@ def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = DE
         reason = plan_unsupported_reason(schedule)
         if reason:
             notes.append(f"no MSCCL++ plan: {reason}")
-            return Written([atomic_write(path, text) for path, text in outputs], [], notes)
+            return Written(_write_all(out_dir, outputs), [], notes)
         text, report = emit_verified_plan(schedule, plan.topology, plan.options)
         outputs.append((out_dir / f"{stem}.mscclpp.json", text))
-        return Written([atomic_write(path, text) for path, text in outputs], [], notes, [report])
+        return Written(_write_all(out_dir, outputs), [], notes, [report])
     if xml is not None:
         reason = xml_unsupported_reason(schedule, xml)
         if reason:
@@ -253,8 +253,14 @@ def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = DE
         else:
             text, reports = emit_verified_xml(schedule, xml)
             outputs.append((out_dir / f"{stem}.{xml.profile}.xml", text))
-    ensure_writable_dir(out_dir)  # only now: a failure above leaves no empty folder behind
-    return Written([atomic_write(path, text) for path, text in outputs], reports, notes)
+    return Written(_write_all(out_dir, outputs), reports, notes)
+
+
+def _write_all(out_dir: Path, outputs: list[tuple[Path, str]]) -> list[Path]:
+    """Create ``out_dir`` only now -- a failure while producing leaves no empty folder -- and write
+    each file atomically."""
+    ensure_writable_dir(out_dir)
+    return [atomic_write(path, text) for path, text in outputs]
 
 
 def write_best(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML,

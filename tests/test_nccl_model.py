@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from synth import nccl_model as nm
-from synth.errors import NotApplicable, SynthError
-from synth.nccl_fit import (
+from synth.calibrate.nccl_fit import (
     Measurement,
     error_ratio,
     fit,
@@ -17,6 +16,7 @@ from synth.nccl_fit import (
     predict_measurement,
     read_measurements,
 )
+from synth.errors import NotApplicable, SynthError
 from synth.topology_io import load_topology
 
 DATA = Path(__file__).parent / "data" / "nccl-tests"
@@ -236,8 +236,8 @@ def test_cli_solve_json_has_vs_nccl(tmp_path):
 def test_calibrate_fits_nccl_model_and_solve_reads_it(tmp_path):
     import json
 
-    from synth.calibrate_nccl import calibrate_file
-    from synth.calibration import load_calibration
+    from synth.calibrate.format import load_calibration
+    from synth.calibrate.link_fit import calibrate_file
 
     fitted = calibrate_file(DATA / "h200-1node-allreduce-16g-nhc142.log", "dgx_h100")
     section = fitted.to_json()["nccl_model"]
