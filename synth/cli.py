@@ -184,23 +184,35 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
         result = run_solve(topology, collective, encoding=encoding, algorithm=algo,
                            sizes=size_list, time_limit_s=time_limit, chunks=chunks, extra=extra,
                            nccl_calibration=nccl_cal)
-        chosen, written = write_best(result, target, xml)
+        chosen, written = write_best(result, target, xml, _calibration_tag(calibration))
         result.best = chosen
     files = [str(f) for f in written.files]
-    from .solve import compare_with_nccl
+    from .solve import compare_with_nccl, runtime_profile
 
     vs_nccl = compare_with_nccl(result.best.schedule, topology, size_list, nccl_cal, calibration)
+    runtime = runtime_profile(result.best.schedule, topology, size_list, proto, instances,
+                              calibration)
     if as_json:
         data = _solve_json(result, files, written)
+        data["runtime"] = runtime.to_dict()
         data["vs_nccl"] = [c.to_dict() for c in vs_nccl] if vs_nccl is not None else None
         click.echo(json.dumps(data, indent=2))
         return
-    _print_solve(result, files, vs_nccl)
+    _print_solve(result, files, vs_nccl, runtime)
     for note in written.notes:
         out.print(f"[yellow]{note}[/yellow]")
     for rep in written.xml_reports:
         out.print(f"XML verified by the interpreter ({rep.mode}): {rep.threadblocks} threadblocks, "
                   f"{rep.operations} operations, {rep.messages} messages")
+
+
+def _calibration_tag(calibration: str | None) -> str:
+    """``cal-<digest>`` for output names: a calibrated topology gives other schedules."""
+    if calibration is None:
+        return ""
+    import hashlib
+
+    return "cal-" + hashlib.sha256(Path(calibration).read_bytes()).hexdigest()[:8]
 
 
 def _nccl_calibration(calibration: str | None) -> Any:
@@ -287,7 +299,7 @@ def _solve_json(result: Any, files: list[str], written: Any) -> dict[str, Any]:
     }
 
 
-def _print_solve(result: Any, files: list[str], vs_nccl: Any = None) -> None:
+def _print_solve(result: Any, files: list[str], vs_nccl: Any = None, runtime: Any = None) -> None:
     best = result.best
     s = best.schedule
     out.print(f"[bold]{result.collective.name}[/bold] on [bold]{result.topology.name}[/bold] "
@@ -305,12 +317,26 @@ def _print_solve(result: Any, files: list[str], vs_nccl: Any = None) -> None:
     model = ("NCCL's tuning model" if s.meta.get("time_model") == "nccl"
              else "step model, no runtime floors")
     table = Table(title=f"predicted cost ({model}; bound: {result.bound.method})")
-    for col in ("size", "time µs", "algbw GB/s", "bound µs", "% of bound"):
-        table.add_column(col, justify="right")
+    run_col = f"{runtime.proto} x{runtime.instances} µs" if runtime is not None else None
+    for col in ("size", "time µs", "algbw GB/s", "bound µs", "% of bound", run_col):
+        if col is not None:
+            table.add_column(col, justify="right")
+    run_at = {p.bytes: p.time_us for p in runtime.points} if runtime is not None else {}
     for p in best.costs:
-        table.add_row(format_size(p.bytes), f"{p.time_us:.2f}", f"{p.algbw_GBps:.2f}",
-                      f"{p.bound_us:.2f}", f"{p.pct_of_bound:.1f}")
+        row = [format_size(p.bytes), f"{p.time_us:.2f}", f"{p.algbw_GBps:.2f}",
+               f"{p.bound_us:.2f}", f"{p.pct_of_bound:.1f}"]
+        if runtime is not None:
+            t = run_at[p.bytes]
+            row.append(f"{t:.2f}" if t != float("inf") else "too large")
+        table.add_row(*row)
     out.print(table)
+    if runtime is not None:
+        too_large = any(t == float("inf") for t in run_at.values())
+        out.print(f"[dim]{run_col}: run by the MSCCL runtime with --proto {runtime.proto} "
+                  f"--instances {runtime.instances} (synth.protocols: launch, per-step "
+                  "synchronisation, channel caps)"
+                  + (f"; too large: beyond the {runtime.max_bytes} bytes the file can run"
+                     if too_large else "") + "[/dim]")
     if vs_nccl is not None:
         from .nccl_model import SOURCE
 
