@@ -19,6 +19,7 @@ from . import __version__
 from .collectives import KINDS, load_collective
 from .cost import DEFAULT_SIZES, format_size, parse_size, parse_sizes
 from .errors import SynthError
+from .files import dumps_json
 from .schedule import Schedule
 from .topology import Topology
 from .topology_io import load_topology, shipped_files, shipped_names
@@ -57,7 +58,7 @@ def topo_list(as_json: bool) -> None:
                      "links": len(t.links), "switches": len(t.switches), "nics": len(t.nics),
                      "description": t.description})
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(dumps_json(rows, indent=2))
         return
     table = Table(title="shipped topologies (multi-node: --nodes N)")
     for col in ("name", "aliases", "ranks", "links", "switches", "NICs", "machine"):
@@ -79,7 +80,7 @@ def topo_show(name: str, nodes: int, as_json: bool) -> None:
     t = load_topology(name, nodes)
     summary = topology_summary(t)
     if as_json:
-        click.echo(json.dumps({**t.to_dict(), "summary": summary}, indent=2))
+        click.echo(dumps_json({**t.to_dict(), "summary": summary}, indent=2))
         return
     out.print(f"[bold]{t.name}[/bold]: {t.description}")
     out.print(f"ranks {t.num_ranks}, nodes {t.num_nodes}, links {len(t.links)}, "
@@ -128,6 +129,10 @@ def topo_show(name: str, nodes: int, as_json: bool) -> None:
 @click.option("--instances", default=1, show_default=True, help="XML instances (channels).")
 @click.option("--min-bytes", default="0", show_default=True, help="XML minBytes (e.g. 1MB).")
 @click.option("--max-bytes", default="0", show_default=True, help="XML maxBytes; 0 = unbounded.")
+@click.option("--format", "out_format", default="msccl", show_default=True,
+              type=click.Choice(["msccl", "mscclpp"]),
+              help="msccl: MSCCL-IR XML; mscclpp: an MSCCL++ execution plan (JSON, Simple protocol), "
+                   "verified by the plan interpreter. --instances/--min-bytes/--max-bytes apply.")
 @click.option("--target", default="msccl", show_default=True,
               type=click.Choice(["msccl", "neuron", "jax"]),
               help="msccl: schedule + MSCCL-IR XML; neuron/jax: a composed vendor-primitive program.")
@@ -138,21 +143,25 @@ def topo_show(name: str, nodes: int, as_json: bool) -> None:
                    "class (`--format nccl-tests`); neuron/jax its closed-stack fit.")
 @click.option("--out", "out_dir", default="out", show_default=True, type=click.Path(),
               help="Folder for the schedule files.")
+@click.option("--program-model/--no-program-model", "want_program", default=True,
+              show_default=True,
+              help="Also time the written XML with the timed program model (program_us).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str | None,
           chunks: int | None, root: int | None, inplace: bool | None, sizes: str | None,
           time_limit: float | None, steps: int | None, rounds: int | None, least_steps: bool,
           engine: str | None, sketch: str | None, solver: str | None, want_xml: bool,
           xml_profile: str, proto: str, instances: int,
-          min_bytes: str, max_bytes: str, target: str, tensors: int, nbytes: str | None,
-          calibration: str | None, out_dir: str, as_json: bool) -> None:
+          min_bytes: str, max_bytes: str, out_format: str, target: str, tensors: int,
+          nbytes: str | None, calibration: str | None, out_dir: str, want_program: bool,
+          as_json: bool) -> None:
     """Synthesize a verified schedule and print its cost against the bound."""
     if target != "msccl":
         _solve_closed(topo_spec, coll_spec, nodes, target, tensors, nbytes, calibration, out_dir,
                       as_json)
         return
     from .emit import XmlOptions
-    from .files import ensure_writable_dir
+    from .files import check_writable_dir
     from .solve import solve as run_solve
     from .solve import write_best
 
@@ -163,13 +172,15 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
                          f"'{encoding}' (use --encoding milp or auto)")
     if instances < 1:
         raise SynthError(f"--instances must be at least 1, got {instances}")
+    if out_format == "mscclpp" and proto != "Simple":
+        raise SynthError(f"--format mscclpp emits the Simple protocol only, not {proto}")
     size_list = parse_sizes(sizes) if sizes else DEFAULT_SIZES
     xml = XmlOptions(profile=xml_profile, proto=proto, instances=instances,
                      min_bytes=_bytes(min_bytes), max_bytes=_bytes(max_bytes),
                      inplace=inplace) if want_xml else None
     topology = _with_calibration(load_topology(topo_spec, nodes), calibration)
     collective = load_collective(coll_spec, topology.num_ranks, chunks or 1, root, bool(inplace))
-    target = ensure_writable_dir(Path(out_dir))
+    target = check_writable_dir(Path(out_dir))  # created when the first file is written
     with err.status(f"solving {collective.name} on {topology.name} ({encoding})",
                     spinner="dots") if not as_json else _nullcontext():
         extra = {k: v for k, v in (("steps", steps), ("rounds", rounds), ("engine", engine),
@@ -184,7 +195,15 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
         result = run_solve(topology, collective, encoding=encoding, algorithm=algo,
                            sizes=size_list, time_limit_s=time_limit, chunks=chunks, extra=extra,
                            nccl_calibration=nccl_cal)
-        chosen, written = write_best(result, target, xml, _calibration_tag(calibration))
+        plan = None
+        if out_format == "mscclpp":
+            from .solve import PlanOptions, PlanTarget
+
+            plan = PlanTarget(topology, PlanOptions(instances=instances,
+                                                    min_bytes=_bytes(min_bytes),
+                                                    max_bytes=_bytes(max_bytes)))
+        chosen, written = write_best(result, target, None if plan else xml, plan,
+                                     _calibration_tag(calibration))
         result.best = chosen
     files = [str(f) for f in written.files]
     from .solve import compare_with_nccl, runtime_profile
@@ -192,18 +211,42 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
     vs_nccl = compare_with_nccl(result.best.schedule, topology, size_list, nccl_cal, calibration)
     runtime = runtime_profile(result.best.schedule, topology, size_list, proto, instances,
                               calibration)
+    program_us = (_program_times(files, topology, size_list, xml_profile, calibration)
+                  if want_program else None)
     if as_json:
         data = _solve_json(result, files, written)
         data["runtime"] = runtime.to_dict()
         data["vs_nccl"] = [c.to_dict() for c in vs_nccl] if vs_nccl is not None else None
-        click.echo(json.dumps(data, indent=2))
+        data["program_us"] = ({str(n): (round(t, 4) if t != float("inf") else None)
+                               for n, t in zip(size_list, program_us, strict=True)}
+                              if program_us is not None else None)
+        click.echo(dumps_json(data, indent=2))
         return
-    _print_solve(result, files, vs_nccl, runtime)
+    _print_solve(result, files, vs_nccl, program_us, runtime)
     for note in written.notes:
         out.print(f"[yellow]{note}[/yellow]")
     for rep in written.xml_reports:
         out.print(f"XML verified by the interpreter ({rep.mode}): {rep.threadblocks} threadblocks, "
                   f"{rep.operations} operations, {rep.messages} messages")
+    for rep in written.plan_reports:
+        out.print(f"MSCCL++ plan verified by the plan interpreter: {rep.threadblocks} threadblocks, "
+                  f"{rep.operations} operations, {rep.signals} signals, postcondition holds")
+
+
+def _program_times(files: list[str], topology: Topology, sizes: list[int], profile: str,
+                   calibration: str | None) -> list[float] | None:
+    """The written XML's time per size under the timed program model (None without an XML).
+
+    The file was verified by the interpreter before it was written (``emit_verified_xml``).
+    """
+    from .emit.xml_parse import read_program
+    from .program_model import program_times_us
+
+    xml = [f for f in files if f.endswith(".xml")]
+    if not xml:
+        return None
+    program = read_program(xml[0], profile)
+    return program_times_us(program, topology, sizes, calibration=calibration, profile=profile)
 
 
 def _calibration_tag(calibration: str | None) -> str:
@@ -243,7 +286,7 @@ def _solve_closed(topo_spec: str, coll_spec: str, nodes: int, target: str, tenso
     import time
 
     from .closed import emit_closed_program, resolve_topology
-    from .files import ensure_writable_dir
+    from .files import check_writable_dir
 
     if tensors < 1:
         raise SynthError(f"--tensors must be at least 1, got {tensors}")
@@ -251,7 +294,7 @@ def _solve_closed(topo_spec: str, coll_spec: str, nodes: int, target: str, tenso
         raise SynthError(f"calibration file '{calibration}' does not exist")
     topology = resolve_topology(topo_spec, nodes)
     size = parse_size(nbytes) if nbytes else None
-    target_dir = ensure_writable_dir(Path(out_dir))
+    target_dir = check_writable_dir(Path(out_dir))  # created when the program is written
     start = time.perf_counter()
     files = emit_closed_program(topology, coll_spec, target, target_dir, nbytes=size,
                                 tensors=tensors, calibration=calibration)
@@ -260,7 +303,7 @@ def _solve_closed(topo_spec: str, coll_spec: str, nodes: int, target: str, tenso
             "target": target, "verified": True, "solve_seconds": round(time.perf_counter() - start, 3),
             "files": [str(f) for f in files], "strategy": report.get("winner", report)}
     if as_json:
-        click.echo(json.dumps(data, indent=2))
+        click.echo(dumps_json(data, indent=2))
         return
     out.print(f"[bold]{coll_spec}[/bold] on [bold]{topology.name}[/bold] for {target}: "
               f"program proven on the NumPy stand-in of the vendor primitives")
@@ -276,6 +319,7 @@ def _solve_json(result: Any, files: list[str], written: Any) -> dict[str, Any]:
     best = result.best
     return {
         "xml_verified_modes": [rep.mode for rep in written.xml_reports],
+        "mscclpp_verified": bool(written.plan_reports),
         "notes": written.notes,
         "topology": result.topology.name,
         "collective": result.collective.name,
@@ -299,7 +343,8 @@ def _solve_json(result: Any, files: list[str], written: Any) -> dict[str, Any]:
     }
 
 
-def _print_solve(result: Any, files: list[str], vs_nccl: Any = None, runtime: Any = None) -> None:
+def _print_solve(result: Any, files: list[str], vs_nccl: Any = None,
+                 program_us: list[float] | None = None, runtime: Any = None) -> None:
     best = result.best
     s = best.schedule
     out.print(f"[bold]{result.collective.name}[/bold] on [bold]{result.topology.name}[/bold] "
@@ -317,26 +362,36 @@ def _print_solve(result: Any, files: list[str], vs_nccl: Any = None, runtime: An
     model = ("NCCL's tuning model" if s.meta.get("time_model") == "nccl"
              else "step model, no runtime floors")
     table = Table(title=f"predicted cost ({model}; bound: {result.bound.method})")
-    run_col = f"{runtime.proto} x{runtime.instances} µs" if runtime is not None else None
-    for col in ("size", "time µs", "algbw GB/s", "bound µs", "% of bound", run_col):
-        if col is not None:
-            table.add_column(col, justify="right")
+    cols = ["size", "model_us", "algbw GB/s", "bound µs", "% of bound"]
+    if runtime is not None:
+        cols.append("runtime_us")
+    if program_us is not None:
+        cols.append("program_us")
+    for col in cols:
+        table.add_column(col, justify="right")
     run_at = {p.bytes: p.time_us for p in runtime.points} if runtime is not None else {}
-    for p in best.costs:
+    for i, p in enumerate(best.costs):
         row = [format_size(p.bytes), f"{p.time_us:.2f}", f"{p.algbw_GBps:.2f}",
                f"{p.bound_us:.2f}", f"{p.pct_of_bound:.1f}"]
         if runtime is not None:
             t = run_at[p.bytes]
             row.append(f"{t:.2f}" if t != float("inf") else "too large")
+        if program_us is not None:
+            t = program_us[i]
+            row.append(f"{t:.2f}" if t != float("inf") else "deadlock")
         table.add_row(*row)
     out.print(table)
     if runtime is not None:
         too_large = any(t == float("inf") for t in run_at.values())
-        out.print(f"[dim]{run_col}: run by the MSCCL runtime with --proto {runtime.proto} "
-                  f"--instances {runtime.instances} (synth.protocols: launch, per-step "
-                  "synchronisation, channel caps)"
+        out.print(f"[dim]runtime_us: run by the MSCCL runtime with --proto {runtime.proto} "
+                  f"--instances {runtime.instances} (synth.protocols, the catalogs' model: launch, "
+                  "per-step synchronisation, channel caps)"
                   + (f"; too large: beyond the {runtime.max_bytes} bytes the file can run"
                      if too_large else "") + "[/dim]")
+    if program_us is not None:
+        out.print("[dim]model_us: the lock-step model above; program_us: the written XML run by the "
+                  "timed program model (synth.program_model: threadblocks, grid iterations, FIFO "
+                  "slots, shared links; validated in results/reality_msccl.md)[/dim]")
     if vs_nccl is not None:
         from .nccl_model import SOURCE
 
@@ -378,10 +433,9 @@ class _nullcontext:
 # ---------------------------------------------------------------------------------------- verify
 def _load_schedule(path: str, topo_spec: str | None, calibration: str | None = None,
                    check: bool = True) -> tuple[Schedule, Topology]:
-    p = Path(path)
-    if not p.exists():
-        raise SynthError(f"file '{path}' does not exist")
-    schedule = Schedule.from_json(p.read_text(), str(p))
+    from .files import read_input
+
+    schedule = Schedule.from_json(read_input(path, "schedule file"), path)
     topology = _with_calibration(load_topology(topo_spec or schedule.topology), calibration)
     if (check and schedule.topology_hash and schedule.topology_hash != topology.content_hash
             and schedule.topology == topology.name):
@@ -417,7 +471,7 @@ def verify_cmd(file: str, topo_spec: str | None, mode: str, xml_profile: str, ro
     schedule, topology = _load_schedule(file, topo_spec, calibration)
     report = verify(schedule, topology)
     if as_json:
-        click.echo(json.dumps({"file": file, "verified": True, "steps": report.steps,
+        click.echo(dumps_json({"file": file, "verified": True, "steps": report.steps,
                                "rounds": report.rounds, "transfers": report.transfers}, indent=2))
         return
     out.print(f"[green]verified[/green]: {schedule.collective.name} on {topology.name}, "
@@ -436,7 +490,7 @@ def _verify_mscclpp(file: str, as_json: bool) -> None:
 
     _, r = verify_plan_file(file)
     if as_json:
-        click.echo(json.dumps({"file": file, "verified": True, "format": "mscclpp",
+        click.echo(dumps_json({"file": file, "verified": True, "format": "mscclpp",
                                "collective": r.collective, "protocol": r.protocol,
                                "ranks": r.ranks, "threadblocks": r.threadblocks,
                                "operations": r.operations, "signals": r.signals,
@@ -452,11 +506,9 @@ def _verify_mscclpp(file: str, as_json: bool) -> None:
 def _verify_xml(file: str, mode: str, profile: str, root: int | None, as_json: bool) -> None:
     from .emit.interpreter import MODES, verify_program
     from .emit.xml_parse import normalize_coll, parse_program
+    from .files import read_input
 
-    path = Path(file)
-    if not path.exists():
-        raise SynthError(f"file '{file}' does not exist")
-    program = parse_program(path.read_text(), str(path), profile)
+    program = parse_program(read_input(file, "XML file"), file, profile)
     expected = None
     if root is not None:
         kind = normalize_coll(program.coll)
@@ -465,7 +517,7 @@ def _verify_xml(file: str, mode: str, profile: str, root: int | None, as_json: b
     modes = MODES if mode == "both" else (mode,)
     reports = verify_program(program, modes, collective=expected, profile=profile)
     if as_json:
-        click.echo(json.dumps({"file": file, "verified": True, "profile": profile,
+        click.echo(dumps_json({"file": file, "verified": True, "profile": profile,
                                "modes": [r.mode for r in reports],
                                "threadblocks": reports[0].threadblocks,
                                "operations": reports[0].operations,
@@ -511,7 +563,7 @@ def simulate(file: str, topo_spec: str | None, nodes: int, sizes: str | None,
     verify(schedule, base if schedule.topology_hash == base.content_hash else topology)
     points = cost_profile(schedule, topology, parse_sizes(sizes) if sizes else DEFAULT_SIZES)
     if as_json:
-        click.echo(json.dumps({"file": file, "costs": [p.to_dict() for p in points]}, indent=2))
+        click.echo(dumps_json({"file": file, "costs": [p.to_dict() for p in points]}, indent=2))
         return
     table = Table(title=f"{schedule.algorithm}: {schedule.collective.name} on {topology.name}")
     for col in ("size", "time µs", "algbw GB/s", "% of bound"):
@@ -544,7 +596,7 @@ def _simulate_xml(file: str, topo_spec: str | None, nodes: int, sizes: str | Non
                               trace=True)
         write_trace(timing, program, trace_path)
     if as_json:
-        click.echo(json.dumps({"file": file, "topology": topology.name, "model": model.to_dict(),
+        click.echo(dumps_json({"file": file, "topology": topology.name, "model": model.to_dict(),
                                "costs": [p.to_dict() for p in points]}, indent=2))
         return
     table = Table(title=f"{program.name or file}: {program.coll} ({program.proto}, "

@@ -51,7 +51,8 @@ extra per-message flag cost ``step_us`` is *fitted* to MSCCL's own published ND 
 on the production XML files they were measured with, by ``benchmarks/reality_msccl.py`` (least
 squares on log time; in-sample and leave-one-file-out errors in ``results/reality_msccl.md``): the
 fit is 0.0 µs. A calibration's ``protocols.<P>.launch_us`` replaces the launch, its ``program``
-section (``{"launch_us": .., "step_us": ..}``) both.
+section (``{"launch_us": .. or {protocol: ..}, "step_us": ..}``, written by
+``synth calibrate --format msccl``, :mod:`synth.program_fit`) both.
 
 Outputs: :func:`program_time` (one size), :func:`program_times_us` (a sweep), and with ``trace`` a
 Chrome/Perfetto trace (:func:`write_trace`): one track per rank x threadblock (its messages and
@@ -141,12 +142,16 @@ def program_model(topology: Topology, proto: str, calibration: Any = None) -> Pr
     pm = model_with_calibration(default_model(topology), data)
     params = pm.get(proto)
     launch, step = params.launch_us, STEP_US
-    src = pm.source + "; launch/step floors fitted to Azure/msccl docs/performance-nd-h100-v5.md"
+    src = (pm.source + "; launch = NCCL ring baseLat; executor step cost fitted (0.0 us) to "
+           "Azure/msccl docs/performance-nd-h100-v5.md")
     if data is not None and data.get("program") is not None:
         over = data.get("program")
         if not isinstance(over, Mapping):
             raise SynthError("calibration: 'program' must be an object with launch_us / step_us")
-        launch = _nonneg(over.get("launch_us", launch), "calibration: program.launch_us")
+        lv = over.get("launch_us", launch)
+        if isinstance(lv, Mapping):      # per protocol (synth calibrate --format msccl)
+            lv = lv.get(proto, launch)
+        launch = _nonneg(lv, "calibration: program.launch_us")
         step = _nonneg(over.get("step_us", step), "calibration: program.step_us")
         src += "; floors from the calibration file"
     exposed = 1.0 / SIMPLE_SLICES_PER_MESSAGE if proto == "Simple" else 0.0
@@ -366,8 +371,11 @@ class _Sim:
         self.flag_waiters: list[list[int]] = [[] for _ in range(self.nb)]
         self.heap: list[tuple[float, int, int, int, Any]] = []
         self.seq = 0
-        self.flows: dict[int, list] = {}      # id -> [remaining wire bytes, rate, block, conn, t0]
-        self.rates_dirty = False
+        # id -> [wire bytes left at t_ref, rate, block, conn, t_start, cap, data bytes, msg,
+        #        head threshold (wire bytes left when the head is in; -1 once sent), t_ref, version]
+        self.flows: dict[int, list] = {}
+        self.on_res: list[set[int]] = [set() for _ in res_caps]
+        self.dirty: set[int] = set()          # resources whose flows need new rates
         self.flow_ids = 0
         self.messages = 0
         self.flow_events = 0
@@ -461,15 +469,20 @@ class _Sim:
             head_rem = -1.0
         self.flow_ids += 1
         # wire bytes; the block's cap is on data bytes, so in wire units it is cap / efficiency
-        self.flows[self.flow_ids] = [wire, 0.0, b, c, t_start, cap / self.eff, nbytes, msg,
-                                     head_rem]
-        self.rates_dirty = True
+        fid = self.flow_ids
+        self.flows[fid] = [wire, 0.0, b, c, t_start, cap / self.eff, nbytes, msg, head_rem,
+                           self.t, 0]
+        for r in c.res:
+            self.on_res[r].add(fid)
+        self.dirty.update(c.res)
         self.messages += 1
 
     def finish_flow(self, fid: int) -> None:
         f = self.flows.pop(fid)
         b, c, t_start, nbytes, msg = f[2], f[3], f[4], f[6], f[7]
-        self.rates_dirty = True
+        for r in c.res:
+            self.on_res[r].discard(fid)
+        self.dirty.update(c.res)
         if f[8] >= 0:                      # the head threshold was never crossed separately
             self._push(self.t + c.alpha, 3, c.receiver, msg)
         incoming = self.cur_in[b]
@@ -536,71 +549,103 @@ class _Sim:
                 self.it[b] += 1
                 if self.it[b] >= len(self.sl.slices):
                     self.done[b] = True
+                    self.t_end = max(self.t_end, self.t)
                     return
         self.try_start(b)
 
     # ---------------------------------------------------------------- main loop
-    def _recompute(self) -> None:
-        ids = list(self.flows)
-        if not ids:
+    def _milestone(self, fid: int, f: list) -> None:
+        """Schedule the flow's next milestone (head in, or last byte out) at its current rate."""
+        f[10] += 1
+        if f[1] <= 0:
             return
-        width = max(len(self.flows[i][3].res) for i in ids)
-        res = np.full((len(ids), width), -1, dtype=np.int64)
-        caps = np.empty(len(ids))
-        for n, i in enumerate(ids):
-            f = self.flows[i]
-            r = f[3].res
-            res[n, :len(r)] = r
-            caps[n] = f[5]
-        rates = maxmin_rates(res, self.res_cap, caps)
-        for n, i in enumerate(ids):
-            self.flows[i][1] = float(rates[n])
+        target = f[8] if f[8] >= 0 else 0.0
+        self._push(f[9] + max(f[0] - target, 0.0) / f[1], 5, fid, f[10])
+
+    def _recompute(self) -> None:
+        """New max-min rates for the flows connected (through shared resources) to a change.
+
+        Max-min fair shares decompose over connected components of the flow-resource graph, so
+        only the components touching a resource whose flow set changed are recomputed.
+        """
+        seen_res = set(self.dirty)
+        self.dirty = set()
+        todo = list(seen_res)
+        comp: list[int] = []
+        seen_flows: set[int] = set()
+        while todo:
+            r = todo.pop()
+            for fid in self.on_res[r]:
+                if fid in seen_flows:
+                    continue
+                seen_flows.add(fid)
+                comp.append(fid)
+                for r2 in self.flows[fid][3].res:
+                    if r2 not in seen_res:
+                        seen_res.add(r2)
+                        todo.append(r2)
+        if not comp:
+            return
+        comp.sort()
+        flows = self.flows
+        if len(comp) == 1:
+            f = flows[comp[0]]
+            rates = [min(f[5], *(self.res_cap[r] for r in f[3].res))]
+        else:
+            width = max(len(flows[i][3].res) for i in comp)
+            res = np.full((len(comp), width), -1, dtype=np.int64)
+            caps = np.empty(len(comp))
+            for n, i in enumerate(comp):
+                f = flows[i]
+                res[n, :len(f[3].res)] = f[3].res
+                caps[n] = f[5]
+            rates = maxmin_rates(res, self.res_cap, caps).tolist()
+        t = self.t
+        for fid, rate in zip(comp, rates, strict=True):
+            f = flows[fid]
+            if rate != f[1] or f[10] == 0:
+                f[0] -= f[1] * (t - f[9])
+                f[9] = t
+                f[1] = rate
+                self._milestone(fid, f)
         if self.want_trace:
-            load = np.zeros(len(self.res_cap))
-            np.add.at(load, res[res >= 0], np.repeat(rates, (res >= 0).sum(axis=1)))
-            for r, name in enumerate(self.res_names):
-                self.events.append({"name": name, "ph": "C", "ts": round(self.t, 4), "pid": "links",
-                                    "args": {"GB/s": round(float(load[r]) / 1e3, 3)}})
+            for r in sorted(seen_res):
+                load = sum(flows[i][1] for i in self.on_res[r])
+                self.events.append({"name": self.res_names[r], "ph": "C", "ts": round(t, 4),
+                                    "pid": "links", "args": {"GB/s": round(load / 1e3, 3)}})
         self.flow_events += 1
-        self.rates_dirty = False
+
+    def milestone(self, fid: int, version: int) -> None:
+        f = self.flows.get(fid)
+        if f is None or f[10] != version:
+            return                      # superseded by a rate change
+        f[0] -= f[1] * (self.t - f[9])
+        f[9] = self.t
+        if f[8] >= 0 and f[0] <= f[8] + 1e-6 * max(1.0, f[8]):
+            f[8] = -1.0                 # the head (Simple: the first slice) is in
+            self._push(self.t + f[3].alpha, 3, f[3].receiver, f[7])
+            if f[0] > 1e-6:
+                self._milestone(fid, f)
+                return
+        if f[0] <= 1e-6 * max(1.0, f[6]):
+            self.finish_flow(fid)
+        else:
+            self._milestone(fid, f)
 
     def run(self) -> float:
         for b in range(self.nb):
             if not self.ops[b]:
                 self.done[b] = True
-        self.t = self.model.launch_us
+        self.t = self.t_end = self.model.launch_us
         for b in range(self.nb):
             self.try_start(b)
         heap = self.heap
         while True:
-            if self.rates_dirty:
+            if self.dirty:
                 self._recompute()
-            t_heap = heap[0][0] if heap else math.inf
-            t_flow = math.inf
-            for f in self.flows.values():
-                if f[1] > 0:
-                    tf = self.t + (f[0] - max(f[8], 0.0)) / f[1]
-                    if tf < t_flow:
-                        t_flow = tf
-            t_next = min(t_heap, t_flow)
-            if t_next == math.inf:
+            if not heap:
                 break
-            dt = t_next - self.t
-            if dt > 0:
-                for f in self.flows.values():
-                    f[0] -= f[1] * dt
-            self.t = t_next
-            # finish every flow that is done now (a batch: symmetric programs finish together)
-            if t_flow <= t_heap:
-                eps = 1e-9 * max(1.0, self.t)
-                for f in self.flows.values():      # heads (Simple: the first slice) that are in
-                    if f[8] >= 0 and f[1] > 0 and f[0] - f[8] <= f[1] * eps + 1e-6:
-                        f[8] = -1.0
-                        self._push(self.t + f[3].alpha, 3, f[3].receiver, f[7])
-                done = [fid for fid, f in self.flows.items()
-                        if f[8] < 0 and f[1] > 0 and f[0] <= f[1] * eps + 1e-6]
-                for fid in sorted(done):
-                    self.finish_flow(fid)
+            self.t = heap[0][0]
             while heap and heap[0][0] <= self.t:
                 _, _, kind, b, payload = heapq.heappop(heap)
                 if kind == 1:
@@ -610,8 +655,10 @@ class _Sim:
                 elif kind == 3:
                     payload.head = True
                     self.try_start(b)
-                else:
+                elif kind == 4:
                     self.tail_arrives(payload)
+                else:
+                    self.milestone(b, payload)
         stuck = [b for b in range(self.nb) if not self.done[b]]
         if stuck:
             b = stuck[0]
@@ -620,7 +667,7 @@ class _Sim:
                 f"threadblocks never finish, e.g. rank {self.block_rank[b]} tb {self.block_tb[b]} "
                 f"in iteration {self.it[b]} at its operation {self.oi[b]}: the file's size range "
                 "(maxBytes) does not allow this size")
-        return self.t
+        return self.t_end   # not self.t: superseded flow milestones may still be in the heap
 
 
 def program_time(program: Program, topology: Topology, nbytes: int, *,

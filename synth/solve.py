@@ -21,6 +21,7 @@ from .emit import XmlOptions, emit_verified_xml, xml_unsupported_reason
 from .encodings import Options, run_encoding
 from .errors import SynthError
 from .files import atomic_write, ensure_writable_dir
+from .mscclpp.emit import PlanOptions, emit_verified_plan, plan_unsupported_reason
 from .schedule import Schedule
 from .topology import Topology
 from .verify import VerifyReport, verify
@@ -101,6 +102,8 @@ def solve(topology: Topology, collective: Collective, *, encoding: str = "auto",
           time_limit_s: float | None = None, chunks: int | None = None,
           extra: dict[str, Any] | None = None, nccl_calibration: Any = None) -> SolveResult:
     """Produce, verify and rank schedules; the best is the one closest to the bound overall."""
+    if time_limit_s is not None and not (time_limit_s > 0 and math.isfinite(time_limit_s)):
+        raise SynthError(f"--time-limit must be a positive number of seconds, got {time_limit_s:g}")
     start = time.perf_counter()
     found = run_encoding(encoding, topology, collective,
                          Options(algorithm=algorithm, chunks=chunks, time_limit_s=time_limit_s,
@@ -300,22 +303,42 @@ class Written:
     files: list[Path]
     xml_reports: list[Any]
     notes: list[str]
+    plan_reports: list[Any] = field(default_factory=list)
+    """MSCCL++ plan verification reports (``--format mscclpp``)."""
+
+
+@dataclass(frozen=True)
+class PlanTarget:
+    """Write an MSCCL++ execution plan instead of the XML: its options and the topology whose
+    nodes decide memory (same node) versus port (across NICs) channels."""
+
+    topology: Topology
+    options: PlanOptions = field(default_factory=PlanOptions)
 
 
 def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML,
-                  tag: str = "") -> Written:
-    """Write the schedule JSON and, where MSCCL-IR can express it, the verified XML beside it.
+                  plan: PlanTarget | None = None, tag: str = "") -> Written:
+    """Write the schedule JSON and, where MSCCL-IR can express it, the verified XML beside it
+    (or, with ``plan``, the verified MSCCL++ execution plan instead of the XML).
 
     Everything is produced and verified in memory first; only then is anything written, each file
     atomically, so a failure leaves nothing half-written. File names carry every option that
     changes the file (:func:`schedule_stem`, :func:`xml_file_name`), so runs with other options
     write beside each other instead of over each other.
     """
-    ensure_writable_dir(out_dir)
     outputs: list[tuple[Path, str]] = [(out_dir / schedule_file_name(schedule, tag),
                                         schedule.to_json())]
     reports: list[Any] = []
     notes: list[str] = []
+    stem = schedule_stem(schedule, tag)
+    if plan is not None:
+        reason = plan_unsupported_reason(schedule)
+        if reason:
+            notes.append(f"no MSCCL++ plan: {reason}")
+            return Written([atomic_write(path, text) for path, text in outputs], [], notes)
+        text, report = emit_verified_plan(schedule, plan.topology, plan.options)
+        outputs.append((out_dir / f"{stem}.mscclpp.json", text))
+        return Written([atomic_write(path, text) for path, text in outputs], [], notes, [report])
     if xml is not None:
         reason = xml_unsupported_reason(schedule, xml)
         if reason:
@@ -323,11 +346,12 @@ def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = DE
         else:
             text, reports = emit_verified_xml(schedule, xml)
             outputs.append((out_dir / xml_file_name(schedule, xml, tag), text))
+    ensure_writable_dir(out_dir)  # only now: a failure above leaves no empty folder behind
     return Written([atomic_write(path, text) for path, text in outputs], reports, notes)
 
 
 def write_best(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML,
-               tag: str = "") -> tuple[Candidate, Written]:
+               plan: PlanTarget | None = None, tag: str = "") -> tuple[Candidate, Written]:
     """Write the best candidate whose outputs can all be produced and verified.
 
     A schedule can be correct yet not fit a runtime's hard limits (threadblocks, steps, depid):
@@ -336,9 +360,9 @@ def write_best(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFA
     skipped: list[str] = []
     for candidate in result.candidates:
         try:
-            written = write_outputs(candidate.schedule, out_dir, xml, tag)
+            written = write_outputs(candidate.schedule, out_dir, xml, plan, tag)
         except SynthError as exc:
-            if xml is None or len(result.candidates) == 1:
+            if (xml is None and plan is None) or len(result.candidates) == 1:
                 raise
             skipped.append(f"{candidate.name} passed over: {exc.message}")
             continue

@@ -100,6 +100,19 @@ def test_shared_link_halves_bandwidth():
     assert both.time_us == pytest.approx(4.0)            # two 20 kB flows at 5 GB/s each
 
 
+def test_a_flow_speeds_up_when_its_neighbour_ends():
+    """A 10 kB and a 30 kB message over one 10 GB/s link: both at 5 GB/s until the small one
+    ends at 2 µs, then the big one alone at 10 GB/s for its last 20 kB: 4 µs (not the 6 µs it
+    would have taken at its first rate)."""
+    topo = links(2, [(0, 1)], gbps=10.0, alpha=0.0)
+    two = prog([[tb(0, 1, -1, [st(0, "s")], chan=0), tb(1, 1, -1, [st(0, "s", 3, soff=1)], chan=1)],
+                [tb(0, -1, 0, [st(0, "r")], chan=0), tb(1, -1, 0, [st(0, "r", 3, doff=1)], chan=1)]],
+               chunks=4, nchannels=2)
+    t = program_time(two, topo, 4 * 10_000, model=model())
+    assert t.max_count == 3 and t.messages == 2          # M = 32768 // 10000: one message each
+    assert t.time_us == pytest.approx(4.0)
+
+
 def test_switch_port_is_shared_but_disjoint_pairs_are_not():
     ports = tuple(Port(f"p{r}", (r,), beta_from_bandwidth(10.0)) for r in range(4))
     topo = Topology("sw", 4, switches=(Switch("sw", 0.0, ports),), nodes=((0, 1, 2, 3),))
@@ -249,3 +262,54 @@ def test_cli_simulate_xml_needs_topology(capsys):
     with pytest.raises(SystemExit) as e:
         main(["simulate", str(DATA / "ndv5__ap-1pass.xml"), "--sizes", "1KB"])
     assert e.value.code == 2
+
+
+def test_solve_reports_program_us_next_to_model_us(tmp_path, capsys):
+    main(["solve", "--topo", "dgx_h100", "--coll", "allgather", "--encoding", "baseline",
+          "--algo", "ring", "--sizes", "1KB,1MB", "--out", str(tmp_path), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    prog_us = doc["program_us"]
+    assert set(prog_us) == {"1024", "1048576"}
+    # the program pays the launch and per-hop floors the lock-step step model leaves out
+    for c in doc["costs"]:
+        assert prog_us[str(c["bytes"])] > c["time_us"]
+    main(["solve", "--topo", "dgx_h100", "--coll", "allgather", "--encoding", "baseline",
+          "--algo", "ring", "--sizes", "1KB", "--out", str(tmp_path), "--no-program-model",
+          "--json"])
+    assert json.loads(capsys.readouterr().out)["program_us"] is None
+
+
+def test_calibrate_msccl_fits_launch_and_step_and_simulate_uses_them(tmp_path, capsys):
+    import shutil
+
+    for name in ("ndv5__ag-1k-512k.xml", "ndv5__ap-1pass.xml"):
+        shutil.copy(DATA / name, tmp_path / name)
+    table = json.loads((DATA / "performance-nd-h100-v5.json").read_text())
+    small = {c: [r for r in table[c] if r["bytes"] <= 8192] for c in ("allreduce", "allgather")}
+    small["allreduce"].append({"bytes": 2**30, "msccl_us": 4026.8})   # no file: NCCL ran it
+    log = tmp_path / "times.json"
+    log.write_text(json.dumps(small))
+    main(["calibrate", str(log), "--format", "msccl", "--topo", "dgx_h100", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    prog = doc["program"]
+    assert set(prog["launch_us"]) == {"LL"} and 0 <= prog["step_us"] <= 1.0
+    assert doc["skipped"] == [{"collective": "allreduce", "bytes": 2**30}]
+    assert prog["fit"]["in_sample"]["median_error"] < 1.1
+    cal = tmp_path / "calibration.json"
+    assert json.loads(cal.read_text())["program"] == prog
+    main(["simulate", str(tmp_path / "ndv5__ag-1k-512k.xml"), "--topo", "dgx_h100", "--sizes",
+          "1KB", "--calibration", str(cal), "--json"])
+    fitted = json.loads(capsys.readouterr().out)
+    assert fitted["model"]["launch_us"] == pytest.approx(prog["launch_us"]["LL"])
+    assert fitted["model"]["step_us"] == prog["step_us"]
+    # the fitted floors reproduce MSCCL's 1 KB allgather (5.65 µs) better than NCCL's launch
+    assert abs(fitted["costs"][0]["time_us"] - 5.65) < abs(7.30 - 5.65)
+
+
+def test_calibrate_msccl_bad_input(tmp_path, capsys):
+    log = tmp_path / "times.json"
+    log.write_text(json.dumps({"allgather": [{"bytes": 1024}]}))
+    with pytest.raises(SystemExit) as e:
+        main(["calibrate", str(log), "--format", "msccl", "--topo", "dgx_h100"])
+    assert e.value.code == 2
+    assert "synth: error:" in capsys.readouterr().err

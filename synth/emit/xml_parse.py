@@ -467,13 +467,8 @@ def _read_step(st, fail, get_int) -> Instr:
 
 def read_program(path, profile: str = "exec") -> Program:
     """Parse an algorithm file from disk (SynthError if it cannot be read)."""
-    from pathlib import Path
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise SynthError(f"cannot read XML file '{p}': {e}") from None
-    return parse_program(text, str(p), profile)
+    from ..files import read_input
+    return parse_program(read_input(path, "XML file"), str(path), profile)
 
 
 # --------------------------------------------------------------------------------------------------
