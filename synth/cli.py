@@ -363,6 +363,8 @@ def _print_solve(result: Any, files: list[str], vs_nccl: Any = None,
              else "step model, no runtime floors")
     table = Table(title=f"predicted cost ({model}; bound: {result.bound.method})")
     cols = ["size", "model_us", "algbw GB/s", "bound µs", "% of bound"]
+    if program_us is not None:
+        runtime = None      # the written file, timed, already runs its --proto and --instances
     if runtime is not None:
         cols.append("runtime_us")
     if program_us is not None:
