@@ -208,11 +208,12 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
     files = [str(f) for f in written.files]
     from .solve import compare_with_nccl, runtime_profile
 
-    vs_nccl = compare_with_nccl(result.best.schedule, topology, size_list, nccl_cal, calibration)
     runtime = runtime_profile(result.best.schedule, topology, size_list, proto, instances,
                               calibration)
     program_us = (_program_times(files, topology, size_list, xml_profile, calibration)
                   if want_program else None)
+    vs_nccl = compare_with_nccl(result.best.schedule, topology, size_list, nccl_cal, calibration,
+                                program_us)
     if as_json:
         data = _solve_json(result, files, written)
         data["runtime"] = runtime.to_dict()
@@ -398,15 +399,18 @@ def _print_solve(result: Any, files: list[str], vs_nccl: Any = None,
         from .nccl_model import SOURCE
 
         cmp = Table(title="against NCCL (both with their runtime floors)")
-        for col in ("size", "runtime µs", "NCCL µs", "NCCL runs", "vs NCCL"):
+        for col in ("size", "runtime µs", "timed by", "NCCL µs", "NCCL runs", "vs NCCL"):
             cmp.add_column(col, justify="right")
         for c in vs_nccl:
-            cmp.add_row(format_size(c.bytes), f"{c.runtime_us:.2f}", f"{c.nccl_us:.2f}",
-                        f"{c.nccl_algo}/{c.nccl_proto} x{c.nccl_channels}", f"{c.speedup:.2f}x")
+            cmp.add_row(format_size(c.bytes), f"{c.runtime_us:.2f}", c.runtime_proto,
+                        f"{c.nccl_us:.2f}", f"{c.nccl_algo}/{c.nccl_proto} x{c.nccl_channels}",
+                        f"{c.speedup:.2f}x")
         out.print(cmp)
-        out.print("[dim]runtime: this schedule plus the MSCCL runtime's launch and per-step floors "
-                  "(synth.protocols, best protocol); NCCL: what NCCL's tuner runs and its time "
-                  f"({SOURCE}; validated in results/reality.md); vs NCCL = NCCL / runtime[/dim]")
+        out.print("[dim]runtime: this schedule as the MSCCL runtime runs it — 'program': the "
+                  "written XML under the timed program model; a protocol name: the step model "
+                  "plus that protocol's launch and per-step floors (synth.protocols). NCCL: what "
+                  f"NCCL's tuner runs and its time ({SOURCE}; validated in results/reality.md). "
+                  "vs NCCL = NCCL / runtime[/dim]")
     if len(result.candidates) > 1:
         sizes = [best.costs[0].bytes, best.costs[len(best.costs) // 2].bytes, best.costs[-1].bytes]
         cand = Table(title="candidates (time µs; best first)")
@@ -587,6 +591,9 @@ def _simulate_xml(file: str, topo_spec: str | None, nodes: int, sizes: str | Non
 
     if topo_spec is None:
         raise SynthError("an XML file names no topology: pass --topo (and --nodes)")
+    if trace_path is not None:
+        from .files import check_output_file
+        check_output_file(Path(trace_path), "--trace")
     program = parse_program(read_input(file, "XML file"), file, profile)
     topology = _with_calibration(load_topology(topo_spec, nodes), calibration)
     verify_program(program, profile=profile)
