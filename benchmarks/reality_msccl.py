@@ -12,17 +12,12 @@ verified by the interpreter; then the program model (``synth.program_model``) ti
 
 Variants:
 
-* ``cited`` -- only the cited floors: NCCL's per-protocol ring ``baseLat`` as the launch, no
-  executor step cost beyond NCCL's per-hop ``hwLat``;
-* ``shipped`` -- the module's defaults: the cited launch and ``STEP_US``, the executor step cost
-  fitted here on all points (in-sample; it comes out 0.0 µs, so shipped = cited);
-* ``leave-one-file-out`` -- the step cost fitted on the *other* files' points and used to predict
-  each file's points (out-of-sample: how a calibration transfers to a program it has not seen);
-* for comparison, one launch for every protocol fitted together with the step cost, in-sample and
-  leave-one-file-out.
-
-The fit minimises the squared log error. ``launch_us`` is additive, so for each ``step_us`` on a
-grid (0.05 µs) the best launch is a 1-D minimisation over precomputed runs.
+* ``shipped`` -- the module's defaults, uncalibrated: NCCL's per-protocol ring ``baseLat`` as the
+  launch and no executor step cost beyond NCCL's per-hop ``hwLat`` (``STEP_US`` = 0.0: the
+  best step cost with the cited launch, found by this script on a 0.05 µs grid);
+* ``calibrated`` -- ``synth calibrate --format msccl`` (:func:`synth.program_fit.fit_floors`): a
+  launch per protocol and one step cost fitted to all points (in-sample), and the same fit
+  refitted without each file's points to predict them (leave-one-file-out, out-of-sample).
 
     python benchmarks/reality_msccl.py        # writes results/reality_msccl.{json,md}
 """
@@ -31,145 +26,73 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from scipy.optimize import minimize_scalar
 
 from synth.cost import format_size
 from synth.emit.interpreter import verify_program
 from synth.emit.xml_parse import read_program
 from synth.files import atomic_write
+from synth.program_fit import STEP_GRID, errors, fit_floors, read_measurements
 from synth.program_model import program_model, program_time
-from synth.protocols import _BASE_LAT
 from synth.topology_io import load_topology
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "msccl_ndv5"
-STEP_GRID = np.round(np.arange(0.0, 1.01, 0.05), 3)
-ELEMENT_BYTES = 2   # fp16 (-d half)
 
 
-def select(programs: dict[str, object], coll: str, nbytes: int):
-    """The file the executor would run for an in-place call of ``nbytes`` (None: NCCL's own)."""
-    for name in sorted(programs):
-        p = programs[name]
-        if p.coll != coll or not p.inplace:
-            continue
-        if not (p.min_bytes <= nbytes and (p.max_bytes == 0 or nbytes <= p.max_bytes)):
-            continue
-        if (nbytes // ELEMENT_BYTES) % p.nchunksperloop:
-            continue
-        return name, p
-    return None
-
-
-def fit_launch(rest: np.ndarray, measured: np.ndarray) -> tuple[float, float]:
-    """Best additive launch for predictions ``launch + rest`` (least squares on log)."""
-    def loss(launch: float) -> float:
-        return float(np.sum(np.log((launch + rest) / measured) ** 2))
-    res = minimize_scalar(loss, bounds=(0.0, 30.0), method="bounded")
-    return float(res.x), float(res.fun)
-
-
-def fit(rest_by_step: np.ndarray, measured: np.ndarray, mask: np.ndarray) -> tuple[float, float]:
-    """(launch_us, step_us) minimising the squared log error over the points in ``mask``."""
-    best = (np.inf, 0.0, 0.0)
-    for j, step in enumerate(STEP_GRID):
-        launch, loss = fit_launch(rest_by_step[mask, j], measured[mask])
-        if loss < best[0]:
-            best = (loss, launch, float(step))
-    return best[1], best[2]
-
-
-def fit_step(rest_by_step: np.ndarray, launch: np.ndarray, measured: np.ndarray,
-             mask: np.ndarray) -> float:
-    """step_us on the grid minimising the squared log error, each point with its own launch."""
-    loss = np.sum(np.log((launch[mask, None] + rest_by_step[mask]) / measured[mask, None]) ** 2,
-                  axis=0)
-    return float(STEP_GRID[int(np.argmin(loss))])
+def step_with_cited_launch(programs, points, topo) -> float:
+    """The executor step cost (grid) that best fits with NCCL's launch: the shipped STEP_US."""
+    meas = np.array([pt["measured_us"] for pt in points])
+    best = (np.inf, 0.0)
+    for step in STEP_GRID:
+        pred = np.array([program_time(programs[pt["file"]], topo, pt["bytes"], model=replace(
+            program_model(topo, programs[pt["file"]].proto), step_us=step)).time_us
+            for pt in points])
+        loss = float(np.sum(np.log(pred / meas) ** 2))
+        if loss < best[0] - 1e-12:
+            best = (loss, step)
+    return best[1]
 
 
 def measure() -> dict:
     doc = json.loads((DATA / "performance-nd-h100-v5.json").read_text())
     topo = load_topology("dgx_h100")
     programs = {f.name: read_program(f) for f in sorted(DATA.glob("ndv5__*.xml"))}
-    verified = {}
-    for name, p in programs.items():
-        reps = verify_program(p)
-        verified[name] = [r.mode for r in reps]
-    points = []
-    skipped = []
-    for coll in ("allreduce", "allgather"):
-        for row in doc[coll]:
-            chosen = select(programs, coll, row["bytes"])
-            if chosen is None:
-                skipped.append({"collective": coll, "bytes": row["bytes"]})
-                continue
-            points.append({"collective": coll, "bytes": row["bytes"], "file": chosen[0],
-                           "proto": chosen[1].proto, "nchannels": chosen[1].nchannels,
-                           "msccl_us": row["msccl_us"], "nccl_us": row["nccl_us"]})
-    # runs without launch, for every step cost on the grid (launch is additive)
-    t0 = time.perf_counter()
-    rest = np.zeros((len(points), len(STEP_GRID)))
-    for i, pt in enumerate(points):
+    verified = {name: [r.mode for r in verify_program(p)] for name, p in programs.items()}
+    fit = fit_floors(programs, read_measurements(doc, "performance-nd-h100-v5.json"), topo)
+    nccl = {(c, row["bytes"]): row["nccl_us"] for c in ("allreduce", "allgather")
+            for row in doc[c]}
+    shipped = {p: program_model(topo, p) for p in ("Simple", "LL", "LL128")}
+    for pt in fit.points:
         p = programs[pt["file"]]
-        base = replace(program_model(topo, p.proto), launch_us=0.0)
-        for j, step in enumerate(STEP_GRID):
-            rest[i, j] = program_time(p, topo, pt["bytes"],
-                                      model=replace(base, step_us=float(step))).time_us
-    sim_seconds = time.perf_counter() - t0
-    measured = np.array([pt["msccl_us"] for pt in points])
-    everything = np.ones(len(points), dtype=bool)
-    launch_all, step_all = fit(rest, measured, everything)
-    files = sorted({pt["file"] for pt in points})
-    cited_launch = np.array([_BASE_LAT[pt["proto"]] for pt in points])
-    step_cited = fit_step(rest, cited_launch, measured, everything)
-    loo: dict[str, tuple[float, float]] = {}
-    loo_step: dict[str, float] = {}
-    for f in files:
-        mask = np.array([pt["file"] != f for pt in points])
-        loo[f] = fit(rest, measured, mask)
-        loo_step[f] = fit_step(rest, cited_launch, measured, mask)
-    # predictions
-    shipped_model = {p: program_model(topo, p) for p in ("Simple", "LL", "LL128")}
-    for i, pt in enumerate(points):
-        p = programs[pt["file"]]
-        shipped = program_time(p, topo, pt["bytes"], model=shipped_model[p.proto])
-        cited = program_time(p, topo, pt["bytes"], model=replace(
-            shipped_model[p.proto], launch_us=_BASE_LAT[p.proto], step_us=0.0))
-        la, st = loo[pt["file"]]
-        j = int(np.argmin(np.abs(STEP_GRID - st)))
-        pt["shipped_us"] = round(shipped.time_us, 3)
-        pt["cited_us"] = round(cited.time_us, 3)
-        pt["loo_us"] = round(la + rest[i, j], 3)
-        pt["fit_all_us"] = round(launch_all + rest[i, int(np.argmin(np.abs(STEP_GRID - step_all)))], 3)
-        pt["loo_floors"] = {"launch_us": round(la, 3), "step_us": st}
-        js = int(np.argmin(np.abs(STEP_GRID - loo_step[pt["file"]])))
-        pt["loo_step_us"] = round(cited_launch[i] + rest[i, js], 3)
-        pt["messages"] = shipped.messages
-        pt["iterations"] = shipped.iterations
-    summary = {}
-    for key in ("cited_us", "shipped_us", "loo_step_us", "fit_all_us", "loo_us"):
-        ratio = np.array([pt[key] / pt["msccl_us"] for pt in points])
-        err = np.exp(np.abs(np.log(ratio)))
-        summary[key] = {"median_error": round(float(np.median(err)), 4),
-                        "worst_error": round(float(err.max()), 4),
-                        "within_1.3x": int(np.sum(err <= 1.3)), "points": len(points),
-                        "median_ratio": round(float(np.median(ratio)), 4)}
+        run = program_time(p, topo, pt["bytes"], model=shipped[p.proto])
+        pt["shipped_us"] = round(run.time_us, 4)
+        pt["nccl_us"] = nccl[(pt["collective"], pt["bytes"])]
+        pt["nchannels"] = p.nchannels
+        pt["messages"] = run.messages
+        pt["iterations"] = run.iterations
+    meas = np.array([pt["measured_us"] for pt in fit.points])
+    summary = {"shipped": errors(np.array([pt["shipped_us"] for pt in fit.points]), meas),
+               "calibrated_in_sample": fit.in_sample,
+               "calibrated_leave_one_file_out": fit.leave_one_file_out}
+    for key, pred in (("shipped", [pt["shipped_us"] for pt in fit.points]),
+                      ("calibrated_in_sample", [pt["fitted_us"] for pt in fit.points]),
+                      ("calibrated_leave_one_file_out",
+                       [pt["leave_one_file_out_us"] for pt in fit.points])):
+        err = np.exp(np.abs(np.log(np.array(pred) / meas)))
+        summary[key] = {**summary[key], "within_1.3x": int(np.sum(err <= 1.3)),
+                        "points": len(fit.points)}
     return {"source": doc["source"], "hardware": doc["hardware"], "software": doc["software"],
             "topology": topo.name, "verified": verified,
-            "fit_all": {"launch_us": round(launch_all, 3), "step_us": step_all},
-            "fit_step_with_cited_launch": step_cited,
-            "loo_step": loo_step,
             "shipped": {p: {"launch_us": m.launch_us, "step_us": m.step_us,
-                            "nvlink_efficiency": m.nvlink_efficiency,
-                            "channel_GBps": m.proto.channel_GBps} for p, m in shipped_model.items()},
-            "loo_floors": {f: {"launch_us": round(a, 3), "step_us": b} for f, (a, b) in loo.items()},
-            "points": points, "skipped": skipped, "summary": summary,
-            "simulations": int(rest.size), "simulation_seconds": round(sim_seconds, 2)}
+                            "nvlink_efficiency": round(m.nvlink_efficiency, 4),
+                            "channel_GBps": m.proto.channel_GBps} for p, m in shipped.items()},
+            "step_with_cited_launch": step_with_cited_launch(programs, fit.points, topo),
+            "calibration": fit.program_section(), "points": fit.points, "skipped": fit.skipped,
+            "summary": summary}
 
 
 def to_markdown(res: dict) -> str:
@@ -187,48 +110,45 @@ def to_markdown(res: dict) -> str:
         "| variant | median error | worst error | points within 1.3x | median pred/meas |",
         "|---|---:|---:|---:|---:|",
     ]
-    names = {"cited_us": "cited floors only (NCCL baseLat launch per protocol, no step cost)",
-             "shipped_us": "**shipped**: cited launch + step cost fitted on all points (in-sample)",
-             "loo_step_us": "cited launch + step cost fitted leaving the file out (out-of-sample)",
-             "fit_all_us": "one launch + step cost, both fitted on all points (in-sample)",
-             "loo_us": "one launch + step cost, both fitted leaving the file out"}
+    names = {"shipped": "**shipped** (uncalibrated: NCCL launch, no extra step cost)",
+             "calibrated_in_sample": "calibrated, in-sample (launch per protocol + step cost)",
+             "calibrated_leave_one_file_out": "calibrated, leave-one-file-out (out-of-sample)"}
     for key, label in names.items():
         v = s[key]
         lines.append(f"| {label} | {v['median_error']:.3f}x | {v['worst_error']:.3f}x | "
                      f"{v['within_1.3x']}/{v['points']} | {v['median_ratio']:.3f} |")
-    fa = res["fit_all"]
-    sh = res["shipped"]
+    sh, cal = res["shipped"], res["calibration"]
     lines += [
         "",
         f"Shipped floors: launch = NCCL's ring baseLat (LL {sh['LL']['launch_us']}, LL128 "
         f"{sh['LL128']['launch_us']}, Simple {sh['Simple']['launch_us']} µs; NVIDIA/nccl "
-        f"src/graph/tuning.cc @ b6475625), step {sh['LL']['step_us']} µs per message (fit with "
-        f"that launch: {res['fit_step_with_cited_launch']} µs). Both fitted: launch "
-        f"{fa['launch_us']} µs, step {fa['step_us']} µs. "
-        f"NVLink efficiency {res['shipped']['LL']['nvlink_efficiency']:.3f} (NCCL's 20.6 GB/s "
-        "per lane over 25). "
-        f"{res['simulations']} simulations in {res['simulation_seconds']} s.",
+        f"src/graph/tuning.cc @ b6475625), executor step cost {sh['LL']['step_us']} µs per message "
+        f"(the best fit with that launch: {res['step_with_cited_launch']} µs); NVLink at "
+        f"{sh['LL']['nvlink_efficiency']} of nominal (NCCL topo.h: 20.6 GB/s per lane over 25). "
+        f"Calibrated (`synth calibrate --format msccl`): launch "
+        + ", ".join(f"{k} {v} µs" for k, v in cal["launch_us"].items())
+        + f", step {cal['step_us']} µs per message.",
         "",
-        "LOO = cited launch, step cost fitted on the other files.",
-        "",
-        "| coll | size | file | proto | ch | MSCCL µs | NCCL µs | cited µs | shipped µs | "
-        "shipped/meas | LOO µs | LOO/meas |",
+        "| coll | size | file | proto | ch | MSCCL µs | NCCL µs | shipped µs | shipped/meas | "
+        "calibrated µs | LOO µs | LOO/meas |",
         "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for pt in res["points"]:
+        m = pt["measured_us"]
         lines.append(
             f"| {pt['collective']} | {format_size(pt['bytes'])} | {pt['file'].split('__')[1]} | "
-            f"{pt['proto']} | {pt['nchannels']} | {pt['msccl_us']} | {pt['nccl_us']} | "
-            f"{pt['cited_us']:.2f} | {pt['shipped_us']:.2f} | "
-            f"{pt['shipped_us'] / pt['msccl_us']:.2f} | {pt['loo_step_us']:.2f} | "
-            f"{pt['loo_step_us'] / pt['msccl_us']:.2f} |")
+            f"{pt['proto']} | {pt['nchannels']} | {m} | {pt['nccl_us']} | {pt['shipped_us']:.2f} | "
+            f"{pt['shipped_us'] / m:.2f} | {pt['fitted_us']:.2f} | "
+            f"{pt['leave_one_file_out_us']:.2f} | {pt['leave_one_file_out_us'] / m:.2f} |")
     sk = ", ".join(f"{d['collective']} {format_size(d['bytes'])}" for d in res["skipped"])
     lines += ["", f"Not compared (no ndv5 file covers the size, MSCCL ran NCCL's kernels): {sk}.",
               "", "## Where it misses, and why", ""]
     by_file: dict[str, list[float]] = {}
     for pt in res["points"]:
-        by_file.setdefault(pt["file"].split("__")[1], []).append(pt["shipped_us"] / pt["msccl_us"])
-    lines += ["| file | points | pred/meas min | max |", "|---|---:|---:|---:|"]
+        by_file.setdefault(pt["file"].split("__")[1], []).append(pt["shipped_us"]
+                                                                 / pt["measured_us"])
+    lines += ["Shipped (uncalibrated) model, per file:", "",
+              "| file | points | pred/meas min | max |", "|---|---:|---:|---:|"]
     for f, r in sorted(by_file.items()):
         lines.append(f"| {f} | {len(r)} | {min(r):.2f} | {max(r):.2f} |")
     lines += [
@@ -236,9 +156,9 @@ def to_markdown(res: dict) -> str:
         "* **Small LL allgathers (ag-1k-512k, 1 KB-128 KB) are predicted up to 1.35x slow.** The "
         "model's floor there is the launch alone: NCCL's ring `baseLat` for LL (6.6 µs) plus one "
         "hop. MSCCL measures 5.43-5.75 µs in total, so the executor's own per-call cost is below "
-        "NCCL's ring `baseLat` (which also covers NCCL's ring set-up). A single fitted launch "
-        "(5.08 µs) removes this, but then the LL128 and the all-pairs allreduce floors are too "
-        "low: one launch figure for all protocols does not fit both (rows 4-5 of the summary).",
+        "NCCL's ring `baseLat` (which also covers NCCL's ring set-up). Calibration lowers the LL "
+        f"launch to {cal['launch_us'].get('LL', float('nan'))} µs, and then adds a step cost per "
+        "message that the all-pairs and ring files need.",
         "* **LL128 at 2 MB (r48ll128 1.30x, ag-2m 1.20x) is slow for the same reason:** LL128's "
         "`baseLat` is 14 µs; at 4 MB and above the bandwidth term dominates and the error falls.",
         "* **The all-pairs allreduce ap4ll (64-256 KB) is 0.84x, r48ll at 1 MB 0.83x, large LL128 "
@@ -250,6 +170,13 @@ def to_markdown(res: dict) -> str:
         "arithmetic on fp16) is not in the model beyond the per-channel rate cap.",
         "* **Large Simple allgathers (32 MB-1 GB) are within 0.99-1.12x**: bandwidth-bound, set by "
         "the NVSwitch port at NCCL's usable NVLink figure (18 x 20.6 GB/s).",
+        "* **Leave-one-file-out misses most where a file carries its protocol's evidence.** "
+        "Without r48ll128 only one LL128 point is left (ag-2m), fewer than the 3 a launch is "
+        "fitted from, so LL128 falls back to NCCL's 14 µs plus the fitted step cost (2 MB: "
+        "1.54x). Without ag-1k-512k the LL launch is fitted on the allreduce files only, whose "
+        "floors are higher (LL allgathers up to 1.42x). The calibrated floors transfer between "
+        "files of one kind, not across kinds: a calibration should include files like the ones "
+        "it will predict.",
         "",
     ]
     return "\n".join(lines)

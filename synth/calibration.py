@@ -72,16 +72,21 @@ class Calibration:
     notes: list[str] = field(default_factory=list)
     nccl_model: dict[str, Any] | None = None
     """Corrections to NCCL's own tuning model (:class:`synth.nccl_model.NcclCalibration`)."""
+    program: dict[str, Any] | None = None
+    """Floors of the timed program model (``launch_us``, ``step_us``; :mod:`synth.program_model`)."""
 
     def get(self, key: str, default: Any = None) -> Any:
-        """Mapping-style access for :mod:`synth.protocols` (``protocols``, ``instance_overhead_us``)."""
-        value = getattr(self, key, None) if key in ("protocols", "instance_overhead_us") else None
+        """Mapping-style access for :mod:`synth.protocols` (``protocols``, ``instance_overhead_us``)
+        and :mod:`synth.program_model` (``program``)."""
+        value = (getattr(self, key, None) if key in ("protocols", "instance_overhead_us", "program")
+                 else None)
         return default if value is None else value
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"format": FORMAT, "kind": self.kind, "topology": self.topology,
                                 "link_classes": {k: v.to_dict() for k, v in sorted(self.classes.items())}}
-        for key in ("launch", "protocols", "instance_overhead_us", "model", "fit", "nccl_model"):
+        for key in ("launch", "protocols", "instance_overhead_us", "model", "fit", "nccl_model",
+                    "program"):
             value = getattr(self, key)
             if value is not None:
                 data[key] = value
@@ -94,10 +99,14 @@ class Calibration:
         if not isinstance(data, Mapping):
             raise SynthError(f"{source}: a calibration file is a JSON object")
         terms = list(data.get("terms") or []) if data.get("format") == FORMAT else []
-        if not ("link_classes" in data or terms or "protocols" in data or "nccl_model" in data):
+        if not ("link_classes" in data or terms or "protocols" in data or "nccl_model" in data
+                or "program" in data):
             raise SynthError(f"{source}: not a synth calibration (expected 'link_classes', "
-                             f"'protocols' or closed-stack 'terms' with \"format\": \"{FORMAT}\"; "
-                             "make one with `synth calibrate`)")
+                             f"'protocols', 'program' or closed-stack 'terms' with \"format\": "
+                             f"\"{FORMAT}\"; make one with `synth calibrate`)")
+        program = data.get("program")
+        if program is not None and not isinstance(program, Mapping):
+            raise SynthError(f"{source}: 'program' must be an object with launch_us / step_us")
         classes_in = data.get("link_classes") or {}
         if not isinstance(classes_in, Mapping):
             raise SynthError(f"{source}: 'link_classes' must map a class name to its α/β")
@@ -113,7 +122,8 @@ class Calibration:
                            None if overhead is None else _number(overhead, f"{source}: "
                                                                  "instance_overhead_us", True),
                            [dict(t) for t in terms if isinstance(t, Mapping)],
-                           nccl_model=_nccl_section(data.get("nccl_model"), source))
+                           nccl_model=_nccl_section(data.get("nccl_model"), source),
+                           program=dict(program) if program is not None else None)
 
 
 def _nccl_section(section: Any, source: str) -> dict[str, Any] | None:

@@ -207,9 +207,10 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
     files = [str(f) for f in written.files]
     from .solve import compare_with_nccl
 
-    vs_nccl = compare_with_nccl(result.best.schedule, topology, size_list, nccl_cal, calibration)
     program_us = (_program_times(files, topology, size_list, xml_profile, calibration)
                   if want_program else None)
+    vs_nccl = compare_with_nccl(result.best.schedule, topology, size_list, nccl_cal, calibration,
+                                program_us)
     if as_json:
         data = _solve_json(result, files, written)
         data["vs_nccl"] = [c.to_dict() for c in vs_nccl] if vs_nccl is not None else None
@@ -370,15 +371,18 @@ def _print_solve(result: Any, files: list[str], vs_nccl: Any = None,
         from .nccl_model import SOURCE
 
         cmp = Table(title="against NCCL (both with their runtime floors)")
-        for col in ("size", "runtime µs", "NCCL µs", "NCCL runs", "vs NCCL"):
+        for col in ("size", "runtime µs", "timed by", "NCCL µs", "NCCL runs", "vs NCCL"):
             cmp.add_column(col, justify="right")
         for c in vs_nccl:
-            cmp.add_row(format_size(c.bytes), f"{c.runtime_us:.2f}", f"{c.nccl_us:.2f}",
-                        f"{c.nccl_algo}/{c.nccl_proto} x{c.nccl_channels}", f"{c.speedup:.2f}x")
+            cmp.add_row(format_size(c.bytes), f"{c.runtime_us:.2f}", c.runtime_proto,
+                        f"{c.nccl_us:.2f}", f"{c.nccl_algo}/{c.nccl_proto} x{c.nccl_channels}",
+                        f"{c.speedup:.2f}x")
         out.print(cmp)
-        out.print("[dim]runtime: this schedule plus the MSCCL runtime's launch and per-step floors "
-                  "(synth.protocols, best protocol); NCCL: what NCCL's tuner runs and its time "
-                  f"({SOURCE}; validated in results/reality.md); vs NCCL = NCCL / runtime[/dim]")
+        out.print("[dim]runtime: this schedule as the MSCCL runtime runs it — 'program': the "
+                  "written XML under the timed program model; a protocol name: the step model "
+                  "plus that protocol's launch and per-step floors (synth.protocols). NCCL: what "
+                  f"NCCL's tuner runs and its time ({SOURCE}; validated in results/reality.md). "
+                  "vs NCCL = NCCL / runtime[/dim]")
     if len(result.candidates) > 1:
         sizes = [best.costs[0].bytes, best.costs[len(best.costs) // 2].bytes, best.costs[-1].bytes]
         cand = Table(title="candidates (time µs; best first)")

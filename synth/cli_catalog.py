@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -118,9 +118,10 @@ def catalog(topo_spec: str, nodes: int, collectives: str, sizes: str, calibratio
               f"{sum(c.xml_reused for c in result.results)} verified before (cached); "
               f"{len(files)} files in {target} ({seconds:.1f} s)")
     for cr in result.results:
-        finite = [g for g in _per_bucket(cr) if g is not None]
+        finite = [g for g in _per_bucket(result, cr) if g is not None]
         out.print(f"  {cr.kind}: {len(cr.emitted)} file(s), {len(cr.candidates)} candidates; "
-                  + (f"vs best baseline {min(finite):+.1f}% .. {max(finite):+.1f}%" if finite else "")
+                  + (f"vs NCCL (its own model) {min(finite):.2f}x .. {max(finite):.2f}x"
+                     if finite else "no NCCL on this machine")
                   + (f"; {len(cr.choice.excluded)} passed over" if cr.choice.excluded else ""))
     for c in result.crashes:
         out.print(f"[yellow]solve failed (not cached): {c}[/yellow]")
@@ -129,7 +130,9 @@ def catalog(topo_spec: str, nodes: int, collectives: str, sizes: str, calibratio
     out.print(f"MSCCL_ALGO_DIR={target}/msccl-algorithms   MSCCL_CONFIG={target}/msccl_config.xml")
 
 
-def _per_bucket(cr: CollectiveResult) -> list[float | None]:
-    """% by which the catalog beats the best baseline, per size bucket."""
-    from .catalog.report import bucket_rows
-    return [r["gain_pct"] for r in bucket_rows(cr, [t.bucket for t in cr.tunings])]
+def _per_bucket(result: Any, cr: CollectiveResult) -> list[float | None]:
+    """NCCL's modelled time / the catalog's, per size bucket (None: no NCCL there)."""
+    from .catalog.report import bucket_rows, nccl_choices
+    buckets = [t.bucket for t in cr.tunings]
+    nccl = nccl_choices(result, cr.kind, [b.size for b in buckets])
+    return [r["speedup_vs_nccl"] for r in bucket_rows(cr, buckets, nccl)]

@@ -51,7 +51,8 @@ extra per-message flag cost ``step_us`` is *fitted* to MSCCL's own published ND 
 on the production XML files they were measured with, by ``benchmarks/reality_msccl.py`` (least
 squares on log time; in-sample and leave-one-file-out errors in ``results/reality_msccl.md``): the
 fit is 0.0 µs. A calibration's ``protocols.<P>.launch_us`` replaces the launch, its ``program``
-section (``{"launch_us": .., "step_us": ..}``) both.
+section (``{"launch_us": .. or {protocol: ..}, "step_us": ..}``, written by
+``synth calibrate --format msccl``, :mod:`synth.program_fit`) both.
 
 Outputs: :func:`program_time` (one size), :func:`program_times_us` (a sweep), and with ``trace`` a
 Chrome/Perfetto trace (:func:`write_trace`): one track per rank x threadblock (its messages and
@@ -141,12 +142,16 @@ def program_model(topology: Topology, proto: str, calibration: Any = None) -> Pr
     pm = model_with_calibration(default_model(topology), data)
     params = pm.get(proto)
     launch, step = params.launch_us, STEP_US
-    src = pm.source + "; launch/step floors fitted to Azure/msccl docs/performance-nd-h100-v5.md"
+    src = (pm.source + "; launch = NCCL ring baseLat; executor step cost fitted (0.0 us) to "
+           "Azure/msccl docs/performance-nd-h100-v5.md")
     if data is not None and data.get("program") is not None:
         over = data.get("program")
         if not isinstance(over, Mapping):
             raise SynthError("calibration: 'program' must be an object with launch_us / step_us")
-        launch = _nonneg(over.get("launch_us", launch), "calibration: program.launch_us")
+        lv = over.get("launch_us", launch)
+        if isinstance(lv, Mapping):      # per protocol (synth calibrate --format msccl)
+            lv = lv.get(proto, launch)
+        launch = _nonneg(lv, "calibration: program.launch_us")
         step = _nonneg(over.get("step_us", step), "calibration: program.step_us")
         src += "; floors from the calibration file"
     exposed = 1.0 / SIMPLE_SLICES_PER_MESSAGE if proto == "Simple" else 0.0

@@ -124,10 +124,12 @@ def solve(topology: Topology, collective: Collective, *, encoding: str = "auto",
 class NcclComparison:
     """The candidate against NCCL at one size, both with their runtime floors.
 
-    ``runtime_us`` is the candidate run by the MSCCL runtime (:mod:`synth.protocols`: the step
-    model plus the protocol's launch floor and per-step synchronisation, best of Simple / LL /
-    LL128, one instance); ``nccl_us`` is NCCL's own tuning-model time of what NCCL would run
-    (:mod:`synth.nccl_model`). ``speedup`` = nccl_us / runtime_us (> 1: the candidate is faster).
+    ``runtime_us`` is the candidate as the MSCCL runtime runs it: the written XML under the timed
+    program model (:mod:`synth.program_model`, ``runtime_proto`` = ``program``) where it was timed,
+    else the protocol model (:mod:`synth.protocols`: the step model plus the protocol's launch floor
+    and per-step synchronisation, best of Simple / LL / LL128, one instance). ``nccl_us`` is NCCL's
+    own tuning-model time of what NCCL would run (:mod:`synth.nccl_model`). ``speedup`` =
+    nccl_us / runtime_us (> 1: the candidate is faster).
     """
 
     bytes: int
@@ -151,10 +153,13 @@ class NcclComparison:
 
 
 def compare_with_nccl(schedule: Schedule, topology: Topology, sizes: Sequence[int],
-                      nccl_calibration: Any = None, calibration: Any = None
-                      ) -> list[NcclComparison] | None:
+                      nccl_calibration: Any = None, calibration: Any = None,
+                      program_us: Sequence[float] | None = None) -> list[NcclComparison] | None:
     """The candidate's floored runtime time against NCCL's, per size; None where NCCL has no
-    such collective (gather, scatter, custom)."""
+    such collective (gather, scatter, custom) or does not run (no NVIDIA GPU).
+
+    ``program_us``: the written XML's time per size under the timed program model, used where
+    finite (the file runs at that size)."""
     from .errors import NotApplicable
     from .nccl_model import predict
     from .protocols import PROTOCOLS, predict_times_us
@@ -173,6 +178,11 @@ def compare_with_nccl(schedule: Schedule, topology: Topology, sizes: Sequence[in
                    for p in PROTOCOLS}
     out = []
     for i, c in enumerate(nccl):
+        if program_us is not None and math.isfinite(program_us[i]) \
+                and schedule_time_model(schedule) != "nccl":
+            out.append(NcclComparison(c.bytes, c.algo, c.proto, c.channels, c.time_us,
+                                      float(program_us[i]), "program"))
+            continue
         proto = min(runtime, key=lambda p: (runtime[p][i], p))
         out.append(NcclComparison(c.bytes, c.algo, c.proto, c.channels, c.time_us,
                                   runtime[proto][i], proto))

@@ -239,6 +239,11 @@ def test_cli_simulate_xml_table_json_and_trace(tmp_path, capsys):
           "1KB,32KB", "--trace", str(trace), "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert [c["bytes"] for c in doc["costs"]] == [1024, 32768]
+    first = trace.read_bytes()
+    main(["simulate", str(DATA / "ndv5__ap-1pass.xml"), "--topo", "dgx_h100", "--sizes",
+          "1KB,32KB", "--trace", str(trace), "--json"])
+    capsys.readouterr()
+    assert trace.read_bytes() == first                     # deterministic, byte for byte
     events = json.loads(trace.read_text())["traceEvents"]
     assert {e["pid"] for e in events if e.get("ph") == "X"} == set(range(8))
     assert any(e.get("ph") == "C" for e in events)          # link/port counter tracks
@@ -277,3 +282,39 @@ def test_solve_reports_program_us_next_to_model_us(tmp_path, capsys):
           "--algo", "ring", "--sizes", "1KB", "--out", str(tmp_path), "--no-program-model",
           "--json"])
     assert json.loads(capsys.readouterr().out)["program_us"] is None
+
+
+def test_calibrate_msccl_fits_launch_and_step_and_simulate_uses_them(tmp_path, capsys):
+    import shutil
+
+    for name in ("ndv5__ag-1k-512k.xml", "ndv5__ap-1pass.xml"):
+        shutil.copy(DATA / name, tmp_path / name)
+    table = json.loads((DATA / "performance-nd-h100-v5.json").read_text())
+    small = {c: [r for r in table[c] if r["bytes"] <= 8192] for c in ("allreduce", "allgather")}
+    small["allreduce"].append({"bytes": 2**30, "msccl_us": 4026.8})   # no file: NCCL ran it
+    log = tmp_path / "times.json"
+    log.write_text(json.dumps(small))
+    main(["calibrate", str(log), "--format", "msccl", "--topo", "dgx_h100", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    prog = doc["program"]
+    assert set(prog["launch_us"]) == {"LL"} and 0 <= prog["step_us"] <= 1.0
+    assert doc["skipped"] == [{"collective": "allreduce", "bytes": 2**30}]
+    assert prog["fit"]["in_sample"]["median_error"] < 1.1
+    cal = tmp_path / "calibration.json"
+    assert json.loads(cal.read_text())["program"] == prog
+    main(["simulate", str(tmp_path / "ndv5__ag-1k-512k.xml"), "--topo", "dgx_h100", "--sizes",
+          "1KB", "--calibration", str(cal), "--json"])
+    fitted = json.loads(capsys.readouterr().out)
+    assert fitted["model"]["launch_us"] == pytest.approx(prog["launch_us"]["LL"])
+    assert fitted["model"]["step_us"] == prog["step_us"]
+    # the fitted floors reproduce MSCCL's 1 KB allgather (5.65 µs) better than NCCL's launch
+    assert abs(fitted["costs"][0]["time_us"] - 5.65) < abs(7.30 - 5.65)
+
+
+def test_calibrate_msccl_bad_input(tmp_path, capsys):
+    log = tmp_path / "times.json"
+    log.write_text(json.dumps({"allgather": [{"bytes": 1024}]}))
+    with pytest.raises(SystemExit) as e:
+        main(["calibrate", str(log), "--format", "msccl", "--topo", "dgx_h100"])
+    assert e.value.code == 2
+    assert "synth: error:" in capsys.readouterr().err

@@ -335,6 +335,12 @@ NCCL_KINDS = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce", 
 
 
 def _nccl(job: Job) -> None:
+    from ..nccl_model import machine_of
+
+    try:
+        machine_of(job.topology)  # priced by NCCL's model: only where NCCL runs
+    except NotApplicable as exc:
+        raise job.fail(f"does not apply: {exc}") from exc
     if job.kind == "alltoall":
         _direct(job)
     else:
