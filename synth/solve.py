@@ -238,15 +238,16 @@ def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = DE
     reports: list[Any] = []
     notes: list[str] = []
     stem = schedule_file_name(schedule).removesuffix(".schedule.json")
+    plan_reports: list[Any] = []
     if plan is not None:
         reason = plan_unsupported_reason(schedule)
         if reason:
             notes.append(f"no MSCCL++ plan: {reason}")
-            return Written([atomic_write(path, text) for path, text in outputs], [], notes)
-        text, report = emit_verified_plan(schedule, plan.topology, plan.options)
-        outputs.append((out_dir / f"{stem}.mscclpp.json", text))
-        return Written([atomic_write(path, text) for path, text in outputs], [], notes, [report])
-    if xml is not None:
+        else:
+            text, report = emit_verified_plan(schedule, plan.topology, plan.options)
+            outputs.append((out_dir / f"{stem}.mscclpp.json", text))
+            plan_reports.append(report)
+    elif xml is not None:
         reason = xml_unsupported_reason(schedule, xml)
         if reason:
             notes.append(f"no XML: {reason}")
@@ -254,7 +255,8 @@ def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = DE
             text, reports = emit_verified_xml(schedule, xml)
             outputs.append((out_dir / f"{stem}.{xml.profile}.xml", text))
     ensure_writable_dir(out_dir)  # only now: a failure above leaves no empty folder behind
-    return Written([atomic_write(path, text) for path, text in outputs], reports, notes)
+    return Written([atomic_write(path, text) for path, text in outputs], reports, notes,
+                   plan_reports)
 
 
 def write_best(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML,
