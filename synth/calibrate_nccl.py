@@ -526,7 +526,7 @@ def _fit_nccl_model(placed: Sequence[tuple[Run, Topology, int]], topo_spec: str,
             continue
         sizes, times = _by_size([r.size for r in run.rows], [r.time_us for r in run.rows])
         meas.append(Measurement(f"{source}:{run.start_line}", source, run.collective or "",
-                                topo_spec, run.nodes, "log", (), sizes, times, source))
+                                topo_spec, run.nodes, "log", (), "measured", sizes, times, source))
     if not meas:
         return None
     try:

@@ -563,6 +563,9 @@ def _simulate_xml(file: str, topo_spec: str | None, nodes: int, sizes: str | Non
 
     if topo_spec is None:
         raise SynthError("an XML file names no topology: pass --topo (and --nodes)")
+    if trace_path is not None:
+        from .files import check_output_file
+        check_output_file(Path(trace_path), "--trace")
     program = parse_program(read_input(file, "XML file"), file, profile)
     topology = _with_calibration(load_topology(topo_spec, nodes), calibration)
     verify_program(program, profile=profile)

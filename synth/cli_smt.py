@@ -17,7 +17,7 @@ from .cli import err, out
 from .collectives import KINDS, load_collective
 from .cost import format_size
 from .errors import LIMIT_REACHED, SynthError
-from .files import atomic_write, check_writable_dir, dumps_json
+from .files import atomic_write, check_output_file, check_writable_dir, dumps_json
 from .topology_io import load_topology
 
 SMALL, LARGE = 2**10, 2**30
@@ -76,7 +76,6 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
     """
     from .encodings.smt_search import pareto as walk
     from .encodings.smt_search import pareto_sccl
-    from .files import check_writable_dir
     from .solve import cost_profile, write_outputs
     from .verify import verify
 
@@ -165,11 +164,7 @@ def _check_plot_path(path: Path) -> None:
     """Refuse a ``--plot`` file synth could not write, before the walk (and create no folder)."""
     if path.suffix.lower() != ".png":
         raise SynthError(f"--plot writes a PNG: give a file name ending in .png, not '{path}'")
-    if path.is_dir():
-        raise SynthError(f"--plot '{path}' is a folder; give a file name ending in .png")
-    if not path.parent.is_dir():
-        raise SynthError(f"--plot '{path}': folder '{path.parent}' does not exist")
-    check_writable_dir(path.parent)
+    check_output_file(path, "--plot")
 
 
 def _sizes() -> tuple[int, ...]:

@@ -3,10 +3,11 @@
 A measurement file is an nccl-tests log (``*.log``, read by :mod:`synth.calibrate_nccl`) or a
 published table (``*.csv`` with ``collective,bytes,nccl_us`` columns). Either starts with a line
 
-    # synth: topology=dgx_h100 nodes=1 nccl=2.18.3 [algo=NVLSTree] [gpu=H200]
+    # synth: topology=dgx_h100 nodes=1 nccl=2.18.3 [algo=NVLSTree] [gpu=H200] [status=...]
 
 saying which synth topology models the machine, on how many nodes, which NCCL version ran and
-whether the user forced ``NCCL_ALGO``; the lines after it cite the source (URL, hardware). The
+whether the user forced ``NCCL_ALGO``, and ``status=reported-below-expectation`` where the
+reporter says the machine underperformed; the lines after it cite the source (URL, hardware). The
 validation suite (``benchmarks/reality.py``, ``tests/test_nccl_model.py``) reads every file of
 ``tests/data/nccl-tests/``.
 
@@ -48,6 +49,9 @@ class Measurement:
     nodes: int
     nccl: str
     algos: tuple[str, ...]
+    status: str
+    """``measured`` or what the file's header says of the run (``reported-below-expectation``:
+    the reporter says the machine underperformed; kept as measured, reported apart)."""
     sizes: np.ndarray
     times_us: np.ndarray
     source: str
@@ -94,7 +98,8 @@ def read_measurements(path: str | Path) -> list[Measurement]:
         raise SynthError(f"{p}: nodes must be an integer, got '{fields.get('nodes')}'") from exc
     algos = tuple(a for a in fields.get("algo", "").split(",") if a)
     common = dict(path=str(p), topology=fields["topology"], nodes=nodes,
-                  nccl=fields.get("nccl", "unknown"), algos=algos, source=source)
+                  nccl=fields.get("nccl", "unknown"), algos=algos,
+                  status=fields.get("status", "measured"), source=source)
     per: dict[str, tuple[list[float], list[float]]] = {}
     if p.suffix == ".csv":
         body = "\n".join(line for line in text.splitlines() if not line.startswith("#"))

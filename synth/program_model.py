@@ -82,7 +82,7 @@ from .emit.interpreter import (
 from .emit.program import Program
 from .emit.xml_parse import get_profile, normalize_coll
 from .errors import SynthError, VerificationError
-from .protocols import ProtocolParams, default_model, model_with_calibration
+from .protocols import ProtocolModel, ProtocolParams, default_model, model_with_calibration
 from .topology import MB, Topology
 
 # operation codes, as the interpreter folds them
@@ -134,12 +134,18 @@ class ProgramModel:
                 "hop_inter_us": self.proto.hop_inter_us, "source": self.source}
 
 
-def program_model(topology: Topology, proto: str, calibration: Any = None) -> ProgramModel:
-    """The model for ``proto`` on ``topology``: NCCL's protocol figures plus the fitted floors."""
+def program_model(topology: Topology, proto: str, calibration: Any = None,
+                  protocols: ProtocolModel | None = None) -> ProgramModel:
+    """The model for ``proto`` on ``topology``: NCCL's protocol figures plus the fitted floors.
+
+    ``protocols`` is a protocol model already built (e.g. a catalog's, calibration applied); else
+    it is NCCL's for the topology with ``calibration``'s protocol overrides.
+    """
     from .calibration import load_calibration
 
     data = load_calibration(calibration) if calibration is not None else None
-    pm = model_with_calibration(default_model(topology), data)
+    pm = protocols if protocols is not None else model_with_calibration(default_model(topology),
+                                                                        data)
     params = pm.get(proto)
     launch, step = params.launch_us, STEP_US
     src = (pm.source + "; launch = NCCL ring baseLat; executor step cost fitted (0.0 us) to "

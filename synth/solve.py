@@ -238,25 +238,29 @@ def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = DE
     reports: list[Any] = []
     notes: list[str] = []
     stem = schedule_file_name(schedule).removesuffix(".schedule.json")
-    plan_reports: list[Any] = []
     if plan is not None:
         reason = plan_unsupported_reason(schedule)
         if reason:
             notes.append(f"no MSCCL++ plan: {reason}")
-        else:
-            text, report = emit_verified_plan(schedule, plan.topology, plan.options)
-            outputs.append((out_dir / f"{stem}.mscclpp.json", text))
-            plan_reports.append(report)
-    elif xml is not None:
+            return Written(_write_all(out_dir, outputs), [], notes)
+        text, report = emit_verified_plan(schedule, plan.topology, plan.options)
+        outputs.append((out_dir / f"{stem}.mscclpp.json", text))
+        return Written(_write_all(out_dir, outputs), [], notes, [report])
+    if xml is not None:
         reason = xml_unsupported_reason(schedule, xml)
         if reason:
             notes.append(f"no XML: {reason}")
         else:
             text, reports = emit_verified_xml(schedule, xml)
             outputs.append((out_dir / f"{stem}.{xml.profile}.xml", text))
-    ensure_writable_dir(out_dir)  # only now: a failure above leaves no empty folder behind
-    return Written([atomic_write(path, text) for path, text in outputs], reports, notes,
-                   plan_reports)
+    return Written(_write_all(out_dir, outputs), reports, notes)
+
+
+def _write_all(out_dir: Path, outputs: list[tuple[Path, str]]) -> list[Path]:
+    """Create ``out_dir`` only now -- a failure while producing leaves no empty folder -- and write
+    each file atomically."""
+    ensure_writable_dir(out_dir)
+    return [atomic_write(path, text) for path, text in outputs]
 
 
 def write_best(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML,

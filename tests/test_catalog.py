@@ -123,6 +123,8 @@ def test_envelope_never_worse_than_best_baseline(built):
             # ring:4 has no NCCL (no GPU): no speed-up is claimed (tests/test_nccl_model.py
             # checks the NCCL column on dgx_a100)
             assert b["nccl"] is None and b["speedup_vs_nccl"] is None
+            # the written file under the timed program model (launch floor included)
+            assert b["program_us"] is not None and b["program_us"] > 1.0, (kind, b)
         assert all(c["verified"] and c["cache_key"] for c in cands)
         for f in d["files"]:  # the runtime selects the file at its sizes (spec §3.1)
             for i in f["buckets"]:
@@ -130,6 +132,7 @@ def test_envelope_never_worse_than_best_baseline(built):
     md = (out / "catalog.md").read_text()
     assert "vs NCCL" in md and "best baseline" in md and "MSCCL_ALGO_DIR=" in md
     assert "better by" not in md
+    assert "program_us" in md
 
 
 def test_plots_exist(built):

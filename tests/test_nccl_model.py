@@ -153,10 +153,15 @@ def test_model_against_measured_points(stem, coll, size, tolerance):
 
 
 def test_suite_median_error_uncalibrated():
-    ratios = np.concatenate([error_ratio(predict_measurement(m), m.times_us)
-                             for m in load_suite(DATA)])
+    suite = load_suite(DATA)
+    ratios = np.concatenate([error_ratio(predict_measurement(m), m.times_us) for m in suite])
     assert np.median(ratios) <= 1.3
-    assert ratios.max() <= 2.0
+    healthy = np.concatenate([error_ratio(predict_measurement(m), m.times_us) for m in suite
+                              if m.status == "measured"])
+    assert healthy.max() <= 2.0
+    # the run its reporter calls below expectation is slower than NCCL's model everywhere
+    slow = next(m for m in suite if m.status == "reported-below-expectation")
+    assert np.all(predict_measurement(slow) < slow.times_us)
 
 
 def test_fit_recovers_known_corrections():

@@ -71,8 +71,31 @@ def nccl_choices(result: CatalogResult, kind: str, sizes: list[int]) -> list[Any
         return None
 
 
-def bucket_rows(cr: CollectiveResult, buckets: list, nccl: list[Any] | None = None
-                ) -> list[dict[str, Any]]:
+def program_times(result: CatalogResult, cr: CollectiveResult) -> dict[int, float]:
+    """Per bucket, the winning file run by the timed program model (:mod:`synth.program_model`).
+
+    The files are the interpreter-verified ones the catalog writes; ``model_us`` (``time_us``)
+    is the lock-step protocol model the tuner ranks by, this is the same file as the runtime would
+    execute it (threadblocks, grid iterations, FIFO slots, shared links).
+    """
+    from ..emit.xml_parse import parse_program
+    from ..program_model import program_model, program_times_us
+
+    out: dict[int, float] = {}
+    ranges = cr.choice.ranges
+    for ri, e in enumerate(cr.emitted):
+        if ri >= len(ranges) or e.range.config != ranges[ri].config:
+            continue
+        program = parse_program(e.exec_xml, xml_name(cr.kind, ri, e.range.config))
+        model = program_model(result.topology, program.proto, protocols=result.model)
+        sizes = [b for b in result.buckets if b.index in set(ranges[ri].buckets)]
+        times = program_times_us(program, result.topology, [b.size for b in sizes], model=model)
+        out.update({b.index: t for b, t in zip(sizes, times, strict=True)})
+    return out
+
+
+def bucket_rows(cr: CollectiveResult, buckets: list, nccl: list[Any] | None = None,
+                program_us: dict[int, float] | None = None) -> list[dict[str, Any]]:
     t = cr.table
     rows = []
     for j, (b, (ri, cfg)) in enumerate(zip(buckets, winners(cr), strict=True)):
@@ -84,6 +107,7 @@ def bucket_rows(cr: CollectiveResult, buckets: list, nccl: list[Any] | None = No
             "index": b.index, "size": b.size, "lo": b.lo, "hi": b.hi,
             "file": xml_name(cr.kind, ri, cfg),
             "winner": cfg.to_dict(), "time_us": _r(tw), "algbw_GBps": _r(algbw_GBps(b.size, tw)),
+            "program_us": _r(program_us[b.index]) if program_us and b.index in program_us else None,
             "best_baseline": base.to_dict() if base is not None else None,
             "baseline_time_us": _r(tb),
             "gain_pct": _r(100.0 * (tb - tw) / tb) if math.isfinite(tb) and tb > 0 else None,
@@ -143,7 +167,8 @@ def catalog_json(result: CatalogResult, xml_dir: str, config_paths: dict[str, st
         data["collectives"][cr.kind] = {
             "files": files,
             "buckets": bucket_rows(cr, result.buckets,
-                                   nccl_choices(result, cr.kind, [b.size for b in result.buckets])),
+                                   nccl_choices(result, cr.kind, [b.size for b in result.buckets]),
+                                   program_times(result, cr)),
             "excluded": [{"config": c.to_dict(), "reason": why}
                          for c, why in sorted(cr.choice.excluded.items())],
             "candidates": cands,
@@ -213,17 +238,21 @@ def catalog_md(result: CatalogResult, data: dict[str, Any], out_abs: str) -> str
         lines += [f"Tuner `{result.tuner}`: {sum(evals) / len(evals):.0f} model evaluations per "
                   f"bucket on average, of {space} configurations (algorithm × protocol × chunk level "
                   f"× instances); every baseline configuration is ranked as well.", ""]
-        lines += ["| size | bucket | winner | µs | algbw GB/s | best baseline | baseline µs | "
-                  "NCCL runs | NCCL µs | vs NCCL |", "|---:|---|---|---:|---:|---|---:|---|---:|---:|"]
+        lines += ["| size | bucket | winner | model_us | program_us | algbw GB/s | best baseline | "
+                  "baseline µs | NCCL runs | NCCL µs | vs NCCL |",
+                  "|---:|---|---|---:|---:|---:|---|---:|---|---:|---:|"]
         for r in d["buckets"]:
             nc = r["nccl"]
             nccl_cfg = f"{nc['algo']}/{nc['proto']} x{nc['channels']}" if nc else "-"
             up = f"{r['speedup_vs_nccl']:.2f}x" if r["speedup_vs_nccl"] is not None else "-"
             lines.append(f"| {format_size(r['size'])} | {_range_text(r['lo'], r['hi'])} | "
                          f"{_cfg_text(r['winner'])} | {_num(r['time_us'])} | "
+                         f"{_num(r.get('program_us'))} | "
                          f"{_num(r['algbw_GBps'])} | {_cfg_text(r['best_baseline'])} | "
                          f"{_num(r['baseline_time_us'])} | {nccl_cfg} | "
                          f"{_num(nc['time_us'] if nc else None)} | {up} |")
+        lines += ["", "model_us: the lock-step protocol model the tuner ranks by; program_us: the "
+                  "written file run by the timed program model (`synth.program_model`).", ""]
         lines += ["", "Files:", ""]
         for f in d["files"]:
             lines.append(f"- `{f['file']}`: {_range_text(f['minBytes'], f['maxBytes'])} "
