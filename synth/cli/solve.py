@@ -53,8 +53,8 @@ from .console import err, out
               help="XML maxBytes, inclusive (legacy files get +1); 0 = unbounded.")
 @click.option("--format", "out_format", default="msccl", show_default=True,
               type=click.Choice(["msccl", "mscclpp"]),
-              help="msccl: MSCCL-IR XML; mscclpp: an MSCCL++ execution plan (JSON, Simple protocol), "
-                   "verified by the plan interpreter. --instances/--min-bytes/--max-bytes apply.")
+              help="msccl: MSCCL-IR XML; mscclpp: an MSCCL++ execution plan (JSON), verified by the "
+                   "plan interpreter; --proto (Simple, LL), --instances, --min/max-bytes apply.")
 @click.option("--target", default="msccl", show_default=True,
               type=click.Choice(["msccl", "neuron", "jax"]),
               help="msccl: schedule + MSCCL-IR XML; neuron/jax: a composed vendor-primitive program.")
@@ -94,8 +94,8 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
                          f"'{encoding}' (use --encoding milp or auto)")
     if instances < 1:
         raise SynthError(f"--instances must be at least 1, got {instances}")
-    if out_format == "mscclpp" and proto != "Simple":
-        raise SynthError(f"--format mscclpp emits the Simple protocol only, not {proto}")
+    if out_format == "mscclpp" and proto not in ("Simple", "LL"):
+        raise SynthError(f"--format mscclpp emits the Simple or LL protocol, not {proto}")
     size_list = parse_sizes(sizes) if sizes else DEFAULT_SIZES
     xml = XmlOptions(profile=xml_profile, proto=proto, instances=instances,
                      min_bytes=_bytes(min_bytes), max_bytes=_bytes(max_bytes),
@@ -121,30 +121,33 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
         if out_format == "mscclpp":
             from ..solve import PlanOptions, PlanTarget
 
-            plan = PlanTarget(topology, PlanOptions(instances=instances,
+            plan = PlanTarget(topology, PlanOptions(proto=proto, instances=instances,
                                                     min_bytes=_bytes(min_bytes),
                                                     max_bytes=_bytes(max_bytes)))
         if plan is not None:
-            result.best, written = write_best(result, target, None, plan)
+            result.best, written = write_best(result, target, None, plan,
+                                              _calibration_tag(calibration))
         else:
-            written = write_winners(result, target, xml)
+            written = write_winners(result, target, xml, tag=_calibration_tag(calibration))
             result.best = written.ranges[-1].candidate  # the one serving the largest size
     files = [str(f) for f in written.files]
     from ..solve import compare_with_nccl
 
+    runtime = _runtime(result, written, topology, size_list, proto, instances, calibration)
     program_us = (_program_times(written, files, topology, size_list, xml_profile, calibration)
                   if want_program else None)
     vs_nccl = compare_with_nccl(result.best.schedule, topology, size_list, nccl_cal, calibration,
                                 program_us)
     if as_json:
         data = _solve_json(result, files, written)
+        data["runtime"] = runtime.to_dict()
         data["vs_nccl"] = [c.to_dict() for c in vs_nccl] if vs_nccl is not None else None
         data["program_us"] = ({str(n): (round(t, 4) if t != float("inf") else None)
                                for n, t in zip(size_list, program_us, strict=True)}
                               if program_us is not None else None)
         click.echo(dumps_json(data, indent=2))
         return
-    _print_solve(result, files, written, vs_nccl, program_us)
+    _print_solve(result, files, written, vs_nccl, program_us, runtime)
     for note in written.notes:
         out.print(f"[yellow]{note}[/yellow]")
     for rep in written.xml_reports:
@@ -153,6 +156,20 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
     for rep in written.plan_reports:
         out.print(f"MSCCL++ plan verified by the plan interpreter: {rep.threadblocks} threadblocks, "
                   f"{rep.operations} operations, {rep.signals} signals, postcondition holds")
+
+
+def _runtime(result: Any, written: Any, topology: Topology, sizes: list[int], proto: str,
+             instances: int, calibration: str | None) -> Any:
+    """:func:`synth.solve.runtime_profile` of what serves each size (the best candidate's file
+    when no size ranges were chosen); ``max_bytes`` is the largest range's file's."""
+    from ..solve import RuntimeProfile, runtime_profile
+
+    if not written.ranges:
+        return runtime_profile(result.best.schedule, topology, sizes, proto, instances, calibration)
+    parts = [runtime_profile(r.candidate.schedule, topology, list(r.sizes), proto, instances,
+                             calibration) for r in written.ranges if r.sizes]
+    return RuntimeProfile(proto, instances, parts[-1].max_bytes, parts[-1].source,
+                          [p for part in parts for p in part.points])
 
 
 def _program_times(written: Any, files: list[str], topology: Topology, sizes: list[int],
@@ -178,6 +195,15 @@ def _program_times(written: Any, files: list[str], topology: Topology, sizes: li
                                  profile=profile)
         out.update(zip(mine, times, strict=True))
     return [out.get(n, float("inf")) for n in sizes]
+
+
+def _calibration_tag(calibration: str | None) -> str:
+    """``cal-<digest>`` for output names: a calibrated topology gives other schedules."""
+    if calibration is None:
+        return ""
+    import hashlib
+
+    return "cal-" + hashlib.sha256(Path(calibration).read_bytes()).hexdigest()[:8]
 
 
 def _nccl_calibration(calibration: str | None) -> Any:
@@ -281,7 +307,7 @@ def _solve_json(result: Any, files: list[str], written: Any) -> dict[str, Any]:
 
 
 def _print_solve(result: Any, files: list[str], written: Any, vs_nccl: Any = None,
-                 program_us: list[float] | None = None) -> None:
+                 program_us: list[float] | None = None, runtime: Any = None) -> None:
     best = result.best
     s = best.schedule
     out.print(f"[bold]{result.collective.name}[/bold] on [bold]{result.topology.name}[/bold] "
@@ -302,13 +328,21 @@ def _print_solve(result: Any, files: list[str], written: Any, vs_nccl: Any = Non
                         f"{result.bound.method})")
     cols = ["size", "algorithm", "model_us", "algbw GB/s", "bound µs", "% of bound"]
     if program_us is not None:
+        runtime = None      # the written file, timed, already runs its --proto and --instances
+    if runtime is not None:
+        cols.append("runtime_us")
+    if program_us is not None:
         cols.append("program_us")
     for col in cols:
         table.add_column(col, justify="right")
+    run_at = {p.bytes: p.time_us for p in runtime.points} if runtime is not None else {}
     served = _served(written) or [(p, best, None) for p in best.costs]
     for i, (p, c, _) in enumerate(served):
         row = [format_size(p.bytes), c.name, f"{p.time_us:.2f}", f"{p.algbw_GBps:.2f}",
                f"{p.bound_us:.2f}", f"{p.pct_of_bound:.1f}"]
+        if runtime is not None:
+            t = run_at[p.bytes]
+            row.append(f"{t:.2f}" if t != float("inf") else "too large")
         if program_us is not None:
             t = program_us[i]
             row.append(f"{t:.2f}" if t != float("inf") else "deadlock")
@@ -326,6 +360,13 @@ def _print_solve(result: Any, files: list[str], written: Any, vs_nccl: Any = Non
                        f"{row_['pct_of_bound']:.1f}" if row_["pct_of_bound"] else "—",
                        Path(row_["file"]).name if row_["file"] else "—")
         out.print(rt)
+    if runtime is not None:
+        too_large = any(t == float("inf") for t in run_at.values())
+        out.print(f"[dim]runtime_us: run by the MSCCL runtime with --proto {runtime.proto} "
+                  f"--instances {runtime.instances} (synth.protocols, the catalogs' model: launch, "
+                  "per-step synchronisation, channel caps)"
+                  + (f"; too large: beyond the {runtime.max_bytes} bytes the file can run"
+                     if too_large else "") + "[/dim]")
     if program_us is not None:
         out.print("[dim]model_us: the lock-step model above; program_us: the written XML run by the "
                   "timed program model (synth.program_model: threadblocks, grid iterations, FIFO "
