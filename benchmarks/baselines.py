@@ -20,7 +20,7 @@ from pathlib import Path
 from synth.bounds import lower_bound
 from synth.collectives import make_collective
 from synth.cost import format_size
-from synth.encodings.baseline import ALGORITHMS, baseline, preferred_chunks
+from synth.encodings.baseline.algorithms import ALGORITHMS, baseline, preferred_chunks
 from synth.errors import NotApplicable
 from synth.files import atomic_write
 from synth.solve import cost_profile

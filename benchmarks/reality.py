@@ -7,7 +7,7 @@ compares the measured time with
 * **uncalibrated**: :mod:`synth.nccl_model` — NCCL's tuner (algorithm, protocol, channels) and its
   latency/bandwidth terms from NVIDIA/nccl 2.30.7, nothing fitted;
 * **calibrated, leave-one-out**: the same model with a launch floor, latency scale and bandwidth
-  scale (:func:`synth.nccl_fit.fit`) fitted to every *other* point measured on the same machine
+  scale (:func:`synth.calibrate.nccl_fit.fit`) fitted to every *other* point measured on the same machine
   (same topology and node count, all collectives), then used to predict the held-out point;
 * **transferred across collectives**: fitted to one collective of a machine, predicting another
   collective of the same machine (where the data has two);
@@ -29,12 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from synth.collectives import make_collective
-from synth.cost import format_size, schedule_times_us
-from synth.encodings.baseline import baseline
-from synth.errors import NotApplicable
-from synth.files import atomic_write
-from synth.nccl_fit import (
+from synth.calibrate.nccl_fit import (
     Measurement,
     error_ratio,
     fit,
@@ -42,6 +37,11 @@ from synth.nccl_fit import (
     machine_for,
     predict_measurement,
 )
+from synth.collectives import make_collective
+from synth.cost import format_size, schedule_times_us
+from synth.encodings.baseline import baseline
+from synth.errors import NotApplicable
+from synth.files import atomic_write
 from synth.nccl_model import SOURCE, choose
 from synth.topology_io import load_topology
 

@@ -42,8 +42,8 @@ NCCL to compare with there.
 
 **Floors.** NCCL's latency terms are its floors: ``baseLatencies`` is the per-call launch and
 set-up cost, ``hwLatencies`` the per-step synchronisation. A calibration (:class:`NcclCalibration`,
-fitted by :mod:`synth.nccl_fit` / ``synth calibrate``) may add a launch floor and scale the latency
-and bandwidth terms; NCCL's *choice* is always made with its own uncalibrated table (that is what
+fitted by :mod:`synth.calibrate.nccl_fit` / ``synth calibrate``) may add a launch floor and scale
+the latency and bandwidth terms; NCCL's *choice* is always made with its own uncalibrated table (that is what
 the library does), and only the chosen configuration's time is calibrated.
 
 **Not modelled.** CollNet (SHARP in the InfiniBand switch: off unless a plugin provides it), the

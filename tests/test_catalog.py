@@ -25,7 +25,7 @@ from synth.collectives import make_collective
 from synth.cost import parse_sizes, schedule_times_us
 from synth.emit.interpreter import MODES, verify_program
 from synth.emit.xml_parse import parse_program
-from synth.encodings.baseline import baseline
+from synth.encodings.baseline.algorithms import baseline
 from synth.protocols import PROTOCOLS, ProtocolParams, StepProfile, default_model, predict_times_us
 from synth.topology_io import load_topology
 
@@ -153,7 +153,7 @@ def test_rerun_solves_nothing_and_is_byte_identical(built, capsys):
 
 
 def test_changing_one_link_class_resolves_only_what_depends_on_it(built, tmp_path):
-    from synth.calibration import load_calibration
+    from synth.calibrate.format import load_calibration
     from synth.catalog import build_catalog
     from synth.catalog.candidates import CHUNK_GRID
 
@@ -191,7 +191,7 @@ def test_calibration_file_feeds_the_catalog(tmp_path, built, capsys):
 
 def test_structure_key_ignores_alpha_beta_but_not_shape():
     a = load_topology("dgx_a100", 2)
-    from synth.calibration import apply_calibration
+    from synth.calibrate.format import apply_calibration
     b = apply_calibration(a, {"link_classes": {"ib_hdr": {"alpha_us": 9.0, "beta_us_per_mb": 80}}})
     assert a.content_hash != b.content_hash
     assert structure_hash(a) == structure_hash(b)

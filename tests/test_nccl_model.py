@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from synth import nccl_model as nm
-from synth.errors import NotApplicable, SynthError
-from synth.nccl_fit import (
+from synth.calibrate.nccl_fit import (
     Measurement,
     error_ratio,
     fit,
@@ -17,6 +16,7 @@ from synth.nccl_fit import (
     predict_measurement,
     read_measurements,
 )
+from synth.errors import NotApplicable, SynthError
 from synth.topology_io import load_topology
 
 DATA = Path(__file__).parent / "data" / "nccl-tests"
@@ -236,8 +236,8 @@ def test_cli_solve_json_has_vs_nccl(tmp_path):
 def test_calibrate_fits_nccl_model_and_solve_reads_it(tmp_path):
     import json
 
-    from synth.calibrate_nccl import calibrate_file
-    from synth.calibration import load_calibration
+    from synth.calibrate.format import load_calibration
+    from synth.calibrate.link_fit import calibrate_file
 
     fitted = calibrate_file(DATA / "h200-1node-allreduce-16g-nhc142.log", "dgx_h100")
     section = fitted.to_json()["nccl_model"]
@@ -278,3 +278,24 @@ def test_compare_uses_the_timed_program_where_it_runs():
     assert cmp is not None
     assert (cmp[0].runtime_proto, cmp[0].runtime_us) == ("program", 100.0)
     assert cmp[1].runtime_proto in ("Simple", "LL", "LL128")  # the file does not run there
+
+
+def test_bad_nccl_calibration_is_an_input_error(tmp_path):
+    from .conftest import run_synth
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "synth-calibration/1", "nccl_model": {"bandwidth_scale": 0}}')
+    r = run_synth("solve", "--topo", "dgx_h100", "--coll", "allgather", "--algo", "nccl",
+                  "--calibration", str(bad), "--out", str(tmp_path / "o"))
+    assert r.returncode == 2
+    assert "nccl_model.bandwidth_scale must be a positive number" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_catalog_speedup_prefers_the_timed_program():
+    from synth.catalog.report import _vs_nccl
+
+    assert _vs_nccl(10.0, 5.0, 4.0) == {"speedup_vs_nccl": 2.5, "speedup_timed_by": "program"}
+    assert _vs_nccl(10.0, 5.0, float("inf")) == {"speedup_vs_nccl": 2.0,
+                                                 "speedup_timed_by": "model"}
+    assert _vs_nccl(None, 5.0, 4.0)["speedup_vs_nccl"] is None

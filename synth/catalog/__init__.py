@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..calibration import Calibration, apply_calibration, class_overrides
+from ..calibrate.format import Calibration, apply_calibration, class_overrides
 from ..collectives import KINDS, make_collective
 from ..emit import XML_KINDS
 from ..errors import SynthError, unknown_name
