@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -138,4 +139,4 @@ def test_catalog_format_mscclpp_writes_verified_plans(synth_cli, tmp_path):
                 assert report.postcondition and obj["collective"] == kind
                 ranges.append((obj["min_message_size"], obj["max_message_size"]))
         ranges.sort()
-        assert all(a[1] + 1 == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+        assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(ranges))
