@@ -5,19 +5,16 @@ Attached to the main group in :mod:`synth.cli`.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from ..errors import SynthError
 from .console import err, stdout_console
-
-if TYPE_CHECKING:
-    from ..catalog import CollectiveResult
 
 out = stdout_console(piped_width=200)
 
@@ -119,8 +116,10 @@ def catalog(topo_spec: str, nodes: int, collectives: str, sizes: str, calibratio
               f"{sum(c.xml_verified for c in result.results)} verified by the interpreter now, "
               f"{sum(c.xml_reused for c in result.results)} verified before (cached); "
               f"{len(files)} files in {target} ({seconds:.1f} s)")
+    written = json.loads((target / "catalog.json").read_text())
     for cr in result.results:
-        finite = [g for g in _per_bucket(result, cr) if g is not None]
+        finite = [b["speedup_vs_nccl"] for b in written["collectives"][cr.kind]["buckets"]
+                  if b["speedup_vs_nccl"] is not None]
         out.print(f"  {cr.kind}: {len(cr.emitted)} file(s), {len(cr.candidates)} candidates; "
                   + (f"vs NCCL (its own model) {min(finite):.2f}x .. {max(finite):.2f}x"
                      if finite else "no NCCL on this machine")
@@ -141,9 +140,3 @@ def catalog(topo_spec: str, nodes: int, collectives: str, sizes: str, calibratio
     out.print(f"MSCCL_ALGO_DIR={target}/msccl-algorithms   MSCCL_CONFIG={target}/msccl_config.xml")
 
 
-def _per_bucket(result: Any, cr: CollectiveResult) -> list[float | None]:
-    """NCCL's modelled time / the catalog's, per size bucket (None: no NCCL there)."""
-    from ..catalog.report import bucket_rows, nccl_choices
-    buckets = [t.bucket for t in cr.tunings]
-    nccl = nccl_choices(result, cr.kind, [b.size for b in buckets])
-    return [r["speedup_vs_nccl"] for r in bucket_rows(cr, buckets, nccl)]
