@@ -459,3 +459,19 @@ def test_solve_creates_a_new_out_folder_when_it_writes(tmp_path, fmt):
                            "baseline", "--algo", "ring", "--format", fmt, "--out", str(out))
     assert result.returncode == 0, result.stderr
     assert any(out.glob("*.schedule.json"))
+
+
+@pytest.mark.parametrize("extra", [["--tuner", "nope"], ["--time-limit", "nan"],
+                                   ["--collectives", "nope"]])
+def test_failed_catalog_creates_no_folder(tmp_path, extra):
+    out = tmp_path / "a" / "cat"
+    result = run_inprocess("catalog", "--topo", "ring:4", "--out", str(out), "--cache-dir",
+                           str(tmp_path / "cache"), "--quiet", *extra)
+    assert_one_line_error(result)
+    assert not (tmp_path / "a").exists()
+
+
+def test_catalog_into_proc_is_refused_before_solving():
+    result = run_inprocess("catalog", "--topo", "ring:4", "--out", "/proc/synth_catalog", "--quiet")
+    assert_one_line_error(result)
+    assert "pseudo-filesystem" in result.stderr
