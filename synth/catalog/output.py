@@ -9,6 +9,8 @@ Layout of ``OUT``::
     catalog.json        every candidate, its knobs, predicted times, verification, cache keys
     catalog.md          the table a person reads
     plots/<coll>.png    algorithm bandwidth vs size, envelope highlighted
+    mscclpp-plans/      with ``--format mscclpp``: each XML's twin as a verified MSCCL++ execution
+                        plan (same schedule, protocol, instances; the range as min/max_message_size)
 
 The XML files live in their own folder because the executor runtimes parse *every* file in
 ``MSCCL_ALGO_DIR`` and abort initialisation on one they cannot parse (spec §0).
@@ -34,11 +36,13 @@ import shutil
 from pathlib import Path
 
 from ..errors import SynthError
+from ..files import check_writable_dir, ensure_writable_dir
 from . import CatalogResult
 from .plot import plot_collective
 from .report import (
     CONFIG_FILE,
     LEGACY_DIR,
+    PLAN_DIR,
     PLOT_DIR,
     XML_DIR,
     catalog_json,
@@ -55,15 +59,11 @@ _AT_FDCWD = -100
 
 
 def check_out_dir(out: Path) -> Path:
-    """The absolute output folder, after proving it can be (re)placed; nothing is written."""
+    """The absolute output folder, after proving it can be (re)placed; nothing is written or
+    created (:func:`write_catalog` creates the parent folders when it writes)."""
     out = Path(os.path.abspath(out))
-    parent = out.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise SynthError(f"cannot create '{parent}' for the catalog: {exc.strerror or exc}") from None
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise SynthError(f"cannot write the catalog: folder '{parent}' is not writable")
+    check_writable_dir(out)
+    check_writable_dir(out.parent)  # the folder is replaced by a rename inside its parent
     if out.exists() or out.is_symlink():
         if not out.is_dir() or out.is_symlink():
             raise SynthError(f"output path '{out}' exists and is not a folder")
@@ -144,6 +144,8 @@ def render(result: CatalogResult, out: Path) -> dict[str, str | bytes]:
         for i, e in enumerate(cr.emitted):
             name = xml_name(cr.kind, i, e.range.config)
             files[f"{XML_DIR}/{name}"] = e.exec_xml
+            if e.plan_json is not None:
+                files[f"{PLAN_DIR}/{name.removesuffix('.xml')}.json"] = e.plan_json
             if e.legacy_xml is not None:
                 files[f"{LEGACY_DIR}/{name}"] = e.legacy_xml
                 config_paths[name] = f"{LEGACY_DIR}/{name}"
@@ -167,6 +169,7 @@ def render(result: CatalogResult, out: Path) -> dict[str, str | bytes]:
 def write_catalog(result: CatalogResult, out: Path) -> list[Path]:
     """Write the catalog folder atomically (module docstring); returns the files, sorted."""
     out = check_out_dir(out)
+    ensure_writable_dir(out.parent)
     clean_stale(out)
     files = render(result, out)
     token = secrets.token_hex(4)

@@ -29,6 +29,7 @@ XML_DIR = "msccl-algorithms"
 LEGACY_DIR = "legacy"
 CONFIG_FILE = "msccl_config.xml"
 PLOT_DIR = "plots"
+PLAN_DIR = "mscclpp-plans"
 
 
 def _r(x: float) -> float | None:

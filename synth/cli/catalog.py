@@ -68,11 +68,15 @@ class _Bars:
 @click.option("--no-xml-cache", "no_xml_cache", is_flag=True,
               help="Compile and run the interpreter on every file again, even when an identical "
                    "file was verified before.")
+@click.option("--format", "out_format", default="msccl", show_default=True,
+              type=click.Choice(["msccl", "mscclpp"]),
+              help="mscclpp: also write each selected file as a verified MSCCL++ execution plan "
+                   "(mscclpp-plans/; Simple and LL ranges).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def catalog(topo_spec: str, nodes: int, collectives: str, sizes: str, calibration: str | None,
             tuner: str, workers: int | None, executor: str, out_dir: str | None,
             cache_dir: str | None, time_limit: float, seed: int, no_xml_cache: bool,
-            quiet: bool) -> None:
+            out_format: str, quiet: bool) -> None:
     """Regenerate the per-cluster catalog: best verified algorithm per collective and size range."""
     from ..calibrate.format import load_calibration
     from ..catalog import build_catalog, check_collectives
@@ -102,7 +106,8 @@ def catalog(topo_spec: str, nodes: int, collectives: str, sizes: str, calibratio
         result = build_catalog(topology, topo_spec=topo_spec, nodes=nodes, kinds=kinds,
                                sizes=size_list, tuner=tuner, workers=workers, executor=executor,
                                time_limit_s=time_limit, cache_dir=cache, calibration=cal, seed=seed,
-                               xml_cache=not no_xml_cache, progress=_Bars(bars))
+                               xml_cache=not no_xml_cache, progress=_Bars(bars),
+                               plans=out_format == "mscclpp")
     files = write_catalog(result, target)
     seconds = time.perf_counter() - start
     out.print(f"[bold]catalog[/bold] {topology.name} ({topology.num_ranks} ranks), "
@@ -119,6 +124,15 @@ def catalog(topo_spec: str, nodes: int, collectives: str, sizes: str, calibratio
                   + (f"vs NCCL (its own model) {min(finite):.2f}x .. {max(finite):.2f}x"
                      if finite else "no NCCL on this machine")
                   + (f"; {len(cr.choice.excluded)} passed over" if cr.choice.excluded else ""))
+    if out_format == "mscclpp":
+        plans = [e for cr in result.results for e in cr.emitted]
+        made = sum(e.plan_json is not None for e in plans)
+        out.print(f"MSCCL++ plans: {made} of {len(plans)} written to {target}/mscclpp-plans, each "
+                  "verified by the plan interpreter")
+        for e in plans:
+            if e.plan_note:
+                out.print(f"[yellow]{e.range.config.family} {e.range.lo}-{e.range.hi}: "
+                          f"{e.plan_note}[/yellow]")
     for c in result.crashes:
         out.print(f"[yellow]solve failed (not cached): {c}[/yellow]")
     for n in result.calibration_notes:
