@@ -15,7 +15,7 @@ Variants:
 * ``shipped`` -- the module's defaults, uncalibrated: NCCL's per-protocol ring ``baseLat`` as the
   launch and no executor step cost beyond NCCL's per-hop ``hwLat`` (``STEP_US`` = 0.0: the
   best step cost with the cited launch, found by this script on a 0.05 µs grid);
-* ``calibrated`` -- ``synth calibrate --format msccl`` (:func:`synth.program_fit.fit_floors`): a
+* ``calibrated`` -- ``synth calibrate --format msccl`` (:func:`synth.calibrate.program_fit.fit_floors`): a
   launch per protocol and one step cost fitted to all points (in-sample), and the same fit
   refitted without each file's points to predict them (leave-one-file-out, out-of-sample).
 
@@ -31,10 +31,10 @@ from dataclasses import replace
 import numpy as np
 from harness import ROOT, write_results
 
+from synth.calibrate.program_fit import STEP_GRID, errors, fit_floors, read_measurements
 from synth.cost import format_size
 from synth.emit.interpreter import verify_program
 from synth.emit.xml_parse import read_program
-from synth.program_fit import STEP_GRID, errors, fit_floors, read_measurements
 from synth.program_model import program_model, program_time
 from synth.topology_io import load_topology
 
