@@ -52,8 +52,8 @@ from .console import err, out
 @click.option("--max-bytes", default="0", show_default=True, help="XML maxBytes; 0 = unbounded.")
 @click.option("--format", "out_format", default="msccl", show_default=True,
               type=click.Choice(["msccl", "mscclpp"]),
-              help="msccl: MSCCL-IR XML; mscclpp: an MSCCL++ execution plan (JSON, Simple protocol), "
-                   "verified by the plan interpreter. --instances/--min-bytes/--max-bytes apply.")
+              help="msccl: MSCCL-IR XML; mscclpp: an MSCCL++ execution plan (JSON), verified by the "
+                   "plan interpreter; --proto (Simple, LL), --instances, --min/max-bytes apply.")
 @click.option("--target", default="msccl", show_default=True,
               type=click.Choice(["msccl", "neuron", "jax"]),
               help="msccl: schedule + MSCCL-IR XML; neuron/jax: a composed vendor-primitive program.")
@@ -93,8 +93,8 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
                          f"'{encoding}' (use --encoding milp or auto)")
     if instances < 1:
         raise SynthError(f"--instances must be at least 1, got {instances}")
-    if out_format == "mscclpp" and proto != "Simple":
-        raise SynthError(f"--format mscclpp emits the Simple protocol only, not {proto}")
+    if out_format == "mscclpp" and proto not in ("Simple", "LL"):
+        raise SynthError(f"--format mscclpp emits the Simple or LL protocol, not {proto}")
     size_list = parse_sizes(sizes) if sizes else DEFAULT_SIZES
     xml = XmlOptions(profile=xml_profile, proto=proto, instances=instances,
                      min_bytes=_bytes(min_bytes), max_bytes=_bytes(max_bytes),
@@ -120,7 +120,7 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
         if out_format == "mscclpp":
             from ..solve import PlanOptions, PlanTarget
 
-            plan = PlanTarget(topology, PlanOptions(instances=instances,
+            plan = PlanTarget(topology, PlanOptions(proto=proto, instances=instances,
                                                     min_bytes=_bytes(min_bytes),
                                                     max_bytes=_bytes(max_bytes)))
         chosen, written = write_best(result, target, None if plan else xml, plan)
