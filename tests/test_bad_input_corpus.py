@@ -347,6 +347,8 @@ def test_yaml_exponent_without_a_dot_is_a_number(tmp_path):
     (["--topo", "ring:4", "--chunks", "1000000000"], "MAX_GLOBAL_CHUNKS"),
     (["--topo", "ring:" + "9" * 5000], "too large"),
     (["--topo", "ring:4", "--time-limit", "nan"], "positive number of seconds"),
+    (["--topo", "ring:4", "--encoding", "smt", "--steps", "1000000000"], "MAX_STEPS"),
+    (["--topo", "trn1_32", "--target", "neuron", "--tensors", "1000000000"], "MAX_TENSORS"),
 ])
 def test_absurd_sizes_are_refused_at_once(tmp_path, args, needle):
     import time

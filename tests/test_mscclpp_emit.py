@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -117,3 +118,25 @@ def test_ll_faults_are_caught():
     ops[i]["dst_buff"][0]["index"] += 1  # packets land in the wrong staging chunk
     with pytest.raises(VerificationError):
         verify_plan(load_plan(json.dumps(obj)))
+
+
+@pytest.mark.slow  # a real catalog run (solve, tune, XML and plan per range): ~20 s
+def test_catalog_format_mscclpp_writes_verified_plans(synth_cli, tmp_path):
+    out = tmp_path / "cat"
+    result = synth_cli("catalog", "--topo", "ring:4", "--collectives", "allgather,allreduce",
+                       "--sizes", "1KB:1MB", "--out", str(out), "--cache-dir",
+                       str(tmp_path / "cache"), "--workers", "1", "--quiet", "--format", "mscclpp")
+    assert result.returncode == 0, result.stderr
+    xmls = sorted((out / "msccl-algorithms").glob("*.xml"))
+    plans = sorted((out / "mscclpp-plans").glob("*.json"))
+    assert xmls and len(plans) == len([x for x in xmls if "_LL128_" not in x.name])
+    for kind in ("allgather", "allreduce"):
+        ranges = []
+        for p in plans:
+            if p.name.startswith(kind + "_"):
+                obj = json.loads(p.read_text())
+                report = verify_plan(load_plan(p.read_text(), str(p)))
+                assert report.postcondition and obj["collective"] == kind
+                ranges.append((obj["min_message_size"], obj["max_message_size"]))
+        ranges.sort()
+        assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(ranges))

@@ -290,3 +290,12 @@ def test_bad_nccl_calibration_is_an_input_error(tmp_path):
     assert r.returncode == 2
     assert "nccl_model.bandwidth_scale must be a positive number" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_catalog_speedup_prefers_the_timed_program():
+    from synth.catalog.report import _vs_nccl
+
+    assert _vs_nccl(10.0, 5.0, 4.0) == {"speedup_vs_nccl": 2.5, "speedup_timed_by": "program"}
+    assert _vs_nccl(10.0, 5.0, float("inf")) == {"speedup_vs_nccl": 2.0,
+                                                 "speedup_timed_by": "model"}
+    assert _vs_nccl(None, 5.0, 4.0)["speedup_vs_nccl"] is None
