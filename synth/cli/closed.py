@@ -202,10 +202,10 @@ def calibrate(log: str, log_format: str, xml_dir: str | None, platform: str | No
 def _calibrate_msccl(log: str, xml_dir: str | None, topo_spec: str | None, nodes: int,
                      out_path: str | None, as_json: bool) -> None:
     """`calibrate --format msccl`: fit the program model's floors to measured MSCCL times."""
+    from ..calibrate.program_fit import fit_floors, read_measurements
     from ..emit.interpreter import verify_program
     from ..emit.xml_parse import read_program
     from ..files import atomic_write, ensure_writable_dir, read_data
-    from ..program_fit import fit_floors, read_measurements
     from ..topology_io import load_topology
 
     if topo_spec is None:
