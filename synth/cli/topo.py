@@ -79,10 +79,10 @@ def topo_show(name: str, nodes: int, as_json: bool) -> None:
 
 
 @topo.command("import")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=click.Path())
 @click.option("--format", "fmt", required=True, type=click.Choice(["nccl-xml"]),
               help="nccl-xml: an NCCL_TOPO_DUMP_FILE / NCCL_TOPO_FILE system XML.")
-@click.option("--out", "out_file", required=True, type=click.Path(dir_okay=False),
+@click.option("--out", "out_file", required=True, type=click.Path(),
               help="The topology YAML to write (then: --topo FILE).")
 @click.option("--name", default=None, help="Topology name (default: the file's stem).")
 @click.option("--nodes", default=1, show_default=True,
