@@ -482,3 +482,12 @@ def test_catalog_into_proc_is_refused_before_solving():
     result = run_inprocess("catalog", "--topo", "ring:4", "--out", "/proc/synth_catalog", "--quiet")
     assert_one_line_error(result)
     assert "pseudo-filesystem" in result.stderr
+
+
+def test_a_real_process_gets_one_line_and_exit_2(synth_cli, tmp_path):
+    """The in-process runs above share the entry point; one real process checks it end to end."""
+    bad = make(tmp_path, "random", ".xml")
+    result = synth_cli("verify", str(bad))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"synth: error: XML file '{bad}' is a binary file, not text (it contains NUL bytes)"]
