@@ -27,6 +27,10 @@ from .console import err, out
 @click.option("--coll", "coll_spec", required=True,
               help=f"One of {', '.join(KINDS)}, or a custom collective file.")
 @click.option("--nodes", default=1, show_default=True, help="Join N copies through their NICs.")
+@click.option("--group", "group_spec", default=None,
+              help="Process group: 0,8,16 | stride:S | node:K | rail:R. Synthesizes on the "
+                   "machine the group induces (relays only through members); the XML's ngpus is "
+                   "the group size and <file>.ranks.json maps group ranks to global ranks.")
 @click.option("--encoding", default="auto", show_default=True, help="auto | baseline | ...")
 @click.option("--algo", default=None, help="Baseline algorithm (ring, bidir_ring, direct, ...).")
 @click.option("--chunks", type=int, default=None, help="Chunks per rank (default: per algorithm).")
@@ -72,7 +76,7 @@ from .console import err, out
               show_default=True,
               help="Also time the written XML with the timed program model (program_us).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str | None,
+def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None, encoding: str, algo: str | None,
           chunks: int | None, root: int | None, inplace: bool | None, sizes: str | None,
           time_limit: float | None, steps: int | None, rounds: int | None, least_steps: bool,
           engine: str | None, sketch: str | None, solver: str | None, want_xml: bool,
@@ -82,6 +86,9 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
           as_json: bool) -> None:
     """Synthesize a verified schedule and print its cost against the bound."""
     if target != "msccl":
+        if group_spec is not None:
+            raise SynthError("--group applies to --target msccl (a neuron/jax program runs on the "
+                             "framework's own groups)")
         _solve_closed(topo_spec, coll_spec, nodes, target, tensors, nbytes, calibration, out_dir,
                       as_json)
         return
@@ -105,7 +112,10 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
     xml = XmlOptions(profile=xml_profile, proto=proto, instances=instances,
                      min_bytes=_bytes(min_bytes), max_bytes=_bytes(max_bytes),
                      inplace=inplace, max_threadblocks=max_threadblocks) if want_xml else None
-    topology = _with_calibration(load_topology(topo_spec, nodes), calibration)
+    from ..topology_io import load_group
+
+    base, group = load_group(topo_spec, nodes, group_spec)
+    topology = _with_calibration(base, calibration)
     collective = load_collective(coll_spec, topology.num_ranks, chunks or 1, root, bool(inplace))
     target = check_writable_dir(Path(out_dir))  # created when the first file is written
     with err.status(f"solving {collective.name} on {topology.name} ({encoding})",
@@ -136,6 +146,10 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
             written = write_winners(result, target, xml, tag=_calibration_tag(calibration))
             result.best = written.ranges[-1].candidate  # the one serving the largest size
     files = [str(f) for f in written.files]
+    if group is not None:
+        from ..groups import write_rank_maps
+
+        files += [str(f) for f in write_rank_maps(written.files, group)]
     from ..solve import compare_with_nccl
 
     runtime = _runtime(result, written, topology, size_list, proto, instances, calibration)
