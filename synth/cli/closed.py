@@ -209,20 +209,15 @@ def calibrate(log: str, log_format: str, xml_dir: str | None, platform: str | No
 def _calibrate_msccl(log: str, xml_dir: str | None, topo_spec: str | None, nodes: int,
                      out_path: str | None, as_json: bool) -> None:
     """`calibrate --format msccl`: fit the program model's floors to measured MSCCL times."""
-    import json
-
     from ..calibrate.program_fit import fit_floors, read_measurements
     from ..emit.interpreter import verify_program
     from ..emit.xml_parse import read_program
-    from ..files import atomic_write, ensure_writable_dir, read_input
+    from ..files import atomic_write, ensure_writable_dir, read_data
     from ..topology_io import load_topology
 
     if topo_spec is None:
         raise SynthError("--format msccl needs --topo: the machine the times were measured on")
-    try:
-        data = json.loads(read_input(log, "measurement file"))
-    except json.JSONDecodeError as exc:
-        raise SynthError(f"{log}: not valid JSON: {exc}") from None
+    data = read_data(log, "measurement file", fmt="json")
     measurements = read_measurements(data, log)
     folder = Path(xml_dir) if xml_dir else Path(log).parent
     if not folder.is_dir():
