@@ -145,7 +145,12 @@ def parse_nccl_xml(text: str, source: str, assume_nvlink: str | None = None,
     if not has_nvlink and len(gpus) > 1:
         _pcie_tree(source, root, gpus, cpus, ids, m)
     _nics(source, gpus, nets, assume_nic_gbps, m)
-    m.name_hint = f"{(gen.name if gen else 'gpu').split('/')[0].lower()}x{len(gpus)}"
+    if gen is not None:
+        model = next((hardware.PCI_DEVICES[g.device][0] for g in gpus
+                      if g.device in hardware.PCI_DEVICES), gen.name.split("/")[0])
+        m.meta["gpu"] = model
+        m.meta["nvlinks_per_gpu"] = gen.nvlinks
+        m.inferred.append(f"meta.gpu = {model} (NCCL's model is compared against it)")
     return m
 
 
