@@ -79,7 +79,8 @@ CONTENTS: dict[str, bytes | Callable[[Path], None]] = {
 }
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    # name: (argument template, suffix the file gets; '{f}' is the bad file, '{o}' a fresh folder)
+    # name: (argument template, suffix the file gets; '{f}' is the bad file, '{o}' a fresh folder,
+    # '{t}' an existing one)
     "verify_json": ("verify {f}", ".json"),
     "verify_xml": ("verify {f}", ".xml"),
     "simulate": ("simulate {f}", ".json"),
@@ -100,6 +101,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "strategies_calibration": ("strategies --topo trn1_32 --coll allreduce --calibration {f}",
                                ".json"),
     "catalog_calibration": ("catalog --topo ring:4 --calibration {f} --out {o}", ".json"),
+    "topo_import": ("topo import {f} --format nccl-xml --out {t}/imported.yaml", ".xml"),
+    "calibrate_msccl": ("calibrate {f} --format msccl --topo ndv5 --out {o}/c.json", ".json"),
+    "catalog_topo": ("catalog --topo {f} --out {o} --quiet", ".yaml"),
+    "strategies_topo": ("strategies --topo {f} --coll allreduce", ".yaml"),
+    "solve_neuron_topo": ("solve --topo {f} --coll allreduce --target neuron --out {o}", ".yaml"),
     "calibrate_nccl": ("calibrate {f} --format nccl-tests --topo dgx1 --out {o}/c.json", ".log"),
     "calibrate_nccom": ("calibrate {f} --format nccom-test --platform neuron --out {o}/c.json",
                         ".log"),
@@ -138,8 +144,9 @@ def test_corpus_through_every_command(tmp_path, command, content):
         pytest.skip("a log is free text: its lines are parsed, not its structure")
     bad = make(tmp_path, content, suffix)
     out = tmp_path / "out"
-    args = template.format(f=bad, o=out).split()
+    args = template.format(f=bad, o=out, t=tmp_path).split()
     assert_one_line_error(run_inprocess(*args), out)
+    assert not (tmp_path / "imported.yaml").exists()
 
 
 DEVICE_COMMANDS = ["verify {f}", "simulate {f}", "solve --topo {f} --coll allgather --out {o}",
@@ -459,3 +466,28 @@ def test_solve_creates_a_new_out_folder_when_it_writes(tmp_path, fmt):
                            "baseline", "--algo", "ring", "--format", fmt, "--out", str(out))
     assert result.returncode == 0, result.stderr
     assert any(out.glob("*.schedule.json"))
+
+
+@pytest.mark.parametrize("extra", [["--tuner", "nope"], ["--time-limit", "nan"],
+                                   ["--collectives", "nope"]])
+def test_failed_catalog_creates_no_folder(tmp_path, extra):
+    out = tmp_path / "a" / "cat"
+    result = run_inprocess("catalog", "--topo", "ring:4", "--out", str(out), "--cache-dir",
+                           str(tmp_path / "cache"), "--quiet", *extra)
+    assert_one_line_error(result)
+    assert not (tmp_path / "a").exists()
+
+
+def test_catalog_into_proc_is_refused_before_solving():
+    result = run_inprocess("catalog", "--topo", "ring:4", "--out", "/proc/synth_catalog", "--quiet")
+    assert_one_line_error(result)
+    assert "pseudo-filesystem" in result.stderr
+
+
+def test_a_real_process_gets_one_line_and_exit_2(synth_cli, tmp_path):
+    """The in-process runs above share the entry point; one real process checks it end to end."""
+    bad = make(tmp_path, "random", ".xml")
+    result = synth_cli("verify", str(bad))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"synth: error: XML file '{bad}' is a binary file, not text (it contains NUL bytes)"]

@@ -24,10 +24,11 @@ SMALL, LARGE = 2**10, 2**30
 
 
 def _problem(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace: bool,
-             engine: str | None):
+             engine: str | None, group: str | None = None):
     from ..encodings.smt.encoding import SmtProblem
+    from ..topology_io import load_group
 
-    topology = load_topology(topo_spec, nodes)
+    topology = load_group(topo_spec, nodes, group)[0] if group else load_topology(topo_spec, nodes)
     collective = load_collective(coll_spec, topology.num_ranks, 1, root, inplace)
     return topology, collective, SmtProblem(topology, collective, engine=engine)
 
@@ -64,10 +65,13 @@ def _common(f):
               help="Calibration JSON from `synth calibrate` (measured α/β per link class): the "
                    "frontier's times use it. The frontier itself (steps, rounds) does not depend on it.")
 @click.option("-v", "--verbose", is_flag=True, help="Print every instance as it is decided.")
+@click.option("--group", "group_spec", default=None,
+              help="Process group (0,8,16 | stride:S | node:K | rail:R): the frontier on the "
+                   "machine it induces; <file>.ranks.json maps group ranks to global ranks.")
 def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace: bool,
            max_steps: int | None, max_chunks: int | None, time_limit: float, engine: str,
            sccl_walk: bool, out_dir: str, as_json: bool, plot_file: str | None,
-           calibration: str | None, verbose: bool) -> None:
+           calibration: str | None, verbose: bool, group_spec: str | None) -> None:
     """The latency/bandwidth Pareto frontier of SCCL's (steps, rounds, chunks) algorithms.
 
     Walks chunks C = 1, 2, ..., rounds R from the rounds-per-chunk bound and steps S from the
@@ -87,7 +91,8 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
         raise SynthError(f"--time-limit must be a positive number of seconds, got {time_limit:g}")
     if plot_file is not None:
         _check_plot_path(Path(plot_file))
-    topology, collective, problem = _problem(topo_spec, coll_spec, nodes, root, inplace, engine)
+    topology, collective, problem = _problem(topo_spec, coll_spec, nodes, root, inplace, engine,
+                                             group_spec)
     costed = topology
     if calibration is not None:
         from ..calibrate.format import apply_calibration
@@ -117,6 +122,10 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
             written.notes.append(f"no XML: {exc.message}")
         for note in written.notes:
             err.print(f"(S{point.steps},R{point.rounds},C{point.chunks}) {note}")
+        if group_spec is not None:
+            from ..groups import group_of, write_rank_maps
+
+            written.files.extend(write_rank_maps(written.files, group_of(topology)))
         by = {p.bytes: p for p in costs}
         rows.append({"steps": point.steps, "rounds": point.rounds, "chunks": point.chunks,
                      "rounds_per_chunk": str(point.rpc),
