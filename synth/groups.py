@@ -6,7 +6,8 @@ relay only through members: synth synthesizes it on the topology the group *indu
 members renumbered ``0..k-1``, the links among them, and every switch and NIC with only its
 members' ports (a port keeps its full bandwidth: in isolation the group has it to itself).
 
-Group specs (``--group``): an explicit list ``0,8,16``; ``stride:S`` (ranks 0, S, 2S, ...);
+Group specs (``--group``): an explicit list ``0,8,16``; ``stride:S`` (ranks 0, S, 2S, ...;
+``stride:S+O`` starts at O);
 ``node:K`` (the ranks of node K); ``rail:R`` (local rank R of every node). Partition specs
 (``--concurrent``): ``stride:S`` (the S stride groups), ``rail`` (one group per local rank),
 ``node`` (one group per node), or explicit groups ``0,1|2,3``.
@@ -65,10 +66,12 @@ def parse_group(spec: str, topo: Topology) -> Group:
     n = topo.num_ranks
     kind, sep, arg = spec.partition(":")
     if sep and kind == "stride":
-        s = _int(arg, spec)
-        if s < 1:
-            raise SynthError(f"group '{spec}': the stride must be at least 1")
-        members = tuple(range(0, n, s))
+        step, plus, offset = arg.partition("+")
+        s, o = _int(step, spec), (_int(offset, spec) if plus else 0)
+        if s < 1 or o >= s:
+            raise SynthError(f"group '{spec}': the stride must be at least 1 and the offset "
+                             "smaller than the stride")
+        members = tuple(range(o, n, s))
     elif sep and kind == "node":
         k, nodes = _int(arg, spec), _local(topo)
         if k >= len(nodes):
@@ -113,10 +116,7 @@ def parse_partition(spec: str, topo: Topology) -> list[Group]:
         s = _int(arg, spec)
         if s < 1:
             raise SynthError(f"partition '{spec}': the stride must be at least 1")
-        groups = [Group(f"stride:{s}+{o}", tuple(range(o, topo.num_ranks, s))) for o in range(s)]
-        for g in groups:
-            if len(g.members) < 2:
-                raise SynthError(f"partition '{spec}': group {g.spec} has fewer than 2 ranks")
+        groups = [parse_group(f"stride:{s}+{o}", topo) for o in range(s)]
     elif "|" in spec or re.fullmatch(r"[0-9, ]+", spec):
         groups = [parse_group(part, topo) for part in spec.split("|")]
     else:
@@ -176,14 +176,40 @@ def induced(topo: Topology, group: Group) -> Topology:
     return sub
 
 
-GROUP_NAME = re.compile(r"(?P<base>.+)\.g-(?P<label>(?:stride|node|rail)-[0-9]+|[0-9]+(?:_[0-9]+)+)")
+GROUP_NAME = re.compile(
+    r"(?P<base>.+)\.g-(?P<label>(?:stride|node|rail)-[0-9]+(?:\+[0-9]+)?|[0-9]+(?:_[0-9]+)+)"
+    r"(?:\.c-(?P<part>stride-[0-9]+|rail|node|[0-9]+(?:_[0-9]+)*(?:~[0-9]+(?:_[0-9]+)*)+))?")
 """How an induced topology names itself: ``dgx_h100x8.g-stride-8``; read back by
 :func:`synth.topology_io.load_topology` so ``synth verify`` finds the group's machine."""
 
 
 def spec_of_label(label: str) -> str:
-    """Inverse of :attr:`Group.label`."""
-    return label.replace("-", ":", 1) if label[0].isalpha() else label.replace("_", ",")
+    """Inverse of :attr:`Group.label` (and of :func:`partition_label`)."""
+    if label[0].isalpha():
+        return label.replace("-", ":", 1)
+    return label.replace("_", ",").replace("~", "|")
+
+
+def partition_label(spec: str) -> str:
+    """A ``--concurrent`` spec as a name part (``stride:8`` -> ``stride-8``, ``0,1|2,3`` ->
+    ``0_1~2_3``)."""
+    return spec.strip().replace(":", "-").replace(",", "_").replace("|", "~").replace(" ", "")
+
+
+def concurrent_group(topo: Topology, group: Group, partition: str) -> Topology:
+    """The machine ``group`` sees while every group of ``partition`` runs (it must be one of them)."""
+    groups = parse_partition(partition, topo)
+    for i, g in enumerate(groups):
+        if g.members == group.members:
+            sub = concurrent(topo, groups)[0][i]
+            return Topology(name=f"{sub.name}.c-{partition_label(partition)}",
+                            num_ranks=sub.num_ranks, links=sub.links, switches=sub.switches,
+                            nodes=sub.nodes, nics=sub.nics, description=sub.description,
+                            sources=sub.sources,
+                            meta=(*((k, v) for k, v in sub.meta if k != "group"),
+                                  ("group", group.spec), ("partition", partition)))
+    raise SynthError(f"group '{group.spec}' is not one of the groups of --concurrent "
+                     f"'{partition}' ({', '.join(g.spec for g in groups)})")
 
 
 def _short(ranks: tuple[int, ...]) -> str:
@@ -205,3 +231,61 @@ def write_rank_maps(files: list, group: Group) -> list:
     text = dumps_json(group.mapping(), indent=2) + "\n"
     return [atomic_write(Path(f"{f}.ranks.json"), text) for f in files
             if str(f).endswith((".xml", ".json")) and not str(f).endswith(".ranks.json")]
+
+
+# ------------------------------------------------------------------------------ concurrent groups
+@dataclass(frozen=True)
+class Share:
+    """A port or NIC several concurrent groups use, and each group's fraction of it."""
+
+    resource: str
+    groups: tuple[str, ...]
+    fraction: tuple[float, ...]
+
+
+def concurrent(topo: Topology, groups: list[Group]) -> tuple[list[Topology], list[Share]]:
+    """The machine each of ``groups`` sees while all of them run at once.
+
+    Links are never shared (both ends of a usable link are members of one group), and switches
+    are non-blocking in synth's model, so contention is on switch *ports* and NICs: a port that
+    members of several groups sit behind (a NIC serving GPUs of different groups, a PCIe uplink).
+    Each group using such a port gets the fraction of its bandwidth proportional to its members
+    on it (rank-fair sharing; equal division when each group has one rank there). A group
+    "uses" a port when the port survives in its induced topology (it reaches another member).
+    """
+    alone = [induced(topo, g) for g in groups]
+    users: dict[tuple[str, str], dict[int, int]] = {}
+    for i, sub in enumerate(alone):
+        for sw in sub.switches:
+            for p in sw.ports:
+                users.setdefault((sw.name, p.name), {})[i] = len(p.ranks)
+    nic_users: dict[str, dict[int, int]] = {}
+    for i, sub in enumerate(alone):
+        used = {p.name for sw in sub.switches for p in sw.ports}
+        for nic in sub.nics:
+            if nic.name in used:
+                nic_users.setdefault(nic.name, {})[i] = len(nic.ranks)
+    shares = []
+    for (sw, port), by in sorted(users.items()):
+        if len(by) > 1:
+            total = sum(by.values())
+            shares.append(Share(f"{sw}:{port}", tuple(groups[i].spec for i in sorted(by)),
+                                tuple(by[i] / total for i in sorted(by))))
+    out = []
+    for i, sub in enumerate(alone):
+        def scale(by: dict[int, int] | None, beta: float, me: int = i) -> float:
+            if not by or len(by) < 2:
+                return beta
+            return beta * sum(by.values()) / by[me]
+
+        switches = tuple(Switch(sw.name, sw.alpha_us, tuple(
+            Port(p.name, p.ranks, scale(users.get((sw.name, p.name)), p.beta_us_per_mb), p.lanes,
+                 p.domain) for p in sw.ports), sw.kind) for sw in sub.switches)
+        nics = tuple(Nic(n.name, n.ranks, n.alpha_us, scale(nic_users.get(n.name), n.beta_us_per_mb),
+                         n.kind) for n in sub.nics)
+        out.append(Topology(name=sub.name, num_ranks=sub.num_ranks, links=sub.links,
+                            switches=switches, nodes=sub.nodes, nics=nics,
+                            description=f"{sub.description}, sharing ports with "
+                                        f"{len(groups) - 1} concurrent group(s)",
+                            sources=sub.sources, meta=(*sub.meta, ("concurrent", len(groups)))))
+    return out, shares

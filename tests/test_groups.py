@@ -74,6 +74,7 @@ def test_partitions(h100x8):
         parse_partition("0,1|1,2", h100x8)
 
 
+@pytest.mark.slow  # three CLI processes
 def test_solve_for_a_group_writes_ngpus_and_rank_map(synth_cli, tmp_path):
     r = synth_cli("solve", "--topo", "dgx_h100", "--nodes", "4", "--group", "rail:2", "--coll",
                   "allgather", "--encoding", "baseline", "--algo", "ring", "--out", str(tmp_path),
@@ -98,3 +99,58 @@ def test_data_parallel_group_allreduce(synth_cli, tmp_path):
     assert "XML verified by the interpreter" in r.stdout
     (xml,) = tmp_path.glob("*.xml")
     assert 'ngpus="8"' in xml.read_text()
+
+
+def _slope(topo, n):
+    return lower_bound(topo, make_collective("allreduce", n)).inv_bandwidth_us_per_byte
+
+
+def test_rail_aligned_concurrent_groups_keep_their_isolated_bound(h100x8):
+    from synth.groups import concurrent
+
+    groups = parse_partition("rail", h100x8)
+    together, shares = concurrent(h100x8, groups)
+    assert shares == []
+    for g, sub in zip(groups, together, strict=True):
+        assert _slope(sub, 8) == pytest.approx(_slope(induced(h100x8, g), 8))
+
+
+def test_groups_sharing_one_nic_see_its_load():
+    from dataclasses import replace
+
+    from synth.builders import multinode
+    from synth.groups import concurrent
+    from synth.topology import Nic
+
+    base = load_topology("dgx_h100")
+    nic = base.nics[0]
+    one_nic = replace(base, name="one_nic", nics=(Nic("ib0", tuple(base.ranks), nic.alpha_us,
+                                                      nic.beta_us_per_mb, nic.kind),))
+    cluster = multinode(one_nic, 8)
+    groups = parse_partition("stride:8", cluster)
+    together, shares = concurrent(cluster, groups)
+    assert len(shares) == 8 and all(len(s.groups) == 8 for s in shares)
+    alone = _slope(induced(cluster, groups[0]), 8)
+    assert _slope(together[0], 8) == pytest.approx(8 * alone)
+
+
+def test_concurrent_group_topology_is_named_and_reloadable():
+    from synth.topology_io import load_group
+
+    t, _ = load_group("dgx1", 8, "stride:8+1", "stride:8")
+    assert t.name == "dgx1x8.g-stride-8+1.c-stride-8"
+    assert load_topology(t.name).content_hash == t.content_hash
+    with pytest.raises(SynthError, match="not one of the groups"):
+        load_group("dgx1", 8, "0,1", "stride:8")
+
+
+@pytest.mark.slow  # a CLI process solving 8 groups
+def test_solve_concurrent_partition_cli(synth_cli, tmp_path):
+    r = synth_cli("solve", "--topo", "dgx1", "--nodes", "2", "--concurrent", "stride:8", "--coll",
+                  "allgather", "--encoding", "baseline", "--algo", "ring", "--out", str(tmp_path),
+                  "--no-program-model")
+    assert r.returncode == 0, r.stderr
+    assert "2x" in r.stdout and len(list(tmp_path.glob("stride-8+*/*.xml"))) == 8
+    bad = synth_cli("solve", "--topo", "dgx1", "--nodes", "2", "--concurrent", "0,1|1,2",
+                    "--coll", "allgather", "--out", str(tmp_path / "x"))
+    assert bad.returncode == 2 and "in two groups" in bad.stderr
