@@ -57,6 +57,9 @@ from .console import err, out
 @click.option("--proto", default="Simple", show_default=True,
               type=click.Choice(["Simple", "LL", "LL128"]))
 @click.option("--instances", default=1, show_default=True, help="XML instances (channels).")
+@click.option("--max-threadblocks", default=64, show_default=True,
+              help="Threadblocks per rank an XML may use (all run at once, one SM each); a "
+                   "candidate that needs more is passed over, with the count, in the notes.")
 @click.option("--min-bytes", default="0", show_default=True, help="XML minBytes (e.g. 1MB).")
 @click.option("--max-bytes", default="0", show_default=True,
               help="XML maxBytes, inclusive (legacy files get +1); 0 = unbounded.")
@@ -83,7 +86,7 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
           chunks: int | None, root: int | None, inplace: bool | None, sizes: str | None,
           time_limit: float | None, steps: int | None, rounds: int | None, least_steps: bool,
           engine: str | None, sketch: str | None, solver: str | None, want_xml: bool,
-          xml_profile: str, proto: str, instances: int,
+          xml_profile: str, proto: str, instances: int, max_threadblocks: int,
           min_bytes: str, max_bytes: str, out_format: str, target: str, tensors: int,
           nbytes: str | None, calibration: str | None, out_dir: str, want_program: bool,
           as_json: bool) -> None:
@@ -114,9 +117,11 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
     if out_format == "mscclpp" and proto not in ("Simple", "LL"):
         raise SynthError(f"--format mscclpp emits the Simple or LL protocol, not {proto}")
     size_list = parse_sizes(sizes) if sizes else DEFAULT_SIZES
+    if max_threadblocks < 1:
+        raise SynthError(f"--max-threadblocks must be at least 1, got {max_threadblocks}")
     xml = XmlOptions(profile=xml_profile, proto=proto, instances=instances,
                      min_bytes=_bytes(min_bytes), max_bytes=_bytes(max_bytes),
-                     inplace=inplace) if want_xml else None
+                     inplace=inplace, max_threadblocks=max_threadblocks) if want_xml else None
     from ..topology_io import load_group
 
     base, group = load_group(topo_spec, nodes, group_spec, partition)
