@@ -154,3 +154,10 @@ def test_solve_concurrent_partition_cli(synth_cli, tmp_path):
     bad = synth_cli("solve", "--topo", "dgx1", "--nodes", "2", "--concurrent", "0,1|1,2",
                     "--coll", "allgather", "--out", str(tmp_path / "x"))
     assert bad.returncode == 2 and "in two groups" in bad.stderr
+
+
+def test_concurrent_without_a_group_is_refused_outside_solve():
+    from synth.topology_io import load_group
+
+    with pytest.raises(SynthError, match="--concurrent needs --group"):
+        load_group("dgx1", 2, None, "stride:8")

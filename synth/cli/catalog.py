@@ -51,6 +51,9 @@ class _Bars:
 @click.option("--group", "group_spec", default=None,
               help="Process group (0,8,16 | stride:S | node:K | rail:R): the catalog of the machine "
                    "it induces; every XML gets <file>.ranks.json (group rank -> global rank).")
+@click.option("--concurrent", "partition", default=None,
+              help="With --group: the partition running at the same time (stride:S | rail | node "
+                   "| 0,1|2,3); shared ports and NICs count at the group's share.")
 @click.option("--collectives", default="allgather,reducescatter,allreduce,alltoall",
               show_default=True, help="Comma-separated collectives the catalog covers.")
 @click.option("--sizes", default="1KB:4GB", show_default=True,
@@ -76,7 +79,8 @@ class _Bars:
               help="mscclpp: also write each selected file as a verified MSCCL++ execution plan "
                    "(mscclpp-plans/; Simple and LL ranges).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
-def catalog(topo_spec: str, nodes: int, group_spec: str | None, collectives: str, sizes: str,
+def catalog(topo_spec: str, nodes: int, group_spec: str | None, partition: str | None,
+            collectives: str, sizes: str,
             calibration: str | None,
             tuner: str, workers: int | None, executor: str, out_dir: str | None,
             cache_dir: str | None, time_limit: float, seed: int, no_xml_cache: bool,
@@ -102,13 +106,14 @@ def catalog(topo_spec: str, nodes: int, group_spec: str | None, collectives: str
         raise SynthError(f"--nodes must be at least 1, got {nodes}")
     kinds = check_collectives(collectives.split(","))
     size_list = parse_sizes(sizes)
-    topology, group = load_group(topo_spec, nodes, group_spec)
+    topology, group = load_group(topo_spec, nodes, group_spec, partition)
     cal = load_calibration(calibration) if calibration else None
     target = check_out_dir(Path(out_dir) if out_dir else Path("results") / "catalogs" / topology.name)
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err, disable=quiet, transient=False) as bars:
-        result = build_catalog(topology, topo_spec=spec_with_group(topo_spec, group), nodes=nodes,
+        result = build_catalog(topology, topo_spec=spec_with_group(topo_spec, group, partition),
+                               nodes=nodes,
                                kinds=kinds,
                                sizes=size_list, tuner=tuner, workers=workers, executor=executor,
                                time_limit_s=time_limit, cache_dir=cache, calibration=cal, seed=seed,

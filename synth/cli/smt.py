@@ -24,11 +24,12 @@ SMALL, LARGE = 2**10, 2**30
 
 
 def _problem(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace: bool,
-             engine: str | None, group: str | None = None):
+             engine: str | None, group: str | None = None, partition: str | None = None):
     from ..encodings.smt.encoding import SmtProblem
     from ..topology_io import load_group
 
-    topology = load_group(topo_spec, nodes, group)[0] if group else load_topology(topo_spec, nodes)
+    topology = (load_group(topo_spec, nodes, group, partition)[0] if group or partition
+                else load_topology(topo_spec, nodes))
     collective = load_collective(coll_spec, topology.num_ranks, 1, root, inplace)
     return topology, collective, SmtProblem(topology, collective, engine=engine)
 
@@ -68,10 +69,14 @@ def _common(f):
 @click.option("--group", "group_spec", default=None,
               help="Process group (0,8,16 | stride:S | node:K | rail:R): the frontier on the "
                    "machine it induces; <file>.ranks.json maps group ranks to global ranks.")
+@click.option("--concurrent", "partition", default=None,
+              help="With --group: the partition running at the same time (stride:S | rail | node "
+                   "| 0,1|2,3); shared ports and NICs count at the group's share.")
 def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace: bool,
            max_steps: int | None, max_chunks: int | None, time_limit: float, engine: str,
            sccl_walk: bool, out_dir: str, as_json: bool, plot_file: str | None,
-           calibration: str | None, verbose: bool, group_spec: str | None) -> None:
+           calibration: str | None, verbose: bool, group_spec: str | None,
+           partition: str | None) -> None:
     """The latency/bandwidth Pareto frontier of SCCL's (steps, rounds, chunks) algorithms.
 
     Walks chunks C = 1, 2, ..., rounds R from the rounds-per-chunk bound and steps S from the
@@ -92,7 +97,7 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
     if plot_file is not None:
         _check_plot_path(Path(plot_file))
     topology, collective, problem = _problem(topo_spec, coll_spec, nodes, root, inplace, engine,
-                                             group_spec)
+                                             group_spec, partition)
     costed = topology
     if calibration is not None:
         from ..calibrate.format import apply_calibration
