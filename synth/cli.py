@@ -138,6 +138,9 @@ def topo_show(name: str, nodes: int, as_json: bool) -> None:
                    "class (`--format nccl-tests`); neuron/jax its closed-stack fit.")
 @click.option("--out", "out_dir", default="out", show_default=True, type=click.Path(),
               help="Folder for the schedule files.")
+@click.option("--max-memory", default=None,
+              help="Memory budget (e.g. 8GB; default: half the machine's RAM): requests and "
+                   "candidates estimated above it are refused before the work starts.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str | None,
           chunks: int | None, root: int | None, inplace: bool | None, sizes: str | None,
@@ -145,7 +148,7 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
           engine: str | None, sketch: str | None, solver: str | None, want_xml: bool,
           xml_profile: str, proto: str, instances: int,
           min_bytes: str, max_bytes: str, target: str, tensors: int, nbytes: str | None,
-          calibration: str | None, out_dir: str, as_json: bool) -> None:
+          calibration: str | None, out_dir: str, max_memory: str | None, as_json: bool) -> None:
     """Synthesize a verified schedule and print its cost against the bound."""
     if target != "msccl":
         _solve_closed(topo_spec, coll_spec, nodes, target, tensors, nbytes, calibration, out_dir,
@@ -167,11 +170,17 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
     xml = XmlOptions(profile=xml_profile, proto=proto, instances=instances,
                      min_bytes=_bytes(min_bytes), max_bytes=_bytes(max_bytes),
                      inplace=inplace) if want_xml else None
+    from . import progress
+    from .guards import Budget, check_request
+
+    budget = Budget.of(max_memory, xml)
     topology = _with_calibration(load_topology(topo_spec, nodes), calibration)
+    if coll_spec in KINDS:  # sized before the collective is built (10^9 chunks do not fit)
+        check_request(coll_spec, topology.num_ranks, chunks, budget)
     collective = load_collective(coll_spec, topology.num_ranks, chunks or 1, root, bool(inplace))
     target = ensure_writable_dir(Path(out_dir))
-    with err.status(f"solving {collective.name} on {topology.name} ({encoding})",
-                    spinner="dots") if not as_json else _nullcontext():
+    with progress.activate(console=err, quiet_on_terminal=as_json), \
+            progress.phase(f"solving {collective.name} on {topology.name} ({encoding})"):
         extra = {k: v for k, v in (("steps", steps), ("rounds", rounds), ("engine", engine),
                                    ("sketch", sketch), ("solver", solver)) if v is not None}
         if least_steps:
@@ -181,7 +190,8 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
 
             extra["progress"] = Progress(console=err)  # MILP stages: incumbent and gap, live
         result = run_solve(topology, collective, encoding=encoding, algorithm=algo,
-                           sizes=size_list, time_limit_s=time_limit, chunks=chunks, extra=extra)
+                           sizes=size_list, time_limit_s=time_limit, chunks=chunks, extra=extra,
+                           budget=budget)
         chosen, written = write_best(result, target, xml)
         result.best = chosen
     files = [str(f) for f in written.files]

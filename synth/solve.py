@@ -18,8 +18,10 @@ from .collectives import Collective
 from .cost import DEFAULT_SIZES, algbw_GBps, schedule_times_us
 from .emit import XmlOptions, emit_verified_xml, xml_unsupported_reason
 from .encodings import Options, run_encoding
+from . import progress
 from .errors import SynthError
 from .files import atomic_write, ensure_writable_dir
+from .guards import Budget, TooBig, check_schedule
 from .schedule import Schedule
 from .topology import Topology
 from .verify import VerifyReport, verify
@@ -79,27 +81,64 @@ class SolveResult:
     bound: Bound
     seconds: float
     files: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """Candidates passed over before verification (size guards), and why."""
 
 
 def solve(topology: Topology, collective: Collective, *, encoding: str = "auto",
           algorithm: str | None = None, sizes: Sequence[int] = DEFAULT_SIZES,
           time_limit_s: float | None = None, chunks: int | None = None,
-          extra: dict[str, Any] | None = None) -> SolveResult:
-    """Produce, verify and rank schedules; the best is the one closest to the bound overall."""
+          extra: dict[str, Any] | None = None, budget: Budget | None = None) -> SolveResult:
+    """Produce, verify and rank schedules; the best is the one closest to the bound overall.
+
+    With a ``budget`` (:mod:`synth.guards`) every candidate is sized before it is verified: one
+    over the memory budget or, when XML is wanted, over the runtime's limits is passed over with a
+    note; when none is left the run is refused with every candidate's reason.
+    """
     start = time.perf_counter()
-    found = run_encoding(encoding, topology, collective,
-                         Options(algorithm=algorithm, chunks=chunks, time_limit_s=time_limit_s,
-                                 extra=dict(extra or {})))
+    notes: list[str] = []
+    extra = dict(extra or {})
+    if budget is not None:
+        extra["budget"] = budget
+    with progress.phase(f"encoding {encoding}"):
+        found = run_encoding(encoding, topology, collective,
+                             Options(algorithm=algorithm, chunks=chunks, time_limit_s=time_limit_s,
+                                     extra=extra), notes)
+    if budget is not None:
+        found, passed = _within_budget(found, budget)
+        notes += passed
     bound = lower_bound(topology, collective)
     candidates = []
     for name in sorted(found):
         schedule = found[name]
-        report = verify(schedule, topology)
-        candidates.append(Candidate(name, schedule, report,
-                                    cost_profile(schedule, topology, sizes, bound)))
+        with progress.phase(f"verify and cost {name} ({schedule.num_transfers:,} transfers)"):
+            report = verify(schedule, topology)
+            candidates.append(Candidate(name, schedule, report,
+                                        cost_profile(schedule, topology, sizes, bound)))
     candidates.sort(key=lambda c: (-c.score, c.report.steps, c.name))
     return SolveResult(topology, collective, encoding, candidates[0], candidates, bound,
-                       time.perf_counter() - start)
+                       time.perf_counter() - start, notes=notes)
+
+
+def _within_budget(found: dict[str, Schedule], budget: Budget
+                   ) -> tuple[dict[str, Schedule], list[str]]:
+    """The candidates that fit ``budget`` (smallest first share the memory) and notes on the rest."""
+    kept: dict[str, Schedule] = {}
+    notes: list[str] = []
+    held = 0
+    with progress.phase("sizing candidates"):
+        for name in sorted(found, key=lambda k: (found[k].num_transfers, k)):
+            try:
+                check_schedule(found[name], budget, held)
+            except TooBig as exc:
+                notes.append(f"{name} passed over: {exc.message}")
+                progress.note(notes[-1])
+                continue
+            kept[name] = found[name]
+            held += found[name].num_transfers
+    if not kept:
+        raise TooBig("no candidate fits: " + "; ".join(notes))
+    return kept, notes
 
 
 def schedule_file_name(schedule: Schedule) -> str:
@@ -144,7 +183,9 @@ def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = DE
         if reason:
             notes.append(f"no XML: {reason}")
         else:
-            text, reports = emit_verified_xml(schedule, xml)
+            with progress.phase(f"compile {schedule.algorithm} to {xml.profile} XML and run "
+                                "the interpreter"):
+                text, reports = emit_verified_xml(schedule, xml)
             stem = schedule_file_name(schedule).removesuffix(".schedule.json")
             outputs.append((out_dir / f"{stem}.{xml.profile}.xml", text))
     return Written([atomic_write(path, text) for path, text in outputs], reports, notes)
@@ -165,7 +206,8 @@ def write_best(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFA
             if xml is None or len(result.candidates) == 1:
                 raise
             skipped.append(f"{candidate.name} passed over: {exc.message}")
+            progress.note(skipped[-1])
             continue
-        written.notes[:0] = skipped
+        written.notes[:0] = [*result.notes, *skipped]
         return candidate, written
-    raise SynthError("no candidate could be emitted: " + "; ".join(skipped))
+    raise SynthError("no candidate could be emitted: " + "; ".join([*result.notes, *skipped]))

@@ -44,6 +44,15 @@ def _baseline(topology: Topology, collective: Collective, options: Options) -> d
             # ring alltoall moves O(n^3) chunk-hops: minutes to build and verify at 128 ranks and
             # never competitive with direct there; it stays available with --algo ring
             continue
+        if not options.algorithm and options.extra.get("budget") is not None:
+            from ..guards import TooBig
+
+            try:  # each algorithm's schedule shares the budget with the ones already built
+                _guard("baseline", topology, collective, options,
+                       options.extra.get("held", 0) + _held(found))
+            except TooBig as exc:
+                reasons.append(f"{name}: {exc.message}")
+                continue
         coll = collective
         if options.chunks is None and collective.custom is None:
             k = preferred_chunks(name, collective.kind, collective.num_ranks)
@@ -93,24 +102,64 @@ def auto_reason(topology: Topology, collective: Collective) -> str:
     return f"{topology.num_ranks} ranks: baselines + {chosen} ({why})"
 
 
-def run_encoding(name: str, topology: Topology, collective: Collective,
-                 options: Options) -> dict[str, Schedule]:
+def _guard(name: str, topology: Topology, collective: Collective, options: Options,
+           held: int) -> None:
+    """Size ``name`` against the run's budget before it starts (:mod:`synth.guards`)."""
+    budget = options.extra.get("budget")
+    if budget is None or collective.custom is not None:
+        return
+    from ..guards import check_encoding
+
+    check_encoding(name, collective.kind, topology.num_ranks, len(topology.links), options.chunks,
+                   budget, held)
+
+
+def _held(found: dict[str, Schedule]) -> int:
+    from ..guards import SCHEDULE_BYTES_PER_TRANSFER
+
+    return sum(s.num_transfers for s in found.values()) * SCHEDULE_BYTES_PER_TRANSFER
+
+
+def run_encoding(name: str, topology: Topology, collective: Collective, options: Options,
+                 notes: list[str] | None = None) -> dict[str, Schedule]:
+    """Run encoding ``name`` (or every one that fits under ``auto``).
+
+    With a budget in ``options.extra["budget"]`` each encoding is sized before it starts: one that
+    does not fit is refused (:class:`synth.guards.TooBig`) or, under ``auto``, steps aside with a
+    line in ``notes``."""
+    from .. import progress
+
     if name == "auto" and options.algorithm:
         name = "baseline"  # --algo names a baseline algorithm
     if name == "auto":
+        from ..guards import TooBig
+
         found: dict[str, Schedule] = {}
         auto = Options(options.algorithm, options.chunks, options.time_limit_s,
                        {**options.extra, "auto": True})
         for enc in _auto_encodings(topology, collective):
             try:
-                found.update(ENCODINGS[enc](topology, collective, auto))
+                _guard(enc, topology, collective, auto, _held(found))
+            except TooBig as exc:
+                if notes is not None:
+                    notes.append(f"{enc} stepped aside: {exc.message}")
+                progress.note(f"{enc} stepped aside: {exc.message}")
+                continue
+            try:
+                with progress.phase(enc):
+                    found.update(ENCODINGS[enc](topology, collective,
+                                                Options(auto.algorithm, auto.chunks,
+                                                        auto.time_limit_s,
+                                                        {**auto.extra, "held": _held(found)})))
             except NotApplicable:
                 continue
         if not found:
-            raise SynthError(f"no encoding produced a schedule for {collective.name} on '{topology.name}'")
+            raise SynthError(f"no encoding produced a schedule for {collective.name} on "
+                             f"'{topology.name}'" + (f" ({'; '.join(notes)})" if notes else ""))
         return found
     if name not in ENCODINGS:
         raise unknown_name("encoding", name, [*ENCODINGS, "auto"])
+    _guard(name, topology, collective, options, 0)
     return ENCODINGS[name](topology, collective, options)
 
 
