@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 
 from .errors import SynthError
-from .topology import Link, Nic, Port, Switch, Topology, beta_from_bandwidth
+from .topology import Link, Nic, Port, Switch, Topology, beta_from_bandwidth, check_size
 
 GENERIC_LINK = ("link", 1.0, 50.0)
 """(kind, alpha µs, GB/s) of a builder's links: an NVLink-class link."""
@@ -49,6 +49,7 @@ def _from_pairs(name: str, n: int, pairs: list[tuple[int, int]], description: st
 def ring(n: int) -> Topology:
     """n ranks on a bidirectional ring."""
     _need(n >= 2, f"ring needs at least 2 ranks, got {n}")
+    check_size(f"ring:{n}", n, 2 * n)
     pairs = [(i, (i + 1) % n) for i in range(n)] if n > 2 else [(0, 1)]
     return _from_pairs(f"ring:{n}", n, pairs, f"bidirectional ring of {n} ranks")
 
@@ -56,12 +57,14 @@ def ring(n: int) -> Topology:
 def line(n: int) -> Topology:
     """n ranks on a bidirectional line (a ring without the wraparound link)."""
     _need(n >= 2, f"line needs at least 2 ranks, got {n}")
+    check_size(f"line:{n}", n, 2 * (n - 1))
     return _from_pairs(f"line:{n}", n, [(i, i + 1) for i in range(n - 1)], f"line of {n} ranks")
 
 
 def fully_connected(n: int) -> Topology:
     """A direct link between every pair of ranks."""
     _need(n >= 2, f"fully_connected needs at least 2 ranks, got {n}")
+    check_size(f"fully_connected:{n}", n, n * (n - 1))
     return _from_pairs(f"fully_connected:{n}", n, list(itertools.combinations(range(n), 2)),
                        f"{n} ranks, all pairs directly linked")
 
@@ -69,6 +72,7 @@ def fully_connected(n: int) -> Topology:
 def switch(n: int) -> Topology:
     """n ranks behind one switch; each rank's port is its send/receive budget."""
     _need(n >= 2, f"switch needs at least 2 ranks, got {n}")
+    check_size(f"switch:{n}", n)
     kind, alpha, gbps = GENERIC_SWITCH
     ports = tuple(Port(f"p{r}", (r,), beta_from_bandwidth(gbps)) for r in range(n))
     return Topology(name=f"switch:{n}", num_ranks=n, switches=(Switch("switch", alpha, ports, kind),),
@@ -81,6 +85,7 @@ def torus(dims: tuple[int, ...]) -> Topology:
     _need(1 <= len(dims) <= 3 and all(d >= 2 for d in dims),
           f"torus needs 1 to 3 dimensions of size >= 2, got {'x'.join(map(str, dims))}")
     n = math.prod(dims)
+    check_size(f"torus:{'x'.join(map(str, dims))}", n, 2 * len(dims) * n)
     coords = list(itertools.product(*(range(d) for d in dims)))
     index = {c: i for i, c in enumerate(coords)}
     pairs = set()
@@ -121,6 +126,8 @@ def multinode(node: Topology, count: int) -> Topology:
     if not node.nics:
         raise SynthError(f"topology '{node.name}' has no NICs, so it cannot be joined across nodes")
     n = node.num_ranks
+    check_size(f"{count} nodes of '{node.name}' (--nodes {count})", n * count,
+               len(node.links) * count)
     links, switches, nics, nodes, ports = [], [], [], [], []
     for i in range(count):
         off = i * n
@@ -158,6 +165,8 @@ def _need(ok: bool, message: str) -> None:
 def _int(text: str, spec: str) -> int:
     if not re.fullmatch(r"[0-9]+", text):
         raise SynthError(f"'{spec}': expected a whole number, got '{text}'")
+    if len(text) > 9:  # int() of thousands of digits is itself an error; no size is this large
+        raise SynthError(f"'{spec}': {text[:12]}... is too large a size")
     return int(text)
 
 

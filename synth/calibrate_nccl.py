@@ -272,12 +272,17 @@ def _resolve_ranks(run: Run, source: str) -> None:
         run.nodes = len(set(run.hosts.values()))
         return
     assert run.collective is not None
-    best = max((r for r in run.rows if r.algbw and r.busbw), key=lambda r: r.size, default=None)
+    # nccl-tests prints two decimals: below 1 GB/s the ratio is rounding noise (0.02 / 0.01 = 2)
+    best = max((r for r in run.rows if r.algbw and r.algbw >= 1.0 and r.busbw), key=lambda r: r.size,
+               default=None)
     if best is None:
         run.ranks = 0  # decided by the topology
         return
     ratio = best.busbw / best.algbw  # type: ignore[operator]
-    n = 2 / (2 - ratio) if run.collective == "allreduce" else 1 / (1 - ratio) if ratio < 1 else 0
+    if run.collective == "allreduce":
+        n = 2 / (2 - ratio) if ratio < 2 else 0
+    else:
+        n = 1 / (1 - ratio) if ratio < 1 else 0
     run.ranks = round(n) if n and math.isfinite(n) and n >= 2 else 0
 
 
@@ -405,6 +410,9 @@ class CalibrationFit:
     median_rel_error: float
     max_rel_error: float
     default_median_rel_error: float
+    nccl_model: dict[str, Any] | None = None
+    """The fit of NCCL's own tuning model to the same log (:mod:`synth.nccl_fit`): its launch
+    floor, latency and bandwidth scales, read by :mod:`synth.nccl_model`."""
 
     def calibration(self) -> Calibration:
         """The fit as a :class:`synth.calibration.Calibration` (what ``solve``/``catalog`` read).
@@ -423,7 +431,7 @@ class CalibrationFit:
                "default_median_rel_error": _r(self.default_median_rel_error),
                "runs": self.runs, "notes": self.notes}
         return Calibration(dict(self.classes), launch, self.topology, "nccl-tests", self.model, fit,
-                           self.source, protocols)
+                           self.source, protocols, nccl_model=self.nccl_model)
 
     def to_json(self) -> dict[str, Any]:
         return self.calibration().to_json()
@@ -501,7 +509,37 @@ def calibrate_nccl(runs: Sequence[Run], topo_spec: str, *, nodes: int | None = N
             models[key] = step_model(schedules[key[:2]], topo, classes, k)
         series.append(_Series(run, topo, models[key], np.array([r.size for r in run.rows], float),
                               np.array([r.time_us for r in run.rows]), k))
-    return _fit(series, classes, figures, base, notes, source, rings)
+    result = _fit(series, classes, figures, base, notes, source, rings)
+    result.nccl_model = _fit_nccl_model(placed, topo_spec, source)
+    return result
+
+
+def _fit_nccl_model(placed: Sequence[tuple[Run, Topology, int]], topo_spec: str, source: str
+                    ) -> dict[str, Any] | None:
+    """NCCL's tuning model fitted to the same runs (launch floor, latency and bandwidth scales)."""
+    from .errors import NotApplicable
+    from .nccl_fit import Measurement, _by_size, error_ratio, fit, predict_measurement
+
+    meas = []
+    for run, _, _ in placed:
+        if not run.rows:
+            continue
+        sizes, times = _by_size([r.size for r in run.rows], [r.time_us for r in run.rows])
+        meas.append(Measurement(f"{source}:{run.start_line}", source, run.collective or "",
+                                topo_spec, run.nodes, "log", (), sizes, times, source))
+    if not meas:
+        return None
+    try:
+        result = fit(meas, source=f"synth calibrate {source}")
+        before = np.concatenate([error_ratio(predict_measurement(m), m.times_us) for m in meas])
+        after = np.concatenate([error_ratio(predict_measurement(m, result.calibration), m.times_us)
+                                for m in meas])
+    except NotApplicable:
+        return None
+    return {**result.calibration.to_dict(), "fitted": list(result.fitted), "points": result.points,
+            "median_error_factor": _r(float(np.median(after))),
+            "max_error_factor": _r(float(np.max(after))),
+            "uncalibrated_median_error_factor": _r(float(np.median(before)))}
 
 
 def _predict(series: Sequence[_Series], theta: np.ndarray, n_cls: int) -> tuple[np.ndarray, np.ndarray]:

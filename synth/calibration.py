@@ -24,7 +24,6 @@ joins its NICs' kinds), else the switch's ``kind`` (:func:`class_of_port`).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SynthError
-from .topology import Port, Switch, Topology, beta_from_bandwidth
+from .topology import Port, Switch, Topology, beta_from_bandwidth, check_link_figures
 
 FORMAT = "synth-calibration/1"
 
@@ -71,16 +70,23 @@ class Calibration:
     terms: list[dict[str, Any]] = field(default_factory=list)
     """Closed-stack fit terms (see the module docstring), kept for :func:`apply_calibration`."""
     notes: list[str] = field(default_factory=list)
+    nccl_model: dict[str, Any] | None = None
+    """Corrections to NCCL's own tuning model (:class:`synth.nccl_model.NcclCalibration`)."""
+    program: dict[str, Any] | None = None
+    """Floors of the timed program model (``launch_us``, ``step_us``; :mod:`synth.program_model`)."""
 
     def get(self, key: str, default: Any = None) -> Any:
-        """Mapping-style access for :mod:`synth.protocols` (``protocols``, ``instance_overhead_us``)."""
-        value = getattr(self, key, None) if key in ("protocols", "instance_overhead_us") else None
+        """Mapping-style access for :mod:`synth.protocols` (``protocols``, ``instance_overhead_us``)
+        and :mod:`synth.program_model` (``program``)."""
+        value = (getattr(self, key, None) if key in ("protocols", "instance_overhead_us", "program")
+                 else None)
         return default if value is None else value
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"format": FORMAT, "kind": self.kind, "topology": self.topology,
                                 "link_classes": {k: v.to_dict() for k, v in sorted(self.classes.items())}}
-        for key in ("launch", "protocols", "instance_overhead_us", "model", "fit"):
+        for key in ("launch", "protocols", "instance_overhead_us", "model", "fit", "nccl_model",
+                    "program"):
             value = getattr(self, key)
             if value is not None:
                 data[key] = value
@@ -93,10 +99,14 @@ class Calibration:
         if not isinstance(data, Mapping):
             raise SynthError(f"{source}: a calibration file is a JSON object")
         terms = list(data.get("terms") or []) if data.get("format") == FORMAT else []
-        if not ("link_classes" in data or terms or "protocols" in data):
+        if not ("link_classes" in data or terms or "protocols" in data or "nccl_model" in data
+                or "program" in data):
             raise SynthError(f"{source}: not a synth calibration (expected 'link_classes', "
-                             f"'protocols' or closed-stack 'terms' with \"format\": \"{FORMAT}\"; "
-                             "make one with `synth calibrate`)")
+                             f"'protocols', 'program' or closed-stack 'terms' with \"format\": "
+                             f"\"{FORMAT}\"; make one with `synth calibrate`)")
+        program = data.get("program")
+        if program is not None and not isinstance(program, Mapping):
+            raise SynthError(f"{source}: 'program' must be an object with launch_us / step_us")
         classes_in = data.get("link_classes") or {}
         if not isinstance(classes_in, Mapping):
             raise SynthError(f"{source}: 'link_classes' must map a class name to its α/β")
@@ -111,7 +121,18 @@ class Calibration:
                            dict(protocols) if protocols is not None else None,
                            None if overhead is None else _number(overhead, f"{source}: "
                                                                  "instance_overhead_us", True),
-                           [dict(t) for t in terms if isinstance(t, Mapping)])
+                           [dict(t) for t in terms if isinstance(t, Mapping)],
+                           nccl_model=_nccl_section(data.get("nccl_model"), source),
+                           program=dict(program) if program is not None else None)
+
+
+def _nccl_section(section: Any, source: str) -> dict[str, Any] | None:
+    """The ``nccl_model`` section, checked (:class:`synth.nccl_model.NcclCalibration`)."""
+    if section is None:
+        return None
+    from .nccl_model import NcclCalibration
+    NcclCalibration.from_mapping(section, f"{source}: nccl_model")
+    return dict(section)
 
 
 def _class_params(entry: Any, where: str) -> ClassParams:
@@ -124,6 +145,8 @@ def _class_params(entry: Any, where: str) -> ClassParams:
         beta = beta_from_bandwidth(bw)
     if alpha is None and beta is None:
         raise SynthError(f"{where} sets neither alpha_us nor beta_us_per_mb / bandwidth_GBps")
+    # the same sanity range as a topology's link classes (a figure left out is not checked)
+    check_link_figures(0.0 if alpha is None else alpha, 1.0 if beta is None else beta, where)
     return ClassParams(alpha, beta, str(entry.get("source", "given")),
                        entry.get("alpha_stderr_pct"), entry.get("beta_stderr_pct"))
 
@@ -150,15 +173,10 @@ def load_calibration(source: str | Path | Mapping[str, Any] | Calibration) -> Ca
         return source
     if isinstance(source, Mapping):
         return Calibration.from_json(source)
+    from .files import read_data
+
     path = Path(source)
-    if not path.exists():
-        raise SynthError(f"calibration file '{path}' does not exist")
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SynthError(f"cannot read calibration file '{path}': {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise SynthError(f"{path}: not valid JSON: {exc}") from None
+    data = read_data(path, "calibration file", fmt="json")
     return Calibration.from_json(data, str(path))
 
 

@@ -5,7 +5,6 @@ Parse, call :mod:`synth.closed`, print. Attached to the main group at the end of
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -15,6 +14,7 @@ from rich.table import Table
 
 from .cost import format_size, parse_size
 from .errors import SynthError
+from .files import dumps_json
 
 out = Console(highlight=False)
 if not out.is_terminal:
@@ -61,7 +61,7 @@ def strategies(topo_spec: str, coll: str, nodes: int, size: str, tensors: int, p
                         reduce_op=reduce_op)
     best = r.best
     if as_json:
-        click.echo(json.dumps(r.to_dict(), indent=2))
+        click.echo(dumps_json(r.to_dict(), indent=2))
         return
     out.print(f"[bold]{coll}[/bold] on [bold]{topology.name}[/bold] ({r.mesh.size} ranks, mesh "
               f"{r.mesh.describe()}), {format_size(nbytes)} {dtype} × {r.tensors} tensor(s), "
@@ -110,10 +110,15 @@ def strategies(topo_spec: str, coll: str, nodes: int, size: str, tensors: int, p
 
 @click.command()
 @click.argument("log", type=click.Path())
-@click.option("--format", "log_format", type=click.Choice(["nccom-test", "nccl-tests"]),
+@click.option("--format", "log_format",
+              type=click.Choice(["nccom-test", "nccl-tests", "msccl"]),
               default="nccom-test", show_default=True,
               help="nccom-test: Neuron's nccom-test text or a synth-timings JSON (closed-stack model); "
-                   "nccl-tests: all_gather_perf/all_reduce_perf/... output (α/β per link class).")
+                   "nccl-tests: all_gather_perf/all_reduce_perf/... output (α/β per link class); "
+                   "msccl: measured MSCCL times (JSON) of the XML files in --xml-dir (the timed "
+                   "program model's launch per protocol and step cost).")
+@click.option("--xml-dir", default=None, type=click.Path(),
+              help="msccl: folder of the algorithm files the runs loaded (default: beside LOG).")
 @click.option("--platform", type=click.Choice(["neuron", "jax"]), default=None,
               help="nccom-test format: neuron (nccom-test output) or jax (a synth-timings JSON).")
 @click.option("--topo", "topo_spec", default=None,
@@ -125,8 +130,9 @@ def strategies(topo_spec: str, coll: str, nodes: int, size: str, tensors: int, p
 @click.option("--out", "out_path", default=None, type=click.Path(),
               help="Calibration JSON to write (default: calibration.json beside the log).")
 @click.option("--json", "as_json", is_flag=True, help="Print the calibration (with the fit) as JSON.")
-def calibrate(log: str, log_format: str, platform: str | None, topo_spec: str | None,
-              nodes: int | None, rings: int | None, out_path: str | None, as_json: bool) -> None:
+def calibrate(log: str, log_format: str, xml_dir: str | None, platform: str | None,
+              topo_spec: str | None, nodes: int | None, rings: int | None, out_path: str | None,
+              as_json: bool) -> None:
     """Fit a cost model from a benchmark LOG and write a calibration JSON.
 
     nccom-test / timing JSON: the closed-stack model (launch tax, α/β per key, amortization,
@@ -134,6 +140,13 @@ def calibrate(log: str, log_format: str, platform: str | None, topo_spec: str | 
     """
     if nodes is not None and nodes < 1:
         raise SynthError(f"--nodes must be at least 1, got {nodes}")
+    if xml_dir is not None and log_format != "msccl":
+        raise SynthError("--xml-dir applies to --format msccl only")
+    if log_format == "msccl":
+        if platform is not None or rings is not None:
+            raise SynthError("--platform and --rings do not apply to --format msccl")
+        _calibrate_msccl(log, xml_dir, topo_spec, nodes or 1, out_path, as_json)
+        return
     if log_format == "nccl-tests":
         if platform is not None:
             raise SynthError("--platform applies to --format nccom-test only")
@@ -156,10 +169,10 @@ def calibrate(log: str, log_format: str, platform: str | None, topo_spec: str | 
     fit = run_calibrate(log, topology, platform)
     data = fit.to_json()
     target = Path(out_path) if out_path else Path(log).with_name("calibration.json")
-    ensure_writable_dir(target.parent if str(target.parent) else Path("."))
-    atomic_write(target, json.dumps(data, indent=2) + "\n")
+    ensure_writable_dir(target.parent)
+    atomic_write(target, dumps_json(data, indent=2) + "\n")
     if as_json:
-        click.echo(json.dumps({**data, "file": str(target)}, indent=2))
+        click.echo(dumps_json({**data, "file": str(target)}, indent=2))
         return
     out.print(f"calibrated [bold]{topology.name}[/bold] ({platform}) from {log}: "
               f"{fit.records} records, rms relative error {100 * fit.rms_rel_error:.2f}%")
@@ -188,11 +201,63 @@ def calibrate(log: str, log_format: str, platform: str | None, topo_spec: str | 
     out.print(f"wrote {target}")
 
 
+def _calibrate_msccl(log: str, xml_dir: str | None, topo_spec: str | None, nodes: int,
+                     out_path: str | None, as_json: bool) -> None:
+    """`calibrate --format msccl`: fit the program model's floors to measured MSCCL times."""
+    import json
+
+    from .emit.interpreter import verify_program
+    from .emit.xml_parse import read_program
+    from .files import atomic_write, ensure_writable_dir, read_input
+    from .program_fit import fit_floors, read_measurements
+    from .topology_io import load_topology
+
+    if topo_spec is None:
+        raise SynthError("--format msccl needs --topo: the machine the times were measured on")
+    try:
+        data = json.loads(read_input(log, "measurement file"))
+    except json.JSONDecodeError as exc:
+        raise SynthError(f"{log}: not valid JSON: {exc}") from None
+    measurements = read_measurements(data, log)
+    folder = Path(xml_dir) if xml_dir else Path(log).parent
+    if not folder.is_dir():
+        raise SynthError(f"--xml-dir '{folder}' is not a folder")
+    paths = sorted(folder.glob("*.xml"))
+    if not paths:
+        raise SynthError(f"no *.xml algorithm files in '{folder}'")
+    programs = {}
+    for path in paths:
+        program = read_program(path)
+        verify_program(program)          # a file the interpreter rejects is not used
+        programs[path.name] = program
+    topology = load_topology(topo_spec, nodes)
+    fit = fit_floors(programs, measurements, topology)
+    cal = {"format": "synth-calibration/1", "kind": "msccl-program", "topology": topology.name,
+           "source": str(log), "program": fit.program_section()}
+    target = Path(out_path) if out_path else Path(log).with_name("calibration.json")
+    ensure_writable_dir(target.parent if str(target.parent) else Path("."))
+    atomic_write(target, dumps_json(cal, indent=2) + "\n")
+    if as_json:
+        click.echo(dumps_json({**cal, "file": str(target), "points": fit.points,
+                               "skipped": fit.skipped}, indent=2))
+        return
+    launches = ", ".join(f"{k} {v:.2f} µs" for k, v in sorted(fit.launch_us.items()))
+    out.print(f"calibrated the program model on [bold]{topology.name}[/bold] from {log}: "
+              f"{len(fit.points)} sizes matched {len({p['file'] for p in fit.points})} files "
+              f"({len(fit.skipped)} ran no loaded file)")
+    out.print(f"launch {launches}; step {fit.step_us:.2f} µs per message")
+    out.print(f"error in-sample: median {fit.in_sample['median_error']:.3f}x, worst "
+              f"{fit.in_sample['worst_error']:.3f}x; leave-one-file-out: median "
+              f"{fit.leave_one_file_out['median_error']:.3f}x, worst "
+              f"{fit.leave_one_file_out['worst_error']:.3f}x")
+    out.print(f"wrote {target}")
+
+
 def _calibrate_nccl(log: str, topo_spec: str | None, nodes: int | None, rings: int | None,
                     out_path: str | None, as_json: bool) -> None:
     """`calibrate --format nccl-tests`: fit α/β per link class, write the calibration atomically."""
     from .calibrate_nccl import calibrate_file
-    from .files import atomic_write, ensure_writable_dir
+    from .files import atomic_write, check_writable_dir, ensure_writable_dir
     from .topology import bandwidth_from_beta
     from .topology_io import load_topology
 
@@ -200,11 +265,12 @@ def _calibrate_nccl(log: str, topo_spec: str | None, nodes: int | None, rings: i
         raise SynthError("--format nccl-tests needs --topo: the single-node topology the log was "
                          "measured on (e.g. dgx_a100); the node count comes from the log's hosts")
     target = Path(out_path) if out_path else Path(log).with_name("calibration.json")
-    ensure_writable_dir(target.parent if str(target.parent) else Path("."))
+    check_writable_dir(target.parent)
     fit = calibrate_file(log, topo_spec, nodes=nodes, rings=rings)
+    ensure_writable_dir(target.parent)
     atomic_write(target, fit.dumps())
     if as_json:
-        click.echo(json.dumps({**fit.to_json(), "file": str(target)}, indent=2))
+        click.echo(dumps_json({**fit.to_json(), "file": str(target)}, indent=2))
         return
     base = load_topology(topo_spec, 1)
     out.print(f"calibrated [bold]{base.name}[/bold] link classes from {log} (nccl-tests): "
@@ -229,6 +295,12 @@ def _calibrate_nccl(log: str, topo_spec: str | None, nodes: int | None, rings: i
     out.print(f"per-call floor (launch, written as protocols.LL.launch_us): {fit.launch_us:.3f} µs "
               f"({fit.launch_source}"
               + (f", ± {fit.launch_stderr_pct:.2f}%" if fit.launch_stderr_pct is not None else "") + ")")
+    if fit.nccl_model:
+        nm = fit.nccl_model
+        out.print(f"NCCL's tuning model (nccl_model): launch +{nm['launch_us']:.3f} µs, latency × "
+                  f"{nm['latency_scale']:.3f}, bandwidth × {nm['bandwidth_scale']:.3f} (fitted: "
+                  f"{', '.join(nm['fitted']) or 'nothing separable'}); median error ×"
+                  f"{nm['uncalibrated_median_error_factor']} -> ×{nm['median_error_factor']}")
     runs = Table(title="fit per run (model: ring for allgather/reducescatter/allreduce, direct alltoall)")
     for col in ("line", "program", "ranks", "nodes", "rings", "points", "sizes", "median err",
                 "max err", "file figures median err"):

@@ -6,7 +6,6 @@ Only argument parsing and printing live here; the model, loading and checks are
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 
 import click
@@ -14,6 +13,7 @@ from rich.table import Table
 
 from .cli import out
 from .errors import SynthError
+from .files import dumps_json
 from .sketches import Sketch, base_topology_name, load_sketch, require_fit, shipped_sketches
 from .topology import Topology
 from .topology_io import load_topology
@@ -90,7 +90,7 @@ def sketch_list(as_json: bool) -> None:
              "chunks_per_rank": s.chunks_per_rank, "description": s.description}
             for s in shipped_sketches().values()]
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(dumps_json(rows, indent=2))
         return
     table = Table(title="shipped sketches (synth sketch show NAME)")
     for col in ("name", "nodes", "intra", "inter", "switch policy", "symmetry", "chunks"):
@@ -119,7 +119,7 @@ def sketch_show(spec: str, topo_spec: str | None, nodes: int | None, as_json: bo
         topology = _topology_for(sk, topo_spec, nodes)
         require_fit(sk, topology)
     if as_json:
-        click.echo(json.dumps(sk.to_dict(), indent=2))
+        click.echo(dumps_json(sk.to_dict(), indent=2))
         return
     out.print(f"[bold]{sk.name}[/bold]: {sk.description}", soft_wrap=True)
     table = Table(show_header=False)

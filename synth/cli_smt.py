@@ -5,9 +5,8 @@ Only argument parsing and printing live here; the searches are :mod:`synth.encod
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
+import io
+import math
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from .cli import err, out
 from .collectives import KINDS, load_collective
 from .cost import format_size
 from .errors import LIMIT_REACHED, SynthError
+from .files import atomic_write, check_writable_dir, dumps_json
 from .topology_io import load_topology
 
 SMALL, LARGE = 2**10, 2**30
@@ -76,7 +76,7 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
     """
     from .encodings.smt_search import pareto as walk
     from .encodings.smt_search import pareto_sccl
-    from .files import ensure_writable_dir
+    from .files import check_writable_dir
     from .solve import cost_profile, write_outputs
     from .verify import verify
 
@@ -84,16 +84,16 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
         raise SynthError(f"--max-steps must be at least 1, got {max_steps}")
     if max_chunks is not None and max_chunks < 1:
         raise SynthError(f"--max-chunks must be at least 1, got {max_chunks}")
-    if time_limit <= 0:
-        raise SynthError(f"--time-limit must be positive, got {time_limit:g}")
-    if plot_file is not None and Path(plot_file).suffix.lower() != ".png":
-        raise SynthError(f"--plot writes a PNG: give a file name ending in .png, not '{plot_file}'")
+    if not math.isfinite(time_limit) or time_limit <= 0:
+        raise SynthError(f"--time-limit must be a positive number of seconds, got {time_limit:g}")
+    if plot_file is not None:
+        _check_plot_path(Path(plot_file))
     topology, collective, problem = _problem(topo_spec, coll_spec, nodes, root, inplace, engine)
     costed = topology
     if calibration is not None:
         from .calibration import apply_calibration
         costed = apply_calibration(topology, calibration)
-    target = ensure_writable_dir(Path(out_dir))
+    target = check_writable_dir(Path(out_dir))  # created when the first schedule is written
 
     def show(res) -> None:
         if verbose:
@@ -128,7 +128,7 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
     if plot_file is not None:
         _plot(Path(plot_file), costed, collective, rows)
     if as_json:
-        click.echo(json.dumps([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows],
+        click.echo(dumps_json([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows],
                               indent=2))
     else:
         out.print(f"[bold]{collective.name}[/bold] on [bold]{topology.name}[/bold] "
@@ -161,6 +161,17 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
             exit_code=LIMIT_REACHED)
 
 
+def _check_plot_path(path: Path) -> None:
+    """Refuse a ``--plot`` file synth could not write, before the walk (and create no folder)."""
+    if path.suffix.lower() != ".png":
+        raise SynthError(f"--plot writes a PNG: give a file name ending in .png, not '{path}'")
+    if path.is_dir():
+        raise SynthError(f"--plot '{path}' is a folder; give a file name ending in .png")
+    if not path.parent.is_dir():
+        raise SynthError(f"--plot '{path}': folder '{path.parent}' does not exist")
+    check_writable_dir(path.parent)
+
+
 def _sizes() -> tuple[int, ...]:
     from .cost import DEFAULT_SIZES
 
@@ -177,10 +188,8 @@ def _plot(path: Path, topology, collective, rows: list[dict[str, Any]]) -> None:
     from .collectives import make_collective
     from .encodings.baseline import baseline, preferred_chunks
     from .errors import NotApplicable
-    from .files import ensure_writable_dir
     from .solve import cost_profile
 
-    ensure_writable_dir(path.parent if str(path.parent) else Path("."))
     fig, ax = plt.subplots(figsize=(6.4, 4.8))
     mb = LARGE / 1e6
     if rows:
@@ -209,17 +218,12 @@ def _plot(path: Path, topology, collective, rows: list[dict[str, Any]]) -> None:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp.png", dir=path.parent or ".")
-    os.close(fd)
+    png = io.BytesIO()
     try:
-        fig.savefig(tmp, dpi=110, metadata={"Software": None})
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a plot is for everyone to read
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise SynthError(f"cannot write '{path}': {exc.strerror or exc}") from None
+        fig.savefig(png, format="png", dpi=110, metadata={"Software": None})
     finally:
         plt.close(fig)
+    atomic_write(path, png.getvalue())
 
 
 # ---------------------------------------------------------------------------------------- analyze
@@ -239,7 +243,7 @@ def analyze(what: str, topo_spec: str, coll_spec: str, nodes: int, root: int | N
         data = {"topology": topology.name, "collective": collective.name, "steps": steps,
                 "latency_floor_us": round(alpha, 6), "latency_floor_hops": hops}
         if as_json:
-            click.echo(json.dumps(data, indent=2))
+            click.echo(dumps_json(data, indent=2))
             return
         out.print(f"{collective.name} on {topology.name}: every algorithm needs at least "
                   f"[bold]{steps}[/bold] steps (the farthest a chunk must travel, in hops); "
@@ -253,7 +257,7 @@ def analyze(what: str, topo_spec: str, coll_spec: str, nodes: int, root: int | N
             "rounds_for_chunks": {str(c): problem.rounds_lower_bound(c) for c in range(1, 9)},
             "bandwidth_optimal_needs_chunks": strong.denominator}
     if as_json:
-        click.echo(json.dumps(data, indent=2))
+        click.echo(dumps_json(data, indent=2))
         return
     out.print(f"{collective.name} on {topology.name}: every algorithm needs at least "
               f"[bold]{strong}[/bold] rounds per chunk (SCCL's LP: {sccl}; flow LP where "

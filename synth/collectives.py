@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SynthError, unknown_name
+from .topology import MAX_RANKS
 
 KINDS = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce", "gather",
          "scatter")
@@ -59,6 +60,18 @@ class Collective:
                 "root": self.root, "inplace": self.inplace}
 
 
+MAX_GLOBAL_CHUNKS = 2**20
+"""The most chunks a collective may name in all (ranks x chunks per rank; x ranks again for alltoall).
+Building the pre/postconditions of 2^20 chunks takes about 0.5 s and 300 MB here; every encoding
+then needs far more, so a larger count is refused while parsing, before anything is built."""
+
+
+def _check_chunks(num_chunks: int, what: str) -> None:
+    if num_chunks > MAX_GLOBAL_CHUNKS:
+        raise SynthError(f"{what} names {num_chunks} chunks in all; synth handles at most "
+                         f"{MAX_GLOBAL_CHUNKS} (MAX_GLOBAL_CHUNKS): use fewer --chunks")
+
+
 def make_collective(kind: str, num_ranks: int, chunks_per_rank: int = 1, root: int | None = None,
                     inplace: bool = False) -> Collective:
     """Build a standard collective; bad parameters raise SynthError."""
@@ -75,6 +88,8 @@ def make_collective(kind: str, num_ranks: int, chunks_per_rank: int = 1, root: i
             raise SynthError(f"--root {root} is out of range for {n} ranks (0..{n - 1})")
     elif root is not None:
         raise SynthError(f"{kind} has no root; --root applies to {', '.join(ROOTED)}")
+    _check_chunks(n * n * k if kind == "alltoall" else n * k,
+                  f"{kind} on {n} ranks with {k} chunk(s) per rank")
     everyone = tuple(range(n))
     own = [tuple(range(r * k, (r + 1) * k)) for r in range(n)]
     allc = tuple(range(n * k))
@@ -140,8 +155,10 @@ def custom_collective(data: Any, source: str, inplace: bool = False) -> Collecti
     ]}
     schema = {"type": "object", "required": ["ranks", "chunks", "pre", "post"],
               "additionalProperties": False,
-              "properties": {"name": {"type": "string"}, "ranks": {"type": "integer", "minimum": 1},
-                             "chunks": {"type": "integer", "minimum": 1},
+              "properties": {"name": {"type": "string"},
+                             "ranks": {"type": "integer", "minimum": 1, "maximum": MAX_RANKS},
+                             "chunks": {"type": "integer", "minimum": 1,
+                                        "maximum": MAX_GLOBAL_CHUNKS},
                              "combining": {"type": "boolean"}, "pre": pairs, "post": pairs}}
     errors = list(jsonschema.Draft202012Validator(schema).iter_errors(data))
     if errors:
@@ -154,8 +171,12 @@ def custom_collective(data: Any, source: str, inplace: bool = False) -> Collecti
         raw = data[key]
         items = raw.items() if isinstance(raw, dict) else raw
         out: list[set[int]] = [set() for _ in range(num)]
-        for c, ranks in items:
-            c = int(c)
+        for key_c, ranks in items:
+            try:
+                c = int(key_c)
+            except ValueError:
+                raise SynthError(f"{source}: field '{key}': chunk '{key_c}' is not a whole "
+                                 "number") from None
             if not 0 <= c < num:
                 raise SynthError(f"{source}: field '{key}': chunk {c} out of range 0..{num - 1}")
             for r in ranks:
@@ -165,6 +186,13 @@ def custom_collective(data: Any, source: str, inplace: bool = False) -> Collecti
         return tuple(tuple(sorted(s)) for s in out)
 
     pre, post = table("pre"), table("post")
+    if all(set(post[c]) <= set(pre[c]) for c in range(num)) and not data.get("combining"):
+        raise SynthError(f"{source}: field 'post': every chunk already is where the postcondition "
+                         "wants it" + (" (the postcondition is empty)" if not any(post) else "")
+                         + "; a collective must move at least one chunk")
+    if not any(post):
+        raise SynthError(f"{source}: field 'post': the postcondition is empty; a collective must "
+                         "require at least one chunk somewhere")
     for c in range(num):
         if post[c] and not pre[c]:
             raise SynthError(f"{source}: chunk {c} must end on ranks {list(post[c])} "
@@ -184,10 +212,8 @@ def load_collective(spec: str, num_ranks: int, chunks_per_rank: int = 1, root: i
         return make_collective(spec, num_ranks, chunks_per_rank, root, inplace)
     path = Path(spec)
     if path.suffix in (".yaml", ".yml", ".json"):
-        from .topology_io import read_data_file
-        if not path.exists():
-            raise SynthError(f"collective file '{spec}' does not exist")
-        coll = custom_collective(read_data_file(path), str(path), inplace)
+        from .files import read_data
+        coll = custom_collective(read_data(path, "collective file"), str(path), inplace)
         if coll.num_ranks != num_ranks:
             raise SynthError(f"{spec}: the collective is for {coll.num_ranks} ranks but the "
                              f"topology has {num_ranks}")

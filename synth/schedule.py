@@ -88,10 +88,9 @@ class Schedule:
 
     @staticmethod
     def from_json(text: str, source: str = "schedule") -> Schedule:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SynthError(f"{source}: not valid JSON: {exc}") from None
+        from .files import parse_data
+
+        data = parse_data(text, source, "json", finite=False)
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise SynthError(f"{source}: not a synth schedule (expected \"format\": \"{FORMAT}\")")
         try:

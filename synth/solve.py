@@ -13,15 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import progress
 from .bounds import Bound, lower_bound
 from .collectives import Collective
 from .cost import DEFAULT_SIZES, algbw_GBps, schedule_times_us
 from .emit import XmlOptions, emit_verified_xml, xml_unsupported_reason
 from .encodings import Options, run_encoding
-from . import progress
 from .errors import SynthError
 from .files import atomic_write, ensure_writable_dir
 from .guards import Budget, TooBig, check_schedule
+from .mscclpp.emit import PlanOptions, emit_verified_plan, plan_unsupported_reason
 from .schedule import Schedule
 from .topology import Topology
 from .verify import VerifyReport, verify
@@ -43,11 +44,25 @@ class CostPoint:
                 "pct_of_bound": round(self.pct_of_bound, 4)}
 
 
+def schedule_time_model(schedule: Schedule) -> str:
+    """``nccl`` for the ``nccl`` baseline (priced by NCCL's tuning model), else ``step``."""
+    return "nccl" if schedule.meta.get("time_model") == "nccl" else "step"
+
+
 def cost_profile(schedule: Schedule, topology: Topology, sizes: Sequence[int],
-                 bound: Bound | None = None) -> list[CostPoint]:
-    """Time, algorithm bandwidth and % of the lower bound at every size."""
+                 bound: Bound | None = None, nccl_calibration: Any = None) -> list[CostPoint]:
+    """Time, algorithm bandwidth and % of the lower bound at every size.
+
+    The ``nccl`` baseline is priced as NCCL prices itself (:mod:`synth.nccl_model`: its tuner's
+    algorithm, protocol and channels, with its latency floors), every other schedule by the α-β
+    step model (:func:`synth.cost.schedule_times_us`).
+    """
     bound = bound or lower_bound(topology, schedule.collective)
-    times = schedule_times_us(schedule, topology, sizes)
+    if schedule_time_model(schedule) == "nccl":
+        from .nccl_model import times_us as nccl_times_us
+        times = nccl_times_us(topology, schedule.collective.kind, sizes, nccl_calibration)
+    else:
+        times = schedule_times_us(schedule, topology, sizes)
     bws = algbw_GBps(sizes, times)
     points = []
     for size, t, bw in zip(sizes, times, bws, strict=True):
@@ -88,13 +103,16 @@ class SolveResult:
 def solve(topology: Topology, collective: Collective, *, encoding: str = "auto",
           algorithm: str | None = None, sizes: Sequence[int] = DEFAULT_SIZES,
           time_limit_s: float | None = None, chunks: int | None = None,
-          extra: dict[str, Any] | None = None, budget: Budget | None = None) -> SolveResult:
+          extra: dict[str, Any] | None = None, nccl_calibration: Any = None,
+          budget: Budget | None = None) -> SolveResult:
     """Produce, verify and rank schedules; the best is the one closest to the bound overall.
 
     With a ``budget`` (:mod:`synth.guards`) every candidate is sized before it is verified: one
     over the memory budget or, when XML is wanted, over the runtime's limits is passed over with a
     note; when none is left the run is refused with every candidate's reason.
     """
+    if time_limit_s is not None and not (time_limit_s > 0 and math.isfinite(time_limit_s)):
+        raise SynthError(f"--time-limit must be a positive number of seconds, got {time_limit_s:g}")
     start = time.perf_counter()
     notes: list[str] = []
     extra = dict(extra or {})
@@ -114,7 +132,8 @@ def solve(topology: Topology, collective: Collective, *, encoding: str = "auto",
         with progress.phase(f"verify and cost {name} ({schedule.num_transfers:,} transfers)"):
             report = verify(schedule, topology)
             candidates.append(Candidate(name, schedule, report,
-                                        cost_profile(schedule, topology, sizes, bound)))
+                                        cost_profile(schedule, topology, sizes, bound,
+                                                     nccl_calibration)))
     candidates.sort(key=lambda c: (-c.score, c.report.steps, c.name))
     return SolveResult(topology, collective, encoding, candidates[0], candidates, bound,
                        time.perf_counter() - start, notes=notes)
@@ -141,6 +160,65 @@ def _within_budget(found: dict[str, Schedule], budget: Budget
     return kept, notes
 
 
+@dataclass(frozen=True)
+class NcclComparison:
+    """The candidate against NCCL at one size, both with their runtime floors.
+
+    ``runtime_us`` is the candidate run by the MSCCL runtime (:mod:`synth.protocols`: the step
+    model plus the protocol's launch floor and per-step synchronisation, best of Simple / LL /
+    LL128, one instance); ``nccl_us`` is NCCL's own tuning-model time of what NCCL would run
+    (:mod:`synth.nccl_model`). ``speedup`` = nccl_us / runtime_us (> 1: the candidate is faster).
+    """
+
+    bytes: int
+    nccl_algo: str
+    nccl_proto: str
+    nccl_channels: int
+    nccl_us: float
+    runtime_us: float
+    runtime_proto: str
+
+    @property
+    def speedup(self) -> float:
+        return self.nccl_us / self.runtime_us if self.runtime_us > 0 else math.inf
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bytes": self.bytes, "nccl": {"algo": self.nccl_algo, "proto": self.nccl_proto,
+                                              "channels": self.nccl_channels,
+                                              "time_us": round(self.nccl_us, 6)},
+                "runtime_us": round(self.runtime_us, 6), "runtime_proto": self.runtime_proto,
+                "speedup_vs_nccl": round(self.speedup, 6)}
+
+
+def compare_with_nccl(schedule: Schedule, topology: Topology, sizes: Sequence[int],
+                      nccl_calibration: Any = None, calibration: Any = None
+                      ) -> list[NcclComparison] | None:
+    """The candidate's floored runtime time against NCCL's, per size; None where NCCL has no
+    such collective (gather, scatter, custom)."""
+    from .errors import NotApplicable
+    from .nccl_model import predict
+    from .protocols import PROTOCOLS, predict_times_us
+
+    coll = schedule.collective
+    if coll.custom is not None:
+        return None
+    try:
+        nccl = predict(topology, coll.kind, sizes, nccl_calibration)
+    except NotApplicable:
+        return None
+    if schedule_time_model(schedule) == "nccl":
+        runtime = {"NCCL": [c.time_us for c in nccl]}
+    else:
+        runtime = {p: predict_times_us(schedule, topology, sizes, p, 1, calibration)
+                   for p in PROTOCOLS}
+    out = []
+    for i, c in enumerate(nccl):
+        proto = min(runtime, key=lambda p: (runtime[p][i], p))
+        out.append(NcclComparison(c.bytes, c.algo, c.proto, c.channels, c.time_us,
+                                  runtime[proto][i], proto))
+    return out
+
+
 def schedule_file_name(schedule: Schedule) -> str:
     coll = schedule.collective
     root = f"_root{coll.root}" if coll.root is not None else ""
@@ -165,19 +243,39 @@ class Written:
     files: list[Path]
     xml_reports: list[Any]
     notes: list[str]
+    plan_reports: list[Any] = field(default_factory=list)
+    """MSCCL++ plan verification reports (``--format mscclpp``)."""
 
 
-def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML
-                  ) -> Written:
-    """Write the schedule JSON and, where MSCCL-IR can express it, the verified XML beside it.
+@dataclass(frozen=True)
+class PlanTarget:
+    """Write an MSCCL++ execution plan instead of the XML: its options and the topology whose
+    nodes decide memory (same node) versus port (across NICs) channels."""
+
+    topology: Topology
+    options: PlanOptions = field(default_factory=PlanOptions)
+
+
+def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML,
+                  plan: PlanTarget | None = None) -> Written:
+    """Write the schedule JSON and, where MSCCL-IR can express it, the verified XML beside it
+    (or, with ``plan``, the verified MSCCL++ execution plan instead of the XML).
 
     Everything is produced and verified in memory first; only then is anything written, each file
     atomically, so a failure leaves nothing half-written.
     """
-    ensure_writable_dir(out_dir)
     outputs: list[tuple[Path, str]] = [(out_dir / schedule_file_name(schedule), schedule.to_json())]
     reports: list[Any] = []
     notes: list[str] = []
+    stem = schedule_file_name(schedule).removesuffix(".schedule.json")
+    if plan is not None:
+        reason = plan_unsupported_reason(schedule)
+        if reason:
+            notes.append(f"no MSCCL++ plan: {reason}")
+            return Written([atomic_write(path, text) for path, text in outputs], [], notes)
+        text, report = emit_verified_plan(schedule, plan.topology, plan.options)
+        outputs.append((out_dir / f"{stem}.mscclpp.json", text))
+        return Written([atomic_write(path, text) for path, text in outputs], [], notes, [report])
     if xml is not None:
         reason = xml_unsupported_reason(schedule, xml)
         if reason:
@@ -186,13 +284,13 @@ def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = DE
             with progress.phase(f"compile {schedule.algorithm} to {xml.profile} XML and run "
                                 "the interpreter"):
                 text, reports = emit_verified_xml(schedule, xml)
-            stem = schedule_file_name(schedule).removesuffix(".schedule.json")
             outputs.append((out_dir / f"{stem}.{xml.profile}.xml", text))
+    ensure_writable_dir(out_dir)  # only now: a failure above leaves no empty folder behind
     return Written([atomic_write(path, text) for path, text in outputs], reports, notes)
 
 
-def write_best(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML
-               ) -> tuple[Candidate, Written]:
+def write_best(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML,
+               plan: PlanTarget | None = None) -> tuple[Candidate, Written]:
     """Write the best candidate whose outputs can all be produced and verified.
 
     A schedule can be correct yet not fit a runtime's hard limits (threadblocks, steps, depid):
@@ -201,9 +299,9 @@ def write_best(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFA
     skipped: list[str] = []
     for candidate in result.candidates:
         try:
-            written = write_outputs(candidate.schedule, out_dir, xml)
+            written = write_outputs(candidate.schedule, out_dir, xml, plan)
         except SynthError as exc:
-            if xml is None or len(result.candidates) == 1:
+            if (xml is None and plan is None) or len(result.candidates) == 1:
                 raise
             skipped.append(f"{candidate.name} passed over: {exc.message}")
             progress.note(skipped[-1])

@@ -31,6 +31,58 @@ MB = 1_000_000
 """Bytes in the MB of ``beta_us_per_mb``."""
 
 
+MAX_RANKS = 16_384
+"""The most ranks a topology may have: the largest published training job, Llama 3 405B on 16,384
+H100 GPUs (Meta, "The Llama 3 Herd of Models", arXiv:2407.21783, section 3.3.1). A bigger number is
+a typo; refusing it at parse time costs nothing, where building it costs minutes and gigabytes."""
+
+MAX_LINKS = 2**18
+"""The most directed point-to-point links a topology may have (fully_connected:512 has 261,632):
+building 2^20 of them took 8 s here before any solving started. Switches scale past this."""
+
+MAX_PARALLEL = 1024
+"""The most parallel links (``count``) or lanes one link or port may bundle."""
+
+MAX_ALPHA_US = 1e6
+"""The largest latency a link class may have: one second, 10^4 times a slow network's."""
+
+BETA_RANGE_US_PER_MB = (1e-3, 1e6)
+"""Inverse bandwidths a link class may have: 1 PB/s (1e-3 µs/MB) down to 1 MB/s (1e6 µs/MB)."""
+
+
+def check_size(what: str, ranks: int, links: int = 0) -> None:
+    """Refuse an absurdly large topology before it is built (a SynthError naming the limit)."""
+    from .errors import SynthError
+
+    if ranks > MAX_RANKS:
+        raise SynthError(f"{what} has {ranks} ranks; synth handles at most {MAX_RANKS} (MAX_RANKS, "
+                         "the largest published training job)")
+    if links > MAX_LINKS:
+        raise SynthError(f"{what} has {links} point-to-point links; synth handles at most "
+                         f"{MAX_LINKS} (MAX_LINKS); a switch (switch:N) models all-to-all "
+                         "connectivity without materialising every pair")
+
+
+def check_link_figures(alpha_us: float, beta_us_per_mb: float, where: str) -> None:
+    """Refuse link figures that are not finite or outside :data:`MAX_ALPHA_US`/:data:`BETA_RANGE_US_PER_MB`.
+
+    Beyond them every predicted time overflows to ``inf`` (alpha 1e308) or loses all precision.
+    """
+    import math
+
+    from .errors import SynthError
+
+    lo, hi = BETA_RANGE_US_PER_MB
+    if not (math.isfinite(alpha_us) and 0 <= alpha_us <= MAX_ALPHA_US):
+        raise SynthError(f"{where}: alpha_us must be a number of microseconds in 0..{MAX_ALPHA_US:g} "
+                         f"(MAX_ALPHA_US), got {alpha_us:g}")
+    if not (math.isfinite(beta_us_per_mb) and lo <= beta_us_per_mb <= hi):
+        got = bandwidth_from_beta(beta_us_per_mb) if beta_us_per_mb else math.inf
+        raise SynthError(f"{where}: bandwidth must be within {bandwidth_from_beta(hi):g}.."
+                         f"{bandwidth_from_beta(lo):g} GB/s ({lo:g}..{hi:g} µs/MB, "
+                         f"BETA_RANGE_US_PER_MB), got {got:g} GB/s ({beta_us_per_mb:g} µs/MB)")
+
+
 def beta_from_bandwidth(gbps: float) -> float:
     """µs/MB for a bandwidth in GB/s (10^9 bytes per second)."""
     return 1000.0 / gbps

@@ -7,7 +7,6 @@ Every problem is reported as a :class:`SynthError` naming the file, the field an
 
 from __future__ import annotations
 
-import json
 import re
 from functools import cache
 from importlib import resources
@@ -16,11 +15,22 @@ from typing import Any
 
 import jsonschema
 import networkx as nx
-import yaml
 
 from . import builders
 from .errors import SynthError, unknown_name
-from .topology import Link, Nic, Port, Switch, Topology, beta_from_bandwidth
+from .files import load_yaml, parse_data, read_data
+from .topology import (
+    MAX_PARALLEL,
+    MAX_RANKS,
+    Link,
+    Nic,
+    Port,
+    Switch,
+    Topology,
+    beta_from_bandwidth,
+    check_link_figures,
+    check_size,
+)
 
 _RANK = {"type": "integer", "minimum": 0}
 _RANKS = {"type": "array", "items": _RANK, "minItems": 1}
@@ -35,7 +45,7 @@ TOPOLOGY_SCHEMA: dict[str, Any] = {
         "aliases": {"type": "array", "items": _NAME},
         "description": {"type": "string"},
         "sources": {"type": "array", "items": {"type": "string"}},
-        "ranks": {"type": "integer", "minimum": 1},
+        "ranks": {"type": "integer", "minimum": 1, "maximum": MAX_RANKS},
         "nodes": {"type": "array", "items": _RANKS, "minItems": 1},
         "link_classes": {
             "type": "object",
@@ -64,7 +74,7 @@ TOPOLOGY_SCHEMA: dict[str, Any] = {
                     "src": _RANK,
                     "dst": _RANK,
                     "class": {"type": "string"},
-                    "count": {"type": "integer", "minimum": 1},
+                    "count": {"type": "integer", "minimum": 1, "maximum": MAX_PARALLEL},
                 },
                 "oneOf": [{"required": ["between"]}, {"required": ["src", "dst"]}],
             },
@@ -85,10 +95,11 @@ TOPOLOGY_SCHEMA: dict[str, Any] = {
                                 "type": "object", "required": ["ranks"],
                                 "additionalProperties": False,
                                 "properties": {"name": _NAME, "ranks": _RANKS,
-                                               "lanes": {"type": "integer", "minimum": 1}}}},
+                                               "lanes": {"type": "integer", "minimum": 1,
+                                                         "maximum": MAX_PARALLEL}}}},
                         ]
                     },
-                    "lanes": {"type": "integer", "minimum": 1},
+                    "lanes": {"type": "integer", "minimum": 1, "maximum": MAX_PARALLEL},
                 },
             },
         },
@@ -123,6 +134,7 @@ def parse_topology(data: Any, source: str) -> Topology:
                              f"link_classes (defined: {', '.join(sorted(classes))})")
         c = classes[name]
         beta = c["beta_us_per_mb"] if "beta_us_per_mb" in c else beta_from_bandwidth(c["bandwidth_GBps"])
+        check_link_figures(float(c["alpha_us"]), float(beta), f"{source}: field 'link_classes.{name}'")
         return float(c["alpha_us"]), float(beta)
 
     def check_ranks(ranks: list[int], where: str) -> tuple[int, ...]:
@@ -134,6 +146,7 @@ def parse_topology(data: Any, source: str) -> Topology:
             raise SynthError(f"{source}: field '{where}': a rank is listed twice")
         return tuple(ranks)
 
+    check_size(source, n, sum(1 if "src" in spec else 2 for spec in data.get("links", [])))
     links: dict[tuple[int, int], Link] = {}
     for i, spec in enumerate(data.get("links", [])):
         where = f"links.{i}"
@@ -214,22 +227,6 @@ def _short(ranks: frozenset[int]) -> str:
     return "{" + ", ".join(map(str, s[:6])) + (", ..." if len(s) > 6 else "") + "}"
 
 
-def read_data_file(path: Path) -> Any:
-    """Parse a YAML or JSON file into plain data; malformed files become a SynthError."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SynthError(f"cannot read '{path}': {exc.strerror or exc}") from None
-    try:
-        if path.suffix == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        msg = str(exc).replace("\n", " ")
-        raise SynthError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: "
-                         f"{msg}") from None
-
-
 def _topology_dir() -> Any:
     """Where the shipped topology files are.
 
@@ -250,7 +247,7 @@ def shipped_files() -> dict[str, str]:
     names: dict[str, str] = {}
     for entry in sorted(_topology_dir().iterdir(), key=lambda e: e.name):
         if entry.name.endswith((".yaml", ".yml")):
-            data = yaml.safe_load(entry.read_text())
+            data = load_yaml(entry.read_text(encoding="utf-8"), f"topologies/{entry.name}")
             names[data["name"]] = entry.name
             for alias in data.get("aliases", []):
                 names[alias] = entry.name
@@ -265,7 +262,8 @@ def shipped_names() -> list[str]:
 @cache
 def _load_shipped(file_name: str) -> Topology:
     entry = _topology_dir().joinpath(file_name)
-    return parse_topology(yaml.safe_load(entry.read_text()), f"topologies/{file_name}")
+    source = f"topologies/{file_name}"
+    return parse_topology(parse_data(entry.read_text(encoding="utf-8"), source), source)
 
 
 def _resolvable(spec: str) -> bool:
@@ -288,7 +286,7 @@ def load_topology(spec: str, nodes: int = 1) -> Topology:
     """
     if nodes < 1:
         raise SynthError(f"--nodes must be at least 1, got {nodes}")
-    multi = re.fullmatch(r"(.+?)-?x([0-9]+)", spec)
+    multi = re.fullmatch(r"(.+?)-?x([0-9]{1,9})", spec)
     if multi and not _resolvable(spec) and _resolvable(multi.group(1)):
         # 'dgx_a100x4' is how a multi-node topology names itself; read it back the same way
         return load_topology(multi.group(1), int(multi.group(2)) * nodes)
@@ -298,10 +296,7 @@ def load_topology(spec: str, nodes: int = 1) -> Topology:
         topo = builders.build(spec)
     elif Path(spec).suffix in (".yaml", ".yml", ".json") or Path(spec).exists():
         path = Path(spec)
-        if not path.exists():
-            raise SynthError(f"topology file '{spec}' does not exist")
-        data = read_data_file(path)
-        topo = parse_topology(data, str(path))
+        topo = parse_topology(read_data(path, "topology file"), str(path))
     else:
         raise unknown_name("topology", spec,
                            list(shipped_files()) + [f"{b}:N" for b in builders.BUILDERS])

@@ -329,6 +329,7 @@ def test_deterministic():
         assert a == b
 
 
+@pytest.mark.slow  # long end-to-end case: .ci/run runs it in its second pass
 @pytest.mark.parametrize("make", [lambda: ring(512), lambda: multinode(switch(8), 64)],
                          ids=["ring:512", "switch:8x64"])
 def test_512_rank_ring_allgather_is_fast(make):

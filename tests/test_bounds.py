@@ -357,6 +357,7 @@ def test_single_rank_is_free():
 
 
 # ------------------------------------------------------------------------------ scale
+@pytest.mark.slow  # long end-to-end case: .ci/run runs it in its second pass
 def test_512_ranks_under_a_minute():
     """The hard requirement: 512-rank bounds in well under 60 s (measured: about a second)."""
     start = time.perf_counter()

@@ -314,6 +314,7 @@ def test_workers_do_not_change_the_output(tmp_path, built, capsys):
     assert mine == theirs
 
 
+@pytest.mark.slow  # long end-to-end case: .ci/run runs it in its second pass
 def test_ray_executor(tmp_path, built, capsys):
     pytest.importorskip("ray")
     out, _ = built
@@ -338,7 +339,7 @@ def test_ray_executor(tmp_path, built, capsys):
     (["--tuner", "annealing"], "unknown tuner 'annealing'"),
     (["--executor", "slurm"], "unknown executor 'slurm'"),
     (["--workers", "0"], "--workers must be at least 1"),
-    (["--time-limit", "0"], "--time-limit must be positive"),
+    (["--time-limit", "0"], "--time-limit must be a positive"),
     (["--calibration", "/nonexistent/cal.json"], "does not exist"),
 ])
 def test_bad_input(tmp_path, capsys, argv, needle):

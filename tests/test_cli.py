@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from synth.topology_io import shipped_names
 
 SHIPPED = {"trn1_32", "trn2_64", "dgx1", "ndv2", "dgx2", "dgx_a100", "dgx_h100", "mi300x"}
@@ -29,6 +31,7 @@ def test_main_job_json(synth_cli, tmp_path):
     assert again.returncode == 0 and "verified" in again.stdout
 
 
+@pytest.mark.slow  # long end-to-end case: .ci/run runs it in its second pass
 def test_solve_is_deterministic(synth_cli, tmp_path):
     outs = []
     for sub in ("a", "b"):
@@ -37,6 +40,17 @@ def test_solve_is_deterministic(synth_cli, tmp_path):
         assert r.returncode == 0, r.stderr
         outs.append(json.loads(r.stdout)["files"][0])
     assert Path(outs[0]).read_bytes() == Path(outs[1]).read_bytes()
+
+
+def test_solve_is_deterministic_fast(synth_cli, tmp_path):
+    """Byte-identical files across runs, on a problem small enough for the fast suite."""
+    outs = []
+    for sub in ("a", "b"):
+        r = synth_cli("solve", "--topo", "ring:6", "--coll", "allreduce", "--json", "--out",
+                      str(tmp_path / sub))
+        assert r.returncode == 0, r.stderr
+        outs.append([Path(f).read_bytes() for f in json.loads(r.stdout)["files"]])
+    assert outs[0] == outs[1] and outs[0]
 
 
 def test_solve_table_and_algo(synth_cli, tmp_path):

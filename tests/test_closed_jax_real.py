@@ -125,6 +125,7 @@ def _child(out_path: str, work: str) -> None:
     Path(out_path).write_text(json.dumps(results))
 
 
+@pytest.mark.slow  # long end-to-end case: .ci/run runs it in its second pass
 def test_emitted_jax_programs_match_under_real_jax(tmp_path):
     try:
         import jax  # noqa: F401

@@ -137,7 +137,8 @@ def test_min_max_reductions(coll, op):
     assert ran == {"neuron", "jax"}
 
 
-@pytest.mark.parametrize("name,nodes", TOPOLOGIES)
+@pytest.mark.parametrize("name,nodes", [pytest.param(*t, marks=pytest.mark.slow) if t == ("trn1_32", 2) else t
+                                        for t in TOPOLOGIES])
 def test_emit_closed_program_winners_run_on_the_standins(tmp_path, name, nodes):
     """What `synth solve --target neuron|jax` writes: the winner for small and large messages,
     for one tensor and for 4 bundled-or-not tensors."""

@@ -70,7 +70,8 @@ def check(program: Program, profile: str = "exec", collective: Collective | None
 # ------------------------------------------------------------------------------ baselines
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("topo_name", list(TOPOLOGIES))
+@pytest.mark.parametrize("topo_name", [pytest.param(n, marks=pytest.mark.slow) if n == "trn1_32" else n
+                                       for n in TOPOLOGIES])
 def test_every_baseline_compiles_and_runs(topo_name: str, kind: str) -> None:
     t = topo(topo_name)
     found = baselines(t, kind)
@@ -273,6 +274,7 @@ def test_recompilation_is_byte_identical() -> None:
     assert len(digests) == 1
 
 
+@pytest.mark.slow  # long end-to-end case: .ci/run runs it in its second pass
 def test_512_rank_ring_allgather_compiles_within_10s() -> None:
     """262k transfers. CPU time of this process, so other jobs on the machine do not count."""
     sch = baseline(builders.ring(512), make_collective("allgather", 512), "ring")

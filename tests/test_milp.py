@@ -83,6 +83,7 @@ def test_routing_model_is_sparse():
     assert len(model.variables()) < dense / 20
 
 
+@pytest.mark.slow  # long end-to-end case: .ci/run runs it in its second pass
 def test_trn1_allgather_near_bound_at_1gb():
     from synth.solve import solve
 

@@ -121,7 +121,7 @@ def test_good_file_loads_and_round_trips(tmp_path):
 
 @pytest.mark.parametrize(("text", "needle"), [
     ("name: [unclosed\n", "not valid YAML"),
-    ("", "field '(top level)'"),
+    ("", "is empty"),
     (GOOD + "bogus: 1\n", "unknown field(s)"),
     (GOOD.replace("nodes: [2]", "nodes: []"), "field 'nodes'"),
     (GOOD.replace("chunks_per_rank: 2", "chunks_per_rank: 0"), "field 'chunks_per_rank'"),

@@ -177,6 +177,7 @@ def test_cli_bad_input(synth_cli, tmp_path, args, needle):
     assert needle in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow  # long end-to-end case: .ci/run runs it in its second pass
 def test_cli_unsat_and_sat(synth_cli, tmp_path):
     r = synth_cli("solve", "--encoding", "smt", "--topo", "dgx1", "--coll", "allgather",
                   "--steps", "2", "--rounds", "2", "--chunks", "2", "--out", str(tmp_path))
@@ -189,6 +190,7 @@ def test_cli_unsat_and_sat(synth_cli, tmp_path):
     assert (data["steps"], data["rounds"], data["chunks_per_rank"]) == (2, 3, 2)
 
 
+@pytest.mark.slow  # long end-to-end case: .ci/run runs it in its second pass
 def test_cli_pareto_json(synth_cli, tmp_path):
     plot = tmp_path / "front.png"
     r = synth_cli("pareto", "--topo", "ring:4", "--coll", "allgather", "--json", "--out",
@@ -225,6 +227,7 @@ def test_cli_analyze(synth_cli):
     assert data["rounds_per_chunk"] == "8/3" and data["sccl_lp"] == "5/3"
 
 
+@pytest.mark.slow  # long end-to-end case: .ci/run runs it in its second pass
 def test_schedule_files_are_deterministic(synth_cli, tmp_path):
     outs = []
     for sub in ("a", "b"):

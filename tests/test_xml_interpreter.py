@@ -615,6 +615,7 @@ def ring_allgather(n: int, k: int = 2) -> Program:
     return program("allgather", n, n * k, gpus, inplace=1, outofplace=0, max_bytes=1 << 20)
 
 
+@pytest.mark.slow  # long end-to-end case: .ci/run runs it in its second pass
 def test_large_ring_is_fast():
     p = ring_allgather(512, 2)          # 512 ranks x 1024 steps
     t0 = time.perf_counter()

@@ -17,6 +17,7 @@ output folder before every file exists and has been verified.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -128,8 +129,8 @@ def build_catalog(topology: Topology, *, topo_spec: str, nodes: int, kinds: Sequ
     if tuner not in TUNERS:
         raise unknown_name("tuner", tuner, TUNERS)
     check_executor(executor, workers)
-    if time_limit_s is not None and time_limit_s <= 0:
-        raise SynthError(f"--time-limit must be positive, got {time_limit_s:g}")
+    if time_limit_s is not None and not (time_limit_s > 0 and math.isfinite(time_limit_s)):
+        raise SynthError(f"--time-limit must be a positive number of seconds, got {time_limit_s:g}")
     buckets = make_buckets(sizes)
     if topology.num_ranks < 2:
         raise SynthError(f"'{topology.name}' has {topology.num_ranks} rank; MSCCL-IR needs at least 2")

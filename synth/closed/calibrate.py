@@ -429,9 +429,7 @@ def _wls(x: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None):
 def nodes_in_log(log: str | Path) -> int:
     """The most nodes any run in a log uses (1 for a timing JSON without a node axis)."""
     p = Path(log)
-    if not p.exists():
-        raise SynthError(f"log file '{p}' does not exist")
-    text = p.read_text(errors="replace")
+    text = read_input(p, "log file")
     if text.lstrip().startswith("{"):
         try:
             data = json.loads(text)

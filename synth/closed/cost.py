@@ -36,7 +36,6 @@ Defaults (``launch_us``, ``amortization``, ``memcopy``) are per hardware family;
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -291,13 +290,10 @@ def load_model(topology: Topology, mesh: Mesh, calibration: str | Path | dict | 
     if isinstance(calibration, dict):
         data, where = calibration, "calibration"
     else:
+        from ..files import read_data
+
         path = Path(calibration)
-        if not path.exists():
-            raise SynthError(f"calibration file '{path}' does not exist")
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise SynthError(f"{path}: not valid JSON: {exc}") from None
+        data = read_data(path, "calibration file", fmt="json")
         where = str(path)
     if not isinstance(data, dict) or data.get("format") != "synth-calibration/1":
         raise SynthError(f"{where}: not a synth calibration file (expected \"format\": "

@@ -2,7 +2,8 @@
 
 :func:`emit_verified_xml` is the one way synth produces MSCCL-IR text: compile, print, parse the
 *text* back with the runtimes' lexical rules and run it through the interpreter in every mode the
-file declares. A file that fails is never returned, so it is never written.
+file declares, and check that both ends of every message name the same transfer (spec E2,
+:mod:`synth.emit.agreement`). A file that fails is never returned, so it is never written.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..collectives import make_collective
-from ..errors import SynthError
+from ..errors import SynthError, VerificationError
 from ..schedule import Schedule
 
 XML_KINDS = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce")
@@ -43,6 +44,7 @@ def xml_unsupported_reason(schedule: Schedule, options: XmlOptions) -> str | Non
 
 def emit_verified_xml(schedule: Schedule, options: XmlOptions = XmlOptions()) -> tuple[str, list]:
     """MSCCL-IR text for ``schedule`` plus the interpreter's reports (one per declared mode)."""
+    from .agreement import disagreements
     from .compile import emit_xml
     from .interpreter import verify_program
     from .xml_parse import parse_program
@@ -62,4 +64,8 @@ def emit_verified_xml(schedule: Schedule, options: XmlOptions = XmlOptions()) ->
                                    coll.chunks_per_rank * options.instances, coll.root,
                                    coll.inplace)
     reports = verify_program(program, collective=expected, profile=options.profile)
+    issues = disagreements(program)
+    if issues:      # the compiler makes both ends agree (passes.disagreements): a bug if not
+        raise VerificationError("agreement", f"{len(issues)} message(s) whose two ends disagree "
+                                f"(spec E2): {issues[0]}")
     return text, reports

@@ -2,8 +2,8 @@
 
 MSCCLang-style (ASPLOS'23) lowering; the passes live in :mod:`synth.emit.passes`::
 
-    lower -> fuse -> aggregate -> order -> hazards -> allocate -> progress -> dependencies
-          -> replicate (instances) -> Program -> XML (:mod:`synth.emit.xml_write`)
+    lower -> fuse -> aggregate -> agreement -> order -> hazards -> allocate -> progress
+          -> dependencies -> replicate (instances) -> Program -> XML (:mod:`synth.emit.xml_write`)
 
 The driver loops: when the allocation cannot pair a fused op's peers on any channel, or the
 progress check finds an op that could block under the runtime's FIFO model (capacity 2 messages
@@ -177,6 +177,8 @@ def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: in
             fuse_on = False
         fused = P.fuse(dag, fuse_on)
         ir = P.aggregate(dag, do_aggregate)
+        if fuse_on and _unfuse(dag, P.disagreements(ir)):
+            continue
         if instances > 1 and do_aggregate and not P.consistent_groups(ir):
             ir = P.split_bundles(dag, ir)
             assert P.consistent_groups(ir)

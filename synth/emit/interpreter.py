@@ -199,6 +199,10 @@ def _fold(tb: Threadblock, bases: dict[str, int], M: int) -> list[tuple]:
     return ops
 
 
+fold_block = _fold
+"""Public name of the runtime's folding of one block (used by :mod:`synth.program_model`)."""
+
+
 class _Machine:
     """One run of a program in one mode."""
 

@@ -6,6 +6,8 @@ Each pass is a small function over one IR; :mod:`synth.emit.compile` chains them
                                      layout (input ``i``, output ``o``, scratch ``s``) and liveness
     fuse         Dag -> Dag          a receive and the next step's send of the same value become
                                      one op: rcs (copy), rrs / rrcs (reduce, without / with store)
+    agreement    Ir                  fused copies whose two message ends could not carry the same
+                                     fields (spec E2) are split again (:func:`disagreements`)
     aggregate    Dag -> Ir           ops of chunks that travel the same route in the same steps and
                                      sit in contiguous cells at every hop become one op, cnt > 1
     order        Ir                  one global order every threadblock follows (FIFO-consistent)
@@ -41,6 +43,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
+from itertools import pairwise
 from math import ceil
 
 from ..collectives import Collective
@@ -408,6 +411,15 @@ def lower(schedule: Schedule, mode: str) -> Dag:
                     rs = rsteps[slot]
                     anchor = min(sl[:bisect_right(rs, rs[0])], key=lambda s: s.peer)
                 copies.append(Copy(r, 0, -1, c, fin, out, anchor))
+                # A copy receiver that lands the value in the cell of the same name as this output
+                # copy takes it from there: both ends of the message then name one location, which
+                # lets the receiver forward it as an rcs and still agree with it (spec E2,
+                # :func:`disagreements`). The initial copy runs first in step 0, so this only adds
+                # a same-rank dependency on a local copy.
+                for snd in sends_of.get(slot, ()):
+                    rv = snd.recv
+                    if rv is not None and not rv.reduce and rv.dst == out:
+                        snd.src = out
                 continue
             step = ws[-1]
             if track:         # wait until the aliased input cell's value (another chunk's) is dead
@@ -570,8 +582,8 @@ def aggregate(dag: Dag, enabled: bool = True) -> Ir:
             rv: Recv = first[j]
             typ = _recv_type(rv)
             prev = iops[-1]
-            if typ == "r":
-                src, dst = prev.src, rv.dst
+            if typ == "r":      # the message's source: the sender's cell (spec E2)
+                src, dst = prev.src if prev.typ == "s" else prev.dst, rv.dst
             elif typ == "rcs":
                 src = dst = rv.dst
             elif typ == "rrs":
@@ -705,6 +717,43 @@ def consistent_groups(ir: Ir) -> bool:
             if seen.setdefault(c, op.chunks) != op.chunks:
                 return False
     return True
+
+
+# ================================================================================== agreement
+
+_COPY_RECEIVES = frozenset(("r", "rcs"))
+
+
+def disagreements(ir: Ir) -> list[IOp]:
+    """Fused ops to split so that both ends of every copy message name the same location.
+
+    The runtimes read only the sender's source and the receiver's destination, but checkers pair
+    a message's two ends and compare all their fields (spec E2, the VERIFIER's rule): a receive
+    (``r`` or ``rcs``) must carry the ``srcbuf/srcoff/dstbuf/dstoff/cnt`` of the step that sent
+    the message, and an ``rcs`` names one location for both (``src == dst``) because it forwards
+    from where it stored. A message carries its sender's location and the landing location: for
+    ``s`` its ``src`` and ``dst``; a forwarding op (``rcs``, ``rrs``, ``rrcs``) sends the value it
+    stored (``rrs``: would store) at its ``dst``, so its messages carry ``dst`` twice (the
+    VERIFIER forwards an ``rcs`` message exactly so). An ``rcs`` therefore agrees only when the
+    incoming message comes from a cell of its own name, and a copy receive behind a forwarding op
+    only when it lands where that op stored. Reduce receives are outside the rule: their ``src``
+    is the local operand the runtime reads (spec §4.1). Splitting an op turns its forward into a
+    plain send from its own cell, which agrees by construction, so one pass finds every op to
+    split.
+    """
+    out: dict[int, IOp] = {}
+    for chain in ir.chains:
+        for prev, op in pairwise(chain):
+            if op.typ not in _COPY_RECEIVES:
+                continue
+            if prev.typ == "s":
+                if op.typ == "rcs" and prev.src != op.dst:
+                    out[id(op)] = op              # the message's source is not the rcs's cell
+            elif prev.dst != op.dst:
+                out[id(prev)] = prev              # a forward lands elsewhere than it stored
+                if op.typ == "rcs":
+                    out[id(op)] = op              # ... and then comes from another cell
+    return list(out.values())
 
 
 # ================================================================================== order

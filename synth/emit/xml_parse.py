@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from lxml import etree
 
 from ..errors import SynthError, VerificationError
+from .agreement import disagreements
 from .program import INSTRUCTIONS, Gpu, Instr, Program, Threadblock
 
 # --------------------------------------------------------------------------------------------------
@@ -466,13 +467,8 @@ def _read_step(st, fail, get_int) -> Instr:
 
 def read_program(path, profile: str = "exec") -> Program:
     """Parse an algorithm file from disk (SynthError if it cannot be read)."""
-    from pathlib import Path
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise SynthError(f"cannot read XML file '{p}': {e}") from None
-    return parse_program(text, str(p), profile)
+    from ..files import read_input
+    return parse_program(read_input(path, "XML file"), str(path), profile)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -643,6 +639,8 @@ def lint_program(program: Program, profile: str | None = "exec") -> list[str]:
             raise _err("unmatched", "E1", f"connection rank {a} -> rank {b} channel {c}: {len(snd)} "
                                           f"send-type steps but {len(rcv)} receive-type steps "
                                           "(the call would hang or leave stale data)", rank=a)
+    # ---- both ends of a message name one transfer (E2: portability, the runtimes ignore it)
+    warn.extend(disagreements(p, limit=3))
     return warn
 
 

@@ -55,7 +55,7 @@ def _baseline(topology: Topology, collective: Collective, options: Options) -> d
                 continue
         coll = collective
         if options.chunks is None and collective.custom is None:
-            k = preferred_chunks(name, collective.kind, collective.num_ranks)
+            k = preferred_chunks(name, collective.kind, collective.num_ranks, topology)
             if k != collective.chunks_per_rank:
                 coll = make_collective(collective.kind, collective.num_ranks, k, collective.root,
                                        collective.inplace)

@@ -24,13 +24,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..collectives import KINDS, Collective
+from ..collectives import KINDS, Collective, make_collective
 from ..errors import NotApplicable, SynthError, unknown_name
 from ..schedule import Schedule
 from ..topology import Topology
 from .baseline_graph import RankGraph, Tree, tree_from_parent
 from .baseline_job import Job
-from .baseline_ring import ring_algorithm
+from .baseline_ring import nccl_ring_algorithm, nccl_rings, ring_algorithm
 
 __all__ = ["ALGORITHMS", "Algorithm", "all_baselines", "applicable", "baseline", "btree_parent",
            "dtree_parents", "preferred_chunks"]
@@ -330,6 +330,18 @@ class Algorithm:
         return baseline(topology, collective, self.name)
 
 
+NCCL_KINDS = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce", "alltoall")
+"""The collectives NCCL implements (gather and scatter are not NCCL collectives)."""
+
+
+def _nccl(job: Job) -> None:
+    if job.kind == "alltoall":
+        _direct(job)
+    else:
+        nccl_ring_algorithm(job)
+    job.meta["time_model"] = "nccl"
+
+
 def _hierarchical(job: Job) -> None:
     from .baseline_hier import hierarchical
     hierarchical(job)
@@ -356,6 +368,9 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
               "topologies", _hierarchical),
     Algorithm("tree", ALL_KINDS, "one BFS spanning tree of the real topology, pipelined; allreduce "
               "= reduce + broadcast", _tree),
+    Algorithm("nccl", NCCL_KINDS, "NCCL as it runs: one ring per rail (alltoall: direct point-to-"
+              "point); its time is NCCL's own tuning model (synth.nccl_model), not the step model",
+              _nccl),
 )}
 """name -> :class:`Algorithm`, in the order :func:`applicable` tries them."""
 
@@ -366,10 +381,20 @@ PIPELINED = ("ring", "bidir_ring", "binomial_tree", "double_binary_tree", "tree"
 """Algorithms whose rooted broadcast/reduce pipeline chunks down a chain or tree."""
 
 
-def preferred_chunks(algorithm: str, kind: str, n: int) -> int:
-    """Chunks per rank the algorithm wants for ``kind`` on ``n`` ranks (callers may build with it)."""
+def preferred_chunks(algorithm: str, kind: str, n: int, topology: Topology | None = None) -> int:
+    """Chunks per rank the algorithm wants for ``kind`` on ``n`` ranks (callers may build with it).
+
+    ``nccl`` wants one chunk per ring, which depends on the ``topology`` (its rails).
+    """
     if algorithm not in ALGORITHMS:
         raise unknown_name("baseline algorithm", algorithm, ALGORITHMS)
+    if algorithm == "nccl" and kind in ("allgather", "reducescatter", "allreduce") \
+            and topology is not None and topology.num_ranks == n:
+        try:
+            return len(nccl_rings(Job(topology, make_collective(kind, n, 1), RankGraph(topology),
+                                      "nccl")))
+        except NotApplicable:
+            return 1
     if kind in ("broadcast", "reduce") and algorithm in PIPELINED:
         # a rooted collective on a chain/tree only streams when the buffer is cut into pieces;
         # 2n pieces keep the pipeline fill below a third of the time, as NCCL's chunking does

@@ -122,3 +122,64 @@ def ring_algorithm(job: Job, bidir: bool) -> None:
                     if s != t:
                         for i, c in enumerate(job.a2a(s, t)):
                             plan.route(way(s, t, i + pos[0][s]), (c,), 0)
+
+
+def nccl_rings(job: Job) -> list[list[int]]:
+    """NCCL's rings as a schedule can hold them: one per rail on several nodes, else one.
+
+    NCCL runs a ring per channel and spreads the channels over the NICs (``src/graph/search.cc``:
+    a channel enters a node through one NIC and leaves through another). On one node its channels
+    are parallel slices of one ring order, which loads every link as one ring does. On ``N`` nodes
+    with ``K`` NICs per node, ring ``c`` walks each node's segment of the Hamiltonian cycle rotated
+    by ``c·g/K`` positions, so the ranks that leave (and enter) a node differ per ring and every NIC
+    carries one ring. Where a rotation is not a path of real links (a mesh whose in-node order is
+    not itself a cycle), the single cycle is used and the meta says so.
+    """
+    cyc = ring_order(job)
+    topo = job.topology
+    if topo.num_nodes == 1:
+        return [cyc]
+    segments: list[list[int]] = []
+    for r in cyc:
+        if segments and topo.node_of[segments[-1][-1]] == topo.node_of[r]:
+            segments[-1].append(r)
+        else:
+            segments.append([r])
+    g = topo.num_ranks // topo.num_nodes
+    if len(segments) != topo.num_nodes or any(len(s) != g for s in segments):
+        job.meta["rings_note"] = "the cycle enters a node more than once; one ring"
+        return [cyc]
+    first = set(topo.nodes[0])
+    rails = sum(1 for nic in topo.nics if set(nic.ranks) <= first) or 1
+    k = max(1, min(rails, g))
+    rings = []
+    for c in range(k):
+        off = c * g // k
+        order = [r for seg in segments for r in seg[off:] + seg[:off]]
+        if not job.g.valid_cycle(order):
+            job.meta["rings_note"] = f"rotating a node's path by {off} leaves the links; one ring"
+            return [cyc]
+        rings.append(order)
+    return rings
+
+
+def nccl_ring_algorithm(job: Job) -> None:
+    """NCCL's ring for allgather / reducescatter / allreduce, one ring per rail (chunk j on ring
+    ``j mod K``); broadcast and reduce as the pipelined ring chain."""
+    kind, plan = job.kind, job.plan
+    if kind in ("broadcast", "reduce"):
+        ring_algorithm(job, False)
+        return
+    rings = nccl_rings(job)
+    job.meta["rings"] = [list(o) for o in rings]
+    k = len(rings)
+    for c, order in enumerate(rings):
+        groups = [[x for j, x in enumerate(job.own(r)) if j % k == c] for r in order]
+        if not any(groups):
+            continue
+        if kind == "allgather":
+            ring_ag(plan, order, groups, 0)
+        elif kind == "reducescatter":
+            ring_rs(plan, order, groups, 0)
+        else:
+            ring_ag(plan, order, groups, ring_rs(plan, order, groups, 0))

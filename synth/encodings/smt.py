@@ -24,6 +24,8 @@ raises SynthError with exit code 3 (:data:`synth.errors.LIMIT_REACHED`), saying 
 
 from __future__ import annotations
 
+import math
+
 from ..collectives import Collective
 from ..errors import LIMIT_REACHED, NotApplicable, SynthError
 from ..schedule import Schedule
@@ -90,8 +92,8 @@ def smt_encoding(topology: Topology, collective: Collective, options: Options) -
         raise SynthError("--rounds applies with --steps S (one instance) or --least-steps")
     engine = resolve_engine(extra.get("engine"))
     limit = options.time_limit_s
-    if limit is not None and limit <= 0:
-        raise SynthError(f"--time-limit must be positive, got {limit:g}")
+    if limit is not None and not (limit > 0 and math.isfinite(limit)):
+        raise SynthError(f"--time-limit must be a positive number of seconds, got {limit:g}")
     if not explicit:
         if topology.num_ranks > AUTO_MAX_RANKS:
             raise NotApplicable(f"smt runs automatically only up to {AUTO_MAX_RANKS} ranks "

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from ..builders import multinode_name
 from ..errors import SynthError, unknown_name
+from ..files import load_yaml, read_data
 from ..topology import Topology
-from ..topology_io import read_data_file
 from .check import check_sketch, require_fit
 from .model import Sketch
 from .schema import parse_sketch
@@ -32,7 +32,7 @@ def _shipped() -> dict[str, Sketch]:
             continue
         source = f"synth/sketches/shipped/{entry.name}"
         try:
-            data = yaml.safe_load(entry.read_text())
+            data = load_yaml(entry.read_text(encoding="utf-8"), source)
         except yaml.YAMLError as exc:
             raise SynthError(f"{source}: not valid YAML: {str(exc).replace(chr(10), ' ')}") from None
         sketch = parse_sketch(data, source)
@@ -58,11 +58,7 @@ def load_sketch(spec: str, topology: Topology | None = None) -> Sketch:
         sketch = shipped[spec]
     elif Path(spec).suffix in SKETCH_SUFFIXES or Path(spec).exists():
         path = Path(spec)
-        if not path.exists():
-            raise SynthError(f"sketch file '{spec}' does not exist")
-        if not path.is_file():
-            raise SynthError(f"sketch path '{spec}' is not a file")
-        sketch = parse_sketch(read_data_file(path), str(path))
+        sketch = parse_sketch(read_data(path, "sketch file"), str(path))
     else:
         raise unknown_name("sketch", spec, shipped)
     if topology is not None:
