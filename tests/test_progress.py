@@ -96,3 +96,23 @@ def test_rich_mode_draws_on_a_terminal_console():
         time.sleep(0.2)
     reporter.close()
     assert "solving" in buf.getvalue()
+
+
+def test_cli_solve_prints_timestamped_lines_without_a_terminal(tmp_path):
+    """stderr captured (not a TTY), as in CI or a log file: plain lines, stdout untouched."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "SYNTH_PROGRESS_INTERVAL": "0.2"}
+    env.pop("SYNTH_PROGRESS", None)
+    r = subprocess.run([sys.executable, "-m", "synth", "solve", "--topo", "ring:4", "--coll",
+                        "allgather", "--encoding", "baseline", "--json", "--out", str(tmp_path)],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    json.loads(r.stdout)
+    lines = [line for line in r.stderr.splitlines() if line]
+    assert lines and all(STAMP.match(line) for line in lines), r.stderr
+    assert any("solving allgather on ring:4 (baseline) › encoding baseline" in line for line in lines)
+    assert any("verify and cost" in line for line in lines)
