@@ -301,11 +301,13 @@ def write_best(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFA
         try:
             written = write_outputs(candidate.schedule, out_dir, xml, plan)
         except SynthError as exc:
-            if (xml is None and plan is None) or len(result.candidates) == 1:
+            if (xml is None and plan is None) or (len(result.candidates) == 1
+                                                   and not result.notes):
                 raise
             skipped.append(f"{candidate.name} passed over: {exc.message}")
             progress.note(skipped[-1])
             continue
         written.notes[:0] = [*result.notes, *skipped]
         return candidate, written
-    raise SynthError("no candidate could be emitted: " + "; ".join([*result.notes, *skipped]))
+    raise SynthError("no candidate could be emitted: " + "; ".join([*result.notes, *skipped])
+                     + ("; --no-xml writes the schedule alone" if xml is not None else ""))
