@@ -4,7 +4,7 @@
 
 Every number is a prediction of the cost model (defaults from the documented figures unless a
 calibration is named) except the calibration section, which fits logs: the published nccom-test
-figures of shared/reference/hardware.md, and synthetic logs with 2% noise from known terms.
+figures of docs/reference/hardware.md, and synthetic logs with 2% noise from known terms.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from synth.closed.calibrate import (  # noqa: E402
+from synth.calibrate.closed_fit import (  # noqa: E402
     PUBLISHED_NCCOM,
     calibrate,
     synthetic_nccom,

@@ -37,7 +37,7 @@ from synth.emit.compile import compile_schedule, compile_stats
 from synth.emit.interpreter import verify_program
 from synth.emit.xml_parse import parse_program
 from synth.emit.xml_write import program_to_xml
-from synth.encodings.baseline import baseline
+from synth.encodings.baseline.algorithms import baseline
 from synth.files import atomic_write
 from synth.topology_io import load_topology
 from synth.verify import verify

@@ -29,7 +29,7 @@ Time limits: the sketches' hints (300-600 s) are above most bars, so each proble
 within 80% of the bar; the rest is left for model building, ordering, replication and verifying.
 
 The dgx1 allgather bar compares with the SMT encoding's Pareto frontier (SCCL-style, CP-SAT),
-computed here in the same run (``synth.encodings.smt_search.pareto``), every point verified.
+computed here in the same run (``synth.encodings.smt.search.pareto``), every point verified.
 The solver comparison runs three problems again with CBC and CP-SAT (same time limits).
 """
 
@@ -110,7 +110,7 @@ def worst_case_s(topology, kind: str, time_limit: float) -> tuple[float, int, in
     1 MB candidate's single chunk shares the k=1 phase when there is one), each routing MILP at
     half the limit, and one stage-3 MILP per candidate and direction.
     """
-    from synth.encodings.milp import CHUNK_MULTIPLES, MAX_REP_TASKS, STAGE3_MAX_S
+    from synth.encodings.milp.encoding import CHUNK_MULTIPLES, MAX_REP_TASKS, STAGE3_MAX_S
     from synth.sketches import sketch_for
 
     sketch = sketch_for(topology)
@@ -149,13 +149,13 @@ def _status(outcome: str | None) -> str | None:
 
 
 def recorder():
-    """A :class:`~synth.encodings.milp_solvers.Progress` that records every MILP solve, silently.
+    """A :class:`~synth.encodings.milp.solvers.Progress` that records every MILP solve, silently.
 
     The encoding's stage reports carry no wall-clock figures (its schedules are byte-identical per
     input), so per-solve seconds come from here: ``solve_milp`` calls ``begin``/``end`` around
     every routing, scheduling and diagnosis solve.
     """
-    from synth.encodings.milp_solvers import Progress
+    from synth.encodings.milp.solvers import Progress
 
     class Recorder(Progress):
         def __init__(self) -> None:
@@ -215,7 +215,7 @@ def run_problem(p: Problem, solver: str, time_limit: float | None, scale: float,
     """Inside the child: synthesise, verify, cost against the bound and the baselines."""
     import scipy.optimize
 
-    import synth.encodings.milp  # noqa: F401  (loads OR-Tools, then PuLP: outside the clock)
+    import synth.encodings.milp.encoding  # noqa: F401  (loads OR-Tools, then PuLP: outside the clock)
     from synth.bounds import lower_bound
     from synth.collectives import make_collective
     from synth.cost import schedule_times_us
@@ -362,9 +362,9 @@ def tree_hop_diagnostic(topo, bound, ks: list[int], solver: str, limit_s: float 
     ``_Phase`` does; reports the routing proxy (busiest orbit) at 1 GB as % of the bound.
     """
     from synth.collectives import make_collective
-    from synth.encodings.milp import resolve_sketch
-    from synth.encodings.milp_problem import build_problem
-    from synth.encodings.milp_route import route
+    from synth.encodings.milp.encoding import resolve_sketch
+    from synth.encodings.milp.problem import build_problem
+    from synth.encodings.milp.route import route
 
     out = []
     try:
@@ -397,8 +397,8 @@ def smt_frontier(topo, bound) -> dict:
     """The SMT encoding's Pareto frontier (CP-SAT), every point verified and costed at 1 GB."""
     from synth.collectives import make_collective
     from synth.cost import schedule_times_us
-    from synth.encodings.smt import SmtProblem
-    from synth.encodings.smt_search import pareto
+    from synth.encodings.smt.encoding import SmtProblem
+    from synth.encodings.smt.search import pareto
     from synth.verify import verify
 
     coll = make_collective("allgather", topo.num_ranks, 1)
@@ -412,7 +412,7 @@ def smt_frontier(topo, bound) -> dict:
                        "pct_of_bound_1GB": 100.0 * bound.time_us(GB) / tus})
     best = min(points, key=lambda x: x["time_us_1GB"]) if points else None
     return {"seconds": time.perf_counter() - t, "complete": report.complete, "stop": report.stop,
-            "source": f"computed in this run (synth.encodings.smt_search.pareto, CP-SAT, "
+            "source": f"computed in this run (synth.encodings.smt.search.pareto, CP-SAT, "
                       f"limit {SMT_LIMIT_S:g} s)", "points": points, "best": best}
 
 

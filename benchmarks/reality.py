@@ -7,7 +7,7 @@ compares the measured time with
 * **uncalibrated**: :mod:`synth.nccl_model` — NCCL's tuner (algorithm, protocol, channels) and its
   latency/bandwidth terms from NVIDIA/nccl 2.30.7, nothing fitted;
 * **calibrated, leave-one-out**: the same model with a launch floor, latency scale and bandwidth
-  scale (:func:`synth.nccl_fit.fit`) fitted to every *other* point measured on the same machine
+  scale (:func:`synth.calibrate.nccl_fit.fit`) fitted to every *other* point measured on the same machine
   (same topology and node count, all collectives), then used to predict the held-out point;
 * **transferred across collectives**: fitted to one collective of a machine, predicting another
   collective of the same machine (where the data has two);
@@ -29,12 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from synth.collectives import make_collective
-from synth.cost import format_size, schedule_times_us
-from synth.encodings.baseline import baseline
-from synth.errors import NotApplicable
-from synth.files import atomic_write
-from synth.nccl_fit import (
+from synth.calibrate.nccl_fit import (
     Measurement,
     error_ratio,
     fit,
@@ -42,6 +37,11 @@ from synth.nccl_fit import (
     machine_for,
     predict_measurement,
 )
+from synth.collectives import make_collective
+from synth.cost import format_size, schedule_times_us
+from synth.encodings.baseline import baseline
+from synth.errors import NotApplicable
+from synth.files import atomic_write
 from synth.nccl_model import SOURCE, choose
 from synth.topology_io import load_topology
 
@@ -74,7 +74,8 @@ def measure() -> dict:
         mach = machine_for(m, machines)
         chosen = [choose(mach, m.collective, int(s), None, m.algos or None) for s in m.sizes]
         uncal = np.array([c.time_us for c in chosen])
-        peers = by_machine[_machine_key(m)]
+        # a run its reporter calls below expectation calibrates nothing but itself
+        peers = [p for p in by_machine[_machine_key(m)] if p.status == "measured" or p is m]
         loo = []
         loo_fits = []
         for s in m.sizes:
@@ -110,27 +111,29 @@ def measure() -> dict:
         e_ring = error_ratio(ring, m.times_us) if ring is not None else None
         files.append({
             "file": Path(m.path).name, "collective": m.collective, "topology": m.topology,
-            "nodes": m.nodes, "nccl": m.nccl, "forced_algo": list(m.algos), "source": m.source,
+            "nodes": m.nodes, "nccl": m.nccl, "forced_algo": list(m.algos), "status": m.status,
+            "source": m.source,
             "machine": mach.to_dict(), "rows": rows,
             "uncalibrated": _stats(e_un), "calibrated_loo": _stats(e_loo),
             "ring_step_model": _stats(e_ring) if e_ring is not None else None,
             "transfers": transfers})
-    all_un = np.concatenate([[_err(r["uncalibrated_us"], r["measured_us"]) for r in f["rows"]]
-                             for f in files])
-    all_loo = np.concatenate([[_err(r["calibrated_loo_us"], r["measured_us"]) for r in f["rows"]]
-                              for f in files])
-    all_ring = np.concatenate([[_err(r["ring_step_model_us"], r["measured_us"]) for r in f["rows"]
-                                if r["ring_step_model_us"] is not None] for f in files])
-    tr = [t for f in files for t in f["transfers"]]
-    summary = {"points": len(all_un), "files": len({f["file"] for f in files}),
-               "uncalibrated": _stats(all_un), "calibrated_loo": _stats(all_loo),
-               "ring_step_model": _stats(all_ring),
-               "transfer_median_errors": [t["median_error"] for t in tr],
-               "goals": GOALS,
-               "met": {"uncalibrated_median": float(np.median(all_un)) <= GOALS["uncalibrated_median"],
-                       "calibrated_median": float(np.median(all_loo)) <= GOALS["calibrated_median"],
-                       "worst_uncalibrated": float(np.max(all_un)) <= GOALS["worst"],
-                       "worst_calibrated": float(np.max(all_loo)) <= GOALS["worst"]}}
+    def errors(key: str, subset: list[dict]) -> np.ndarray:
+        return np.array([_err(r[key], r["measured_us"]) for f in subset for r in f["rows"]
+                         if r[key] is not None])
+
+    summary: dict = {"goals": GOALS, "transfer_median_errors": [t["median_error"] for f in files
+                                                                for t in f["transfers"]]}
+    for name, subset in (("all", files),
+                         ("measured", [f for f in files if f["status"] == "measured"])):
+        un, loo = errors("uncalibrated_us", subset), errors("calibrated_loo_us", subset)
+        summary[name] = {
+            "points": len(un), "files": len({f["file"] for f in subset}),
+            "uncalibrated": _stats(un), "calibrated_loo": _stats(loo),
+            "ring_step_model": _stats(errors("ring_step_model_us", subset)),
+            "met": {"uncalibrated_median": float(np.median(un)) <= GOALS["uncalibrated_median"],
+                    "calibrated_median": float(np.median(loo)) <= GOALS["calibrated_median"],
+                    "worst_uncalibrated": float(np.max(un)) <= GOALS["worst"],
+                    "worst_calibrated": float(np.max(loo)) <= GOALS["worst"]}}
     return {"model": SOURCE, "summary": summary, "measurements": files}
 
 
@@ -149,38 +152,43 @@ def _stats(r: np.ndarray) -> dict:
 
 
 def to_markdown(data: dict) -> str:
-    s = data["summary"]
+    summ = data["summary"]
+    goals = summ["goals"]
     lines = [
         "# Reality: synth's NCCL model against public NCCL measurements",
         "",
         "Generated by `python benchmarks/reality.py` from `tests/data/nccl-tests/` (each file cites "
         "its source, hardware, node count and NCCL version). Model: "
-        f"`synth.nccl_model`, {data['model']}. Error = max(pred/meas, meas/pred).",
-        "",
-        f"**{s['points']} measured points in {s['files']} files.**",
-        "",
-        "| predictor | median error | worst | within 1.15x | within 1.3x |",
-        "|---|---|---|---|---|",
-    ]
-    for key, name in (("uncalibrated", "NCCL model, uncalibrated"),
-                      ("calibrated_loo", "NCCL model, calibrated leave-one-out"),
-                      ("ring_step_model", "ring baseline, step model (before)")):
-        st = s[key]
-        lines.append(f"| {name} | {st['median_error']:.3f} | {st['max_error']:.3f} | "
-                     f"{100 * st['within_1.15']:.0f}% | {100 * st['within_1.3']:.0f}% |")
-    met = s["met"]
-    lines += ["", f"Goals (issue 14): median <= {s['goals']['uncalibrated_median']} uncalibrated "
-              f"({'met' if met['uncalibrated_median'] else 'MISSED'}), <= "
-              f"{s['goals']['calibrated_median']} calibrated "
-              f"({'met' if met['calibrated_median'] else 'MISSED'}), worst <= {s['goals']['worst']} "
-              f"(uncalibrated {'met' if met['worst_uncalibrated'] else 'MISSED'}, calibrated "
-              f"{'met' if met['worst_calibrated'] else 'MISSED'}).", ""]
+        f"`synth.nccl_model`, {data['model']}. Error = max(pred/meas, meas/pred). Calibrated "
+        "leave-one-out: launch floor, latency and bandwidth scales fitted to every other point of "
+        "the same machine (topology and node count), predicting the held-out point.",
+        ""]
+    for key, title in (("all", "All files"),
+                       ("measured", "Without the run its reporter calls below expectation")):
+        s = summ[key]
+        lines += [f"**{title}: {s['points']} measured points in {s['files']} files.**", "",
+                  "| predictor | median error | worst | within 1.15x | within 1.3x |",
+                  "|---|---|---|---|---|"]
+        for k, name in (("uncalibrated", "NCCL model, uncalibrated"),
+                        ("calibrated_loo", "NCCL model, calibrated leave-one-out"),
+                        ("ring_step_model", "ring baseline, step model (before)")):
+            st = s[k]
+            lines.append(f"| {name} | {st['median_error']:.3f} | {st['max_error']:.3f} | "
+                         f"{100 * st['within_1.15']:.0f}% | {100 * st['within_1.3']:.0f}% |")
+        met = s["met"]
+        lines += ["", f"Goals (issue 14): median <= {goals['uncalibrated_median']} uncalibrated "
+                  f"({'met' if met['uncalibrated_median'] else 'MISSED'}), <= "
+                  f"{goals['calibrated_median']} calibrated "
+                  f"({'met' if met['calibrated_median'] else 'MISSED'}), worst <= {goals['worst']} "
+                  f"(uncalibrated {'met' if met['worst_uncalibrated'] else 'MISSED'}, calibrated "
+                  f"{'met' if met['worst_calibrated'] else 'MISSED'}).", ""]
     for f in data["measurements"]:
         m = f["machine"]
         forced = f", NCCL_ALGO={','.join(f['forced_algo'])}" if f["forced_algo"] else ""
         lines += [f"## {f['file']}: {f['collective']} on {f['topology']} x {f['nodes']} "
                   f"(NCCL {f['nccl']}{forced})",
-                  "", f"Source: {f['source']}", "",
+                  "", f"Source: {f['source']}" + (
+                      f" **Status: {f['status']}.**" if f["status"] != "measured" else ""), "",
                   f"NCCL's graphs as modelled: ring {m['ring']['channels']} x "
                   f"{m['ring']['bw_intra_GBps']:g} GB/s, tree {m['tree']['channels']} x "
                   f"{m['tree']['bw_intra_GBps']:g}/{m['tree']['bw_inter_GBps']:g} GB/s"
@@ -223,6 +231,13 @@ MISSES = [
     "says 25 µs NVLink SHARP + 2 x 20.9 µs network = 66.8 µs; 46-48 µs were measured (1.43x). "
     "NCCL 2.21.5 ran there; the model is 2.30.7's table. Calibration on the same machine's other "
     "points removes it (a latency scale of ~0.7), which is what `synth calibrate` is for.",
+    "- **2 x 8 H20, default algorithm, 1-512 MB** (the run its reporter calls below expectation: "
+    "343 GB/s busbw against ~460 expected): measured times are 1.38-2.06x the model (worst at "
+    "1 MB, where ~124 µs is flat from 1 to 4 MB: a floor no NCCL latency term has; and at "
+    "128-256 MB, where the busbw drops from 269 to 227 GB/s as the size doubles). The model is "
+    "NCCL's view of a healthy machine, so the gap is the machine's. Calibrated on itself "
+    "(leave-one-out) it is 1.28x median, 1.73x worst. The old one-ring step model was 4.0x "
+    "median, 6.3x worst on the same points: it runs one ring through one NIC.",
     "- **Transfer across collectives is weaker than within one**: a fit on the H100 allgather "
     "(Ring: latency x0.69, launch +3.2 µs) predicts the allreduce (NVLS at large sizes) with "
     "median 1.21x and worst 1.49x, no better than uncalibrated (1.14x / 1.39x), because the two "
@@ -268,10 +283,12 @@ def main() -> int:
     atomic_write(out / "reality.json", json.dumps(data, indent=2) + "\n")
     atomic_write(out / "reality.md", to_markdown(data))
     plot(data, out / "reality.png")
-    s = data["summary"]
-    print(f"{s['points']} points: uncalibrated median {s['uncalibrated']['median_error']}, worst "
-          f"{s['uncalibrated']['max_error']}; calibrated LOO median "
-          f"{s['calibrated_loo']['median_error']}, worst {s['calibrated_loo']['max_error']}")
+    for key in ("all", "measured"):
+        s = data["summary"][key]
+        print(f"{key}: {s['points']} points: uncalibrated median "
+              f"{s['uncalibrated']['median_error']}, worst {s['uncalibrated']['max_error']}; "
+              f"calibrated LOO median {s['calibrated_loo']['median_error']}, worst "
+              f"{s['calibrated_loo']['max_error']}")
     return 0
 
 

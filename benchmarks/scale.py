@@ -122,7 +122,7 @@ def run_case(case: Case, xml: bool) -> dict:
     # baselines (same cost model, same bound)
     base: dict[str, float] = {}
     if case.baselines:
-        from synth.encodings.baseline import baseline, preferred_chunks
+        from synth.encodings.baseline.algorithms import baseline, preferred_chunks
         t = time.perf_counter()
         for name in case.baselines:
             try:

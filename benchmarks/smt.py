@@ -163,9 +163,9 @@ def synth_job(job: dict) -> dict:
 
     import synth.bounds  # noqa: F401
     from synth.collectives import make_collective
-    from synth.encodings import smt_cpsat, smt_z3  # noqa: F401
-    from synth.encodings.smt import SmtProblem
-    from synth.encodings.smt_search import least_steps, pareto, pareto_sccl
+    from synth.encodings.smt import backend_cpsat, backend_z3  # noqa: F401
+    from synth.encodings.smt.encoding import SmtProblem
+    from synth.encodings.smt.search import least_steps, pareto, pareto_sccl
     from synth.topology_io import load_topology
     from synth.verify import verify
 
@@ -241,7 +241,7 @@ def grid_instances() -> list[tuple[int, int, int]]:
 def crosscheck(python: str | None, timeout: float) -> dict:
     """SAT/UNSAT of every grid instance by synth (CP-SAT, z3) and by SCCL; mismatches listed."""
     from synth.collectives import make_collective
-    from synth.encodings.smt import SmtProblem
+    from synth.encodings.smt.encoding import SmtProblem
     from synth.topology_io import load_topology
     from synth.verify import verify
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from synth.collectives import make_collective
 from synth.cost import format_size, parse_sizes
-from synth.encodings.baseline import applicable, baseline
+from synth.encodings.baseline.algorithms import applicable, baseline
 from synth.errors import NotApplicable
 from synth.files import atomic_write
 from synth.protocols import PROTOCOLS, StepProfile, default_model

@@ -197,8 +197,7 @@ def custom_collective(data: Any, source: str, inplace: bool = False) -> Collecti
         if post[c] and not pre[c]:
             raise SynthError(f"{source}: chunk {c} must end on ranks {list(post[c])} "
                              "but no rank holds it at the start")
-    inputs = tuple(tuple(c for c in range(num) if r in pre[c]) for r in range(n))
-    outputs = tuple(tuple(c for c in range(num) if r in post[c]) for r in range(n))
+    inputs, outputs = _per_rank(pre, n), _per_rank(post, n)
     return Collective(kind=data.get("name", "custom"), num_ranks=n, chunks_per_rank=1,
                       num_chunks=num, pre=pre, post=post, combining=bool(data.get("combining")),
                       buffer_chunks=num, inputs=inputs, outputs=outputs, inplace=inplace,
@@ -219,6 +218,16 @@ def load_collective(spec: str, num_ranks: int, chunks_per_rank: int = 1, root: i
                              f"topology has {num_ranks}")
         return coll
     raise unknown_name("collective", spec, (*KINDS, "custom (a .yaml/.json file)"))
+
+
+def _per_rank(holders: tuple[tuple[int, ...], ...], n: int) -> tuple[tuple[int, ...], ...]:
+    """Chunk -> ranks turned into rank -> chunks, in one pass (not ranks x chunks membership tests,
+    which took hours at the size limits)."""
+    out: list[list[int]] = [[] for _ in range(n)]
+    for c, ranks in enumerate(holders):
+        for r in ranks:
+            out[r].append(c)
+    return tuple(map(tuple, out))
 
 
 def collective_from_dict(data: dict[str, Any]) -> Collective:

@@ -71,6 +71,21 @@ def check_writable_dir(path: Path) -> Path:
     return path
 
 
+def check_output_file(path: Path, option: str) -> Path:
+    """Prove a single output file (``--plot``, ``--trace``) can be written, before any work.
+
+    Its folder must already exist: a file option names a file, and a typo in its folder should not
+    quietly create a tree of folders (``--plot /nonexistent/x.png``).
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise SynthError(f"{option} '{path}' is a folder; give a file name")
+    if not path.parent.is_dir():
+        raise SynthError(f"{option} '{path}': folder '{path.parent}' does not exist")
+    check_writable_dir(path.parent)
+    return path
+
+
 def _pseudo_filesystem(path: Path) -> bool:
     """Whether ``path`` lies in /proc or /sys, which accept no new files (even from root)."""
     resolved = path.resolve()

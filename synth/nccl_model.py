@@ -34,14 +34,16 @@ one node ``s·(g-1)/g`` on average: the chain's last GPU leaves through its NIC)
 ``floor(nicBw / s)`` channels, and the channel count is the largest that fits, at the first speed
 (largest first) that gives the best ``channels × speed``. The result is checked in the tests
 against channel counts NCCL prints on those machines (DGX A100: 12 × 20 GB/s on one node, 8 × 24
-on two; DGX H100: 12 × 30 GB/s; NVLS 8 channels × 40 GB/s). Other machines (meshes, Trainium,
-MI300X) get the same closed form over their own per-GPU bandwidth, with Ampere's constants where
-NCCL has none; :attr:`NcclMachine.notes` says so.
+on two; DGX H100: 12 × 30 GB/s; NVLS 8 channels × 40 GB/s). NVLink meshes (DGX-1, NDv2) get the
+same closed form, with the fastest GPU pair as the search's ``maxBw`` — an approximation of a path
+search NCCL runs over the real mesh. Machines NCCL does not run on (MI300X: RCCL; Trainium:
+Neuron; builder topologies with no GPU) raise :class:`~synth.errors.NotApplicable`: there is no
+NCCL to compare with there.
 
 **Floors.** NCCL's latency terms are its floors: ``baseLatencies`` is the per-call launch and
 set-up cost, ``hwLatencies`` the per-step synchronisation. A calibration (:class:`NcclCalibration`,
-fitted by :mod:`synth.nccl_fit` / ``synth calibrate``) may add a launch floor and scale the latency
-and bandwidth terms; NCCL's *choice* is always made with its own uncalibrated table (that is what
+fitted by :mod:`synth.calibrate.nccl_fit` / ``synth calibrate``) may add a launch floor and scale
+the latency and bandwidth terms; NCCL's *choice* is always made with its own uncalibrated table (that is what
 the library does), and only the chosen configuration's time is calibrated.
 
 **Not modelled.** CollNet (SHARP in the InfiniBand switch: off unless a plugin provides it), the
@@ -55,7 +57,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -127,9 +129,16 @@ SPEED_INTER = {"volta": (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9
                              17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12)}
 """Speed arrays; Volta and Ampere share the pre-sm90 arrays."""
 NVLINK_BW = {"volta": 20.0, "ampere": 20.0, "hopper": 20.6, "blackwell": 40.1}
+PCI_BW = 12.0
+"""topo.h PCI_BW (PCIe Gen3 x16): the path between GPUs that no NVLink joins."""
 """GB/s NCCL assigns one NVLink (SM70/SM80/SM90/SM100_NVLINK_BW)."""
 RING_MAX_CHANNELS = 32
 NVLS_MAX_ARITY = 32
+
+
+NVIDIA_GPUS = ("V100", "A100", "A800", "H100", "H200", "H800", "H20", "GH200", "B100", "B200",
+               "GB200", "B300", "GB300")
+"""GPU names (``meta.gpu`` prefixes) NCCL's model is applied to."""
 
 
 def generation_of(gpu: str) -> str:
@@ -174,6 +183,8 @@ class NcclMachine:
     """NVLink (or the intra-node fabric's) bandwidth per GPU in NCCL's figures, GB/s."""
     pair_bw: float
     """The fastest GPU-to-GPU path bandwidth (maxBw of the intra-node search), GB/s."""
+    min_peer_bw: float
+    """The slowest path to another GPU of the node (PCI_BW where no NVLink joins them), GB/s."""
     nvlink: bool
     nvswitch: bool
     nics_per_node: int
@@ -182,6 +193,8 @@ class NcclMachine:
     tree: Graph
     nvls: Graph | None
     notes: tuple[str, ...] = ()
+    a2a_floor_us_per_byte: float = 0.0
+    """synth's alltoall cut bound (µs per byte): the point-to-point model is never faster."""
 
     @property
     def ppn(self) -> float:
@@ -190,7 +203,8 @@ class NcclMachine:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "generation": self.generation, "ranks": self.ranks,
                 "nodes": self.nodes, "gpu_bw_GBps": round(self.gpu_bw, 6),
-                "pair_bw_GBps": round(self.pair_bw, 6), "nvlink": self.nvlink,
+                "pair_bw_GBps": round(self.pair_bw, 6),
+                "min_peer_bw_GBps": round(self.min_peer_bw, 6), "nvlink": self.nvlink,
                 "nvswitch": self.nvswitch, "nics_per_node": self.nics_per_node,
                 "nic_bw_GBps": round(self.nic_bw, 6), "ring": self.ring.to_dict(),
                 "tree": self.tree.to_dict(),
@@ -202,12 +216,13 @@ class NcclMachine:
 def machine_of(topology: Topology) -> NcclMachine:
     """The machine NCCL would detect: generation, NVLink and NIC bandwidth, and its channel graphs."""
     meta = dict(topology.meta)
-    notes: list[str] = []
     gpu = str(meta.get("gpu", ""))
+    if not gpu.upper().startswith(NVIDIA_GPUS):
+        raise NotApplicable(f"NCCL does not run on '{topology.name}' "
+                            f"({'GPU ' + gpu if gpu else 'no NVIDIA GPU named in its meta.gpu'}); "
+                            "its tuning model is NVIDIA's (RCCL, Neuron and builder topologies "
+                            "have no NCCL to compare with)")
     gen = generation_of(gpu)
-    if not gpu.upper().startswith(("V100", "A100", "H100", "H200", "H800", "H20", "B")):
-        notes.append(f"'{topology.name}' is not an NVIDIA NVLink machine NCCL knows; NCCL's "
-                     f"{gen} constants are applied to its own link figures")
     nodes = topology.num_nodes
     if topology.num_ranks % nodes:
         raise SynthError(f"'{topology.name}': {topology.num_ranks} ranks do not split evenly over "
@@ -217,32 +232,36 @@ def machine_of(topology: Topology) -> NcclMachine:
     r0 = first[0]
     intra = [r for r in topology.neighbors(r0) if topology.node_of[r] == topology.node_of[r0]]
     nvlink_gpu = bool(meta.get("nvlinks_per_gpu"))
+    notes: list[str] = []
     switch_lanes = 0
     for sw in topology.switches:
         for port in sw.ports:
             if r0 in port.ranks and port.domain < 0:
                 switch_lanes = max(switch_lanes, port.lanes)
     nvswitch = switch_lanes > 0 and len(intra) == g - 1
+    local = [r for r in first if r != r0]
     if nvlink_gpu:
         links = int(meta["nvlinks_per_gpu"])
         gpu_bw = links * NVLINK_BW[gen]
-        pair = 0.0
-        for r in intra:
+        peer = {}
+        for r in local:
             ch = topology.channel(r0, r)
             if ch is None:
-                continue
-            if ch.via == "link":
+                peer[r] = PCI_BW
+            elif ch.via == "link":
                 count = next((lk.count for lk in topology.links if lk.src == r0 and lk.dst == r), 1)
-                pair = max(pair, count * NVLINK_BW[gen])
+                peer[r] = count * NVLINK_BW[gen]
             else:
-                pair = gpu_bw
-        pair_bw = pair or gpu_bw
+                peer[r] = gpu_bw
+        pair_bw = max(peer.values(), default=gpu_bw)
+        min_peer = min(peer.values(), default=gpu_bw)
     else:
         gpu_bw = topology.send_bandwidth_GBps(r0)
         nics_bw = sum(n.bandwidth_GBps / len(n.ranks) for n in topology.nics if r0 in n.ranks)
         if nodes > 1:
             gpu_bw -= nics_bw  # the fabric port is counted in the send bandwidth; NCCL's is NVLink
         pair_bw = max((bw for r in intra if (bw := _pair_bw(topology, r0, r))), default=gpu_bw)
+        min_peer = min((_pair_bw(topology, r0, r) or PCI_BW for r in local), default=gpu_bw)
     per_node_nics = [n for n in topology.nics if all(topology.node_of[r] == 0 for r in n.ranks)]
     nics = len(per_node_nics)
     nic_bw = min((n.bandwidth_GBps for n in per_node_nics), default=0.0)
@@ -252,7 +271,7 @@ def machine_of(topology: Topology) -> NcclMachine:
     if nvswitch and gen in ("hopper", "blackwell") and nvlink_gpu:
         nvls = _search_nvls(gen, g, nodes, gpu_bw, nics, nic_bw)
     return NcclMachine(topology.name, gen, topology.num_ranks, nodes, g, gpu_bw, pair_bw,
-                       nvlink_gpu or bool(intra), nvswitch, nics, nic_bw, ring, tree, nvls,
+                       min_peer, nvlink_gpu or bool(intra), nvswitch, nics, nic_bw, ring, tree, nvls,
                        tuple(notes))
 
 
@@ -582,14 +601,16 @@ def _alltoall(m: NcclMachine, nbytes: float, cal: NcclCalibration) -> Choice:
     n, g = m.ranks, m.gpus_per_node
     intra_frac = (g - 1) / n
     inter_frac = (n - g) / n
-    intra_bw = m.ring.channels * m.ring.bw_intra if m.gpus_per_node > 1 else math.inf
-    t_intra = nbytes * intra_frac / (1000.0 * intra_bw) if intra_frac else 0.0
+    t_intra = 0.0
+    if intra_frac:  # the GPU's NVLink total, and its slowest peer's path, each a limit
+        t_intra = max(nbytes * intra_frac / (1000.0 * m.gpu_bw),
+                      nbytes / n / (1000.0 * m.min_peer_bw))
     t_inter = 0.0
     if inter_frac:
         per_gpu_nic = m.nics_per_node * m.nic_bw / g if m.nics_per_node else m.nic_bw
         t_inter = nbytes * inter_frac / (1000.0 * per_gpu_nic)
     lat = BASE_LAT["Ring"][2] + HW_LAT["net" if m.nodes > 1 else _hw(m)]["Ring"][2]
-    t_bw = max(t_intra, t_inter)
+    t_bw = max(t_intra, t_inter, nbytes * m.a2a_floor_us_per_byte)
     bw = nbytes / (1000.0 * t_bw) if t_bw > 0 else math.inf
     return Choice(int(nbytes), "P2P", "Simple", m.ring.channels, bw, lat, t_bw,
                   cal.time(lat, t_bw))
@@ -631,8 +652,21 @@ def predict(topology: Topology, collective: str, sizes: Sequence[int],
             calibration: Any = None, algos: Sequence[str] | None = None) -> list[Choice]:
     """NCCL's choice and time for every size (nccl-tests' size convention)."""
     m = machine_of(topology)
+    if collective == "alltoall":
+        m = with_alltoall_floor(m, topology)
     cal = calibration_of(calibration)
     return [choose(m, collective, int(s), cal, algos) for s in sizes]
+
+
+def with_alltoall_floor(m: NcclMachine, topology: Topology) -> NcclMachine:
+    """The machine with synth's alltoall cut bound attached (NCCL's PCIe paths between GPUs no
+    NVLink joins are not in synth's topologies, so the point-to-point estimate is clamped to the
+    topology's own limit)."""
+    from .bounds import lower_bound
+    from .collectives import make_collective
+
+    bound = lower_bound(topology, make_collective("alltoall", topology.num_ranks))
+    return replace(m, a2a_floor_us_per_byte=bound.inv_bandwidth_us_per_byte)
 
 
 def times_us(topology: Topology, collective: str, sizes: Sequence[int],

@@ -3,7 +3,7 @@
 The lock-step model (:mod:`synth.cost`, :mod:`synth.protocols`) prices a *schedule* as a sum of
 synchronous steps. The runtime does not run steps in lock step: every threadblock walks its own
 step list, grid iteration after grid iteration, and only FIFOs, flags and shared links couple the
-blocks (``shared/reference/msccl-xml-spec.md`` §3.5, §5.1-§5.4). This module executes the parsed
+blocks (``docs/reference/msccl-xml-spec.md`` §3.5, §5.1-§5.4). This module executes the parsed
 :class:`~synth.emit.program.Program` -- the same object the interpreter checks, folded the same way
 (:func:`synth.emit.interpreter.fold_block`) -- in simulated time:
 
@@ -25,23 +25,29 @@ blocks (``shared/reference/msccl-xml-spec.md`` §3.5, §5.1-§5.4). This module 
 * **Links.** A message is a fluid flow of ``bytes / efficiency`` wire bytes over the resources the
   topology gives the (sender, receiver) pair (:meth:`synth.topology.Topology.channel`: a direct link,
   or a switch's out-port and in-port -- NVSwitch ports and, across nodes, NIC ports of the fabric).
-  **Sharing policy: max-min fair**, recomputed whenever a flow starts or ends (progressive filling;
-  every flow is also capped by its threadblock's own copy rate, ``channel_GBps`` of the protocol).
-  The message arrives ``alpha_us`` of the link after its last byte left.
+  **Sharing policy: max-min fair**, recomputed whenever a flow starts or ends (progressive filling
+  over the connected component of flows that share resources with the change; every flow is also
+  capped by its threadblock's own copy rate, ``channel_GBps`` of the protocol). Intra-node links of
+  NVIDIA GPUs carry NCCL's usable NVLink bandwidth (:data:`NVLINK_EFFICIENCY`).
+* **Cut-through.** The receiver may start on a message once its head has arrived (``alpha_us``
+  after the first bytes left): at once for LL/LL128, whose 8-byte / 128-byte lines carry their own
+  flags, after the first of a Simple message's 2 slices (``MSCCL_CHUNKSTEPS / MSCCL_SLICESTEPS``,
+  spec §6). A receiving operation cannot finish before the message's tail has arrived, and a
+  forwarding one (``rcs``, ``rrs``, ``rrcs``) cannot release its own message's tail earlier either,
+  so a chain of forwards pipelines at line or slice granularity instead of store-and-forward.
 * **Costs per operation** (:class:`ProgramModel`): each message pays the protocol's per-hop
   synchronisation ``hop_intra_us`` / ``hop_inter_us`` (NCCL's ``hwLat`` above the LL link latency,
-  :mod:`synth.protocols`) plus the executor's per-step flag/barrier cost ``step_us``; local ``cpy``
-  and ``re`` move their bytes at the block's copy rate, a reduction reading one more stream per
-  source; a receive-only step (``r``, ``rrc``) copies out of the FIFO while the data arrives, so
-  only the un-overlapped tail is exposed: the last of a Simple message's 2 slices
-  (``MSCCL_CHUNKSTEPS / MSCCL_SLICESTEPS``, spec §6), nothing for LL/LL128, whose lines are read as
-  they land. A fused receive-reduce-send (``rrs``, ``rrcs``) sends at 2/3 of the block's rate (three
-  memory streams instead of two). The call starts after the kernel launch ``launch_us``.
+  :mod:`synth.protocols`) plus the executor's per-message flag/barrier cost ``step_us``; local
+  ``cpy`` moves its bytes at the block's copy rate; a receive-only step (``r``, ``rrc``) copies out
+  of the FIFO while the data arrives, and only the last Simple slice is exposed after the tail.
+  **Assumed, not cited** (no published per-operation figures exist): a reduction costs its memory
+  streams -- ``re`` with k sources reads k + 1 streams and writes one, so (k + 2) / 2 times a copy;
+  ``rrc`` 1.5 times a copy; a fused ``rrs`` / ``rrcs`` sends at 2/3 of the block's rate (three
+  streams instead of two). The call starts after the kernel launch ``launch_us``.
 
-Deliberate simplifications: a message is atomic at its own granularity (a forwarding ``rcs`` starts
-once the whole incoming message is there, so a deep pipeline with one huge message per step is
-store-and-forward, an overestimate; with many iterations, as at large sizes, it does not matter);
-the proxy thread of network transfers is not modelled separately from the sending block.
+Deliberate simplifications: messages are fluid flows (no per-packet effects); the proxy thread of
+network transfers is not modelled separately from the sending block; the FIFO capacity is the
+guaranteed 2 (Simple) / 8 (LL, LL128) messages whatever the message size.
 
 Where the floors come from: ``hop_*``, ``channel_GBps`` and the launch ``launch_us`` (NCCL's
 per-protocol ring ``baseLat``) from NCCL's tuning model via :mod:`synth.protocols` (cited there);
@@ -82,7 +88,7 @@ from .emit.interpreter import (
 from .emit.program import Program
 from .emit.xml_parse import get_profile, normalize_coll
 from .errors import SynthError, VerificationError
-from .protocols import ProtocolParams, default_model, model_with_calibration
+from .protocols import ProtocolModel, ProtocolParams, default_model, model_with_calibration
 from .topology import MB, Topology
 
 # operation codes, as the interpreter folds them
@@ -134,12 +140,18 @@ class ProgramModel:
                 "hop_inter_us": self.proto.hop_inter_us, "source": self.source}
 
 
-def program_model(topology: Topology, proto: str, calibration: Any = None) -> ProgramModel:
-    """The model for ``proto`` on ``topology``: NCCL's protocol figures plus the fitted floors."""
-    from .calibration import load_calibration
+def program_model(topology: Topology, proto: str, calibration: Any = None,
+                  protocols: ProtocolModel | None = None) -> ProgramModel:
+    """The model for ``proto`` on ``topology``: NCCL's protocol figures plus the fitted floors.
+
+    ``protocols`` is a protocol model already built (e.g. a catalog's, calibration applied); else
+    it is NCCL's for the topology with ``calibration``'s protocol overrides.
+    """
+    from .calibrate.format import load_calibration
 
     data = load_calibration(calibration) if calibration is not None else None
-    pm = model_with_calibration(default_model(topology), data)
+    pm = protocols if protocols is not None else model_with_calibration(default_model(topology),
+                                                                        data)
     params = pm.get(proto)
     launch, step = params.launch_us, STEP_US
     src = (pm.source + "; launch = NCCL ring baseLat; executor step cost fitted (0.0 us) to "
@@ -435,8 +447,8 @@ class _Sim:
         if _RECVS[code]:
             self.cur_in[b] = self.in_conn[b].queue.popleft()
         sync = m.step_us
-        if _SENDS[code] or _RECVS[code]:
-            c = self.out_conn[b] if _SENDS[code] else self.in_conn[b]
+        if _SENDS[code]:    # NCCL's hwLat is per hop: charged once, on the sending side
+            c = self.out_conn[b]
             sync += m.proto.hop_inter_us if c.inter else m.proto.hop_intra_us
         if _SENDS[code]:
             self.out_conn[b].inflight += 1

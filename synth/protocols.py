@@ -50,8 +50,8 @@ with NVLink inside the node and a PCIe-switch-close NIC (same file).
 
 Calibration (``calibration["protocols"]``): per protocol any of ``efficiency``, ``launch_us``,
 ``hop_intra_us``, ``hop_inter_us``, ``channel_GBps``; at the top level ``instance_overhead_us``
-(:func:`synth.calibration.load_calibration` reads the file; a
-:class:`~synth.calibration.Calibration` or a plain mapping both work).
+(:func:`synth.calibrate.format.load_calibration` reads the file; a
+:class:`~synth.calibrate.format.Calibration` or a plain mapping both work).
 """
 
 from __future__ import annotations
@@ -298,9 +298,9 @@ def predict_times_us(schedule: Schedule, topology: Topology, sizes: Sequence[int
     """Predicted time (µs) of ``schedule`` run with ``proto`` over ``instances`` channel sets.
 
     ``calibration`` (a parsed calibration or a path to one) replaces link-class α/β on the topology
-    and protocol parameters (:mod:`synth.calibration`). ``inf`` marks sizes the file cannot run.
+    and protocol parameters (:mod:`synth.calibrate.format`). ``inf`` marks sizes the file cannot run.
     """
-    from .calibration import apply_calibration, load_calibration
+    from .calibrate.format import apply_calibration, load_calibration
 
     if proto not in PROTOCOLS:
         raise unknown_name("protocol", proto, PROTOCOLS)

@@ -93,6 +93,14 @@ class Schedule:
         data = parse_data(text, source, "json", finite=False)
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise SynthError(f"{source}: not a synth schedule (expected \"format\": \"{FORMAT}\")")
+        header = {"algorithm": str, "encoding": str, "topology": dict, "collective": dict,
+                  "steps": list, "meta": dict}
+        for key, kind in header.items():
+            if not isinstance(data.get(key, {}), kind) or (key != "meta" and key not in data):
+                raise SynthError(f"{source}: field '{key}' must be a JSON "
+                                 f"{'object' if kind is dict else kind.__name__.replace('str', 'string')}")
+        if not all(isinstance(data["topology"].get(k), str) for k in ("name", "hash")):
+            raise SynthError(f"{source}: field 'topology' must give its 'name' and 'hash' as strings")
         try:
             steps = tuple(
                 Step(tuple(Transfer(int(a), int(b), int(c), _op(op)) for a, b, c, op in s["transfers"]),

@@ -164,10 +164,12 @@ def _within_budget(found: dict[str, Schedule], budget: Budget
 class NcclComparison:
     """The candidate against NCCL at one size, both with their runtime floors.
 
-    ``runtime_us`` is the candidate run by the MSCCL runtime (:mod:`synth.protocols`: the step
-    model plus the protocol's launch floor and per-step synchronisation, best of Simple / LL /
-    LL128, one instance); ``nccl_us`` is NCCL's own tuning-model time of what NCCL would run
-    (:mod:`synth.nccl_model`). ``speedup`` = nccl_us / runtime_us (> 1: the candidate is faster).
+    ``runtime_us`` is the candidate as the MSCCL runtime runs it: the written XML under the timed
+    program model (:mod:`synth.program_model`, ``runtime_proto`` = ``program``) where it was timed,
+    else the protocol model (:mod:`synth.protocols`: the step model plus the protocol's launch floor
+    and per-step synchronisation, best of Simple / LL / LL128, one instance). ``nccl_us`` is NCCL's
+    own tuning-model time of what NCCL would run (:mod:`synth.nccl_model`). ``speedup`` =
+    nccl_us / runtime_us (> 1: the candidate is faster).
     """
 
     bytes: int
@@ -191,10 +193,13 @@ class NcclComparison:
 
 
 def compare_with_nccl(schedule: Schedule, topology: Topology, sizes: Sequence[int],
-                      nccl_calibration: Any = None, calibration: Any = None
-                      ) -> list[NcclComparison] | None:
+                      nccl_calibration: Any = None, calibration: Any = None,
+                      program_us: Sequence[float] | None = None) -> list[NcclComparison] | None:
     """The candidate's floored runtime time against NCCL's, per size; None where NCCL has no
-    such collective (gather, scatter, custom)."""
+    such collective (gather, scatter, custom) or does not run (no NVIDIA GPU).
+
+    ``program_us``: the written XML's time per size under the timed program model, used where
+    finite (the file runs at that size)."""
     from .errors import NotApplicable
     from .nccl_model import predict
     from .protocols import PROTOCOLS, predict_times_us
@@ -213,6 +218,11 @@ def compare_with_nccl(schedule: Schedule, topology: Topology, sizes: Sequence[in
                    for p in PROTOCOLS}
     out = []
     for i, c in enumerate(nccl):
+        if program_us is not None and math.isfinite(program_us[i]) \
+                and schedule_time_model(schedule) != "nccl":
+            out.append(NcclComparison(c.bytes, c.algo, c.proto, c.channels, c.time_us,
+                                      float(program_us[i]), "program"))
+            continue
         proto = min(runtime, key=lambda p: (runtime[p][i], p))
         out.append(NcclComparison(c.bytes, c.algo, c.proto, c.channels, c.time_us,
                                   runtime[proto][i], proto))
@@ -272,10 +282,10 @@ def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = DE
         reason = plan_unsupported_reason(schedule)
         if reason:
             notes.append(f"no MSCCL++ plan: {reason}")
-            return Written([atomic_write(path, text) for path, text in outputs], [], notes)
+            return Written(_write_all(out_dir, outputs), [], notes)
         text, report = emit_verified_plan(schedule, plan.topology, plan.options)
         outputs.append((out_dir / f"{stem}.mscclpp.json", text))
-        return Written([atomic_write(path, text) for path, text in outputs], [], notes, [report])
+        return Written(_write_all(out_dir, outputs), [], notes, [report])
     if xml is not None:
         reason = xml_unsupported_reason(schedule, xml)
         if reason:
@@ -285,8 +295,14 @@ def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = DE
                                 "the interpreter"):
                 text, reports = emit_verified_xml(schedule, xml)
             outputs.append((out_dir / f"{stem}.{xml.profile}.xml", text))
-    ensure_writable_dir(out_dir)  # only now: a failure above leaves no empty folder behind
-    return Written([atomic_write(path, text) for path, text in outputs], reports, notes)
+    return Written(_write_all(out_dir, outputs), reports, notes)
+
+
+def _write_all(out_dir: Path, outputs: list[tuple[Path, str]]) -> list[Path]:
+    """Create ``out_dir`` only now -- a failure while producing leaves no empty folder -- and write
+    each file atomically."""
+    ensure_writable_dir(out_dir)
+    return [atomic_write(path, text) for path, text in outputs]
 
 
 def write_best(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML,

@@ -8,7 +8,24 @@ from pathlib import Path
 
 import pytest
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+DATA = Path(__file__).resolve().parent / "data"
+"""Test data inside the repository (each source's README and license beside it)."""
+XML_CORPUS_DIRS = (DATA / "xml-corpus", DATA / "msccl_ndv5")
+"""The production MSCCL-IR corpus (Azure/msccl-scheduler, MIT): NCv4/NDv4 files in ``xml-corpus/``,
+NDv5 files in ``msccl_ndv5/`` beside MSCCL's published times for them."""
+
+
+def xml_corpus_files() -> list[Path]:
+    """Every production XML file, sorted by name."""
+    return sorted((p for d in XML_CORPUS_DIRS for p in d.glob("*.xml")), key=lambda p: p.name)
+
+
+def xml_corpus_file(name: str) -> Path:
+    """The corpus file called ``name`` (a missing one is an error, not a skip)."""
+    for d in XML_CORPUS_DIRS:
+        if (d / name).is_file():
+            return d / name
+    raise FileNotFoundError(f"{name} is in none of {[str(d) for d in XML_CORPUS_DIRS]}")
 
 
 def run_synth(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -29,7 +29,7 @@ from synth.encodings.baseline import baseline
 from synth.errors import VerificationError
 from synth.topology_io import load_topology
 
-from .conftest import SHARED
+from .conftest import xml_corpus_file
 
 VERIFIER_ENV = "SYNTH_MSCCL_XML_VERIFIER"
 
@@ -118,9 +118,7 @@ def test_emission_refuses_disagreeing_files(monkeypatch) -> None:
 def test_production_files_are_advised_not_rejected() -> None:
     """The MSCCL scheduler's hierarchical allgather keeps the sender's location in its rcs steps:
     valid for the runtime (verified), flagged as a portability warning."""
-    path = SHARED / "reference" / "xml-corpus" / "ncv4__ag_hier_4_LL.xml"
-    if not path.is_file():
-        pytest.skip(f"the XML corpus is not available at {path.parent}")
+    path = xml_corpus_file("ncv4__ag_hier_4_LL.xml")
     reports = verify_program(parse_program(path.read_text(), path.name))
     assert reports and all(any(w.startswith("[E2]") for w in r.warnings) for r in reports)
 

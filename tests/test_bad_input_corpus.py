@@ -418,3 +418,42 @@ def test_solve_json_parses_strictly(tmp_path):
 
     data = json.loads(result.stdout, parse_constant=refuse)
     assert data["verified"] is True
+
+
+def test_simulate_trace_into_a_missing_folder_is_refused_before_the_model(tmp_path):
+    xml = Path(__file__).parent / "data" / "msccl_ndv5" / "ndv5__ag-1m.xml"
+    trace = tmp_path / "missing" / "t.json"
+    result = run_inprocess("simulate", str(xml), "--topo", "ndv5", "--trace", str(trace))
+    assert_one_line_error(result)
+    assert "--trace" in result.stderr and not trace.parent.exists()
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("topology", {"name": "ring:4", "hash": {"": None}}),
+    ("algorithm", 3),
+    ("steps", {"rounds": 1}),
+    ("meta", []),
+])
+def test_schedule_header_of_the_wrong_type(tmp_path, field, value):
+    import json
+
+    solved = run_inprocess("solve", "--topo", "ring:4", "--coll", "allgather", "--encoding",
+                           "baseline", "--algo", "ring", "--out", str(tmp_path / "o"))
+    assert solved.returncode == 0, solved.stderr
+    (good,) = (tmp_path / "o").glob("*.schedule.json")
+    data = json.loads(good.read_text())
+    data[field] = value
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    result = run_inprocess("verify", str(bad))
+    assert_one_line_error(result)
+    assert f"field '{field}'" in result.stderr
+
+
+@pytest.mark.parametrize("fmt", ["msccl", "mscclpp"])
+def test_solve_creates_a_new_out_folder_when_it_writes(tmp_path, fmt):
+    out = tmp_path / "new" / "deeper"
+    result = run_inprocess("solve", "--topo", "ring:4", "--coll", "allgather", "--encoding",
+                           "baseline", "--algo", "ring", "--format", fmt, "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert any(out.glob("*.schedule.json"))

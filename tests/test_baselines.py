@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from synth.builders import fully_connected, hypercube, line, multinode, ring, switch, torus
 from synth.collectives import KINDS, ROOTED, custom_collective, make_collective
-from synth.encodings.baseline import (
+from synth.encodings.baseline.algorithms import (
     ALGORITHMS,
     all_baselines,
     applicable,

@@ -8,22 +8,20 @@ import json
 import numpy as np
 import pytest
 
-from synth.calibrate_nccl import (
+from synth.calibrate.format import apply_calibration, class_figures, load_calibration
+from synth.calibrate.link_fit import (
     calibrate_file,
     calibrate_nccl,
-    class_figures,
     nccl_schedule,
-    parse_nccl_tests,
     step_model,
     synthetic_nccl_log,
 )
-from synth.calibration import apply_calibration, load_calibration
+from synth.calibrate.nccl_tests import parse_nccl_tests
 from synth.cli import main
 from synth.cost import schedule_times_us
 from synth.errors import SynthError
 from synth.topology_io import load_topology
-
-from .conftest import run_synth
+from tests.conftest import run_synth
 
 # An older nccl-tests (no "Collective test starting", no root column, "error" = largest deviation),
 # run as one process with -g 8, the command echoed by the job script; then a current version's

@@ -136,12 +136,9 @@ def test_gather_has_no_xml_but_says_why(synth_cli, tmp_path):
 
 
 def test_verify_corpus_xml_and_reject_broken(synth_cli, tmp_path):
-    from tests.conftest import SHARED
+    from tests.conftest import xml_corpus_file
 
-    corpus = SHARED / "reference" / "xml-corpus" / "ndv4__ag-1m.xml"
-    if not corpus.exists():
-        import pytest
-        pytest.skip(f"{corpus} is absent (shared/ is not beside the checkout)")
+    corpus = xml_corpus_file("ndv4__ag-1m.xml")
     ok = synth_cli("verify", str(corpus))
     assert ok.returncode == 0 and "verified" in ok.stdout
     broken = tmp_path / "broken.xml"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from synth.closed.calibrate import (
+from synth.calibrate.closed_fit import (
     PUBLISHED_NCCOM,
     calibrate,
     synthetic_nccom,

@@ -7,12 +7,11 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from synth.calibrate.closed_fit import PUBLISHED_NCCOM
 from synth.cli import cli
-from synth.closed.calibrate import PUBLISHED_NCCOM
 from synth.closed.mesh import resolve_topology
 from synth.closed.search import emit_closed_program, rank_strategies
-
-from .conftest import run_synth
+from tests.conftest import run_synth
 
 TOPOS = [("trn1_32", 1), ("trn1_32", 2), ("trn2_64", 1), ("tpu_v5e_4x4", 1)]
 COMMON = {"flat", "hierarchical", "torus-decomposition", "pipelined"}

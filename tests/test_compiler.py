@@ -25,7 +25,7 @@ from synth.emit.interpreter import verify_program
 from synth.emit.program import Program
 from synth.emit.xml_parse import parse_program
 from synth.emit.xml_write import program_to_xml
-from synth.encodings.baseline import ALGORITHMS, baseline, preferred_chunks
+from synth.encodings.baseline.algorithms import ALGORITHMS, baseline, preferred_chunks
 from synth.errors import NotApplicable, SynthError
 from synth.schedule import Schedule, Step, Transfer
 from synth.topology_io import load_topology
@@ -260,7 +260,8 @@ def test_recompilation_is_byte_identical() -> None:
     # and across interpreter processes with different hash seeds
     code = ("import hashlib;from synth.topology_io import load_topology;"
             "from synth.collectives import make_collective;"
-            "from synth.encodings.baseline import baseline;from synth.emit.compile import emit_xml;"
+            "from synth.encodings.baseline.algorithms import baseline;"
+            "from synth.emit.compile import emit_xml;"
             "t=load_topology('dgx_a100',nodes=2);"
             "s=baseline(t,make_collective('allreduce',16,2),'double_binary_tree');"
             "print(hashlib.sha256(emit_xml(s).encode()).hexdigest())")

@@ -18,7 +18,7 @@ from synth import builders
 from synth.collectives import make_collective
 from synth.dsl import chunk, parallelize, program, verified_xml, xml_options
 from synth.emit import XmlOptions, emit_verified_xml
-from synth.encodings.baseline import baseline
+from synth.encodings.baseline.algorithms import baseline
 from synth.errors import SynthError, VerificationError
 from synth.schedule import Schedule
 from synth.topology_io import load_topology

@@ -9,14 +9,13 @@ import pytest
 
 from synth.collectives import make_collective
 from synth.encodings import Options
-from synth.encodings.milp import milp_encoding, resolve_sketch
-from synth.encodings.milp_problem import all_links, build_problem, chunk_images, sketch_group
-from synth.encodings.milp_route import build_routing_model
+from synth.encodings.milp.encoding import milp_encoding, resolve_sketch
+from synth.encodings.milp.problem import all_links, build_problem, chunk_images, sketch_group
+from synth.encodings.milp.route import build_routing_model
 from synth.errors import SynthError
 from synth.topology_io import load_topology
 from synth.verify import verify
-
-from .conftest import run_synth
+from tests.conftest import run_synth
 
 FAST = {"window": 0}  # stage 3 off where a test is about routing/semantics, not batching
 

@@ -14,7 +14,7 @@ from rich.console import Console
 # isort: off
 # milp_solvers loads OR-Tools before PuLP: PuLP's import of highspy would otherwise load a second
 # libhighs.so.1 and leave CP-SAT unloadable (see the module docstring).
-from synth.encodings.milp_solvers import (
+from synth.encodings.milp.solvers import (
     SOLVERS,
     MilpResult,
     Progress,
@@ -398,15 +398,15 @@ def _run(code: str) -> dict[str, str]:
 def test_import_order_keeps_cp_sat_usable() -> None:
     """Loading synth's solver layer first keeps every open backend usable next to PuLP, whichever
     HiGHS builds PuLP, highspy and OR-Tools ship (the libhighs.so.1 clash of older releases)."""
-    got = _run("import synth.encodings.milp_solvers as m, pulp\n" + _SOLVE_ALL)
+    got = _run("import synth.encodings.milp.solvers as m, pulp\n" + _SOLVE_ALL)
     assert got == {"highs": "2.0", "cbc": "2.0", "cpsat": "2.0"}
 
 
 def test_pulp_imported_first_keeps_highs_and_cbc() -> None:
     """The other order: PuLP (and with it, on some releases, highspy) first. HiGHS and CBC always
     work; CP-SAT either works or, where the installed releases clash, refuses with the fix named."""
-    got = _run("import pulp\nimport synth.encodings.milp_solvers as m\n" + _SOLVE_ALL)
+    got = _run("import pulp\nimport synth.encodings.milp.solvers as m\n" + _SOLVE_ALL)
     assert got["highs"] == "2.0" and got["cbc"] == "2.0"
     if got["cpsat"] != "2.0":
-        assert "import synth.encodings.milp_solvers before pulp" in got["cpsat"], got
+        assert "import synth.encodings.milp.solvers before pulp" in got["cpsat"], got
         assert "available: highs, cbc" in got["cpsat"], got

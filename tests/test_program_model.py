@@ -239,6 +239,11 @@ def test_cli_simulate_xml_table_json_and_trace(tmp_path, capsys):
           "1KB,32KB", "--trace", str(trace), "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert [c["bytes"] for c in doc["costs"]] == [1024, 32768]
+    first = trace.read_bytes()
+    main(["simulate", str(DATA / "ndv5__ap-1pass.xml"), "--topo", "dgx_h100", "--sizes",
+          "1KB,32KB", "--trace", str(trace), "--json"])
+    capsys.readouterr()
+    assert trace.read_bytes() == first                     # deterministic, byte for byte
     events = json.loads(trace.read_text())["traceEvents"]
     assert {e["pid"] for e in events if e.get("ph") == "X"} == set(range(8))
     assert any(e.get("ph") == "C" for e in events)          # link/port counter tracks

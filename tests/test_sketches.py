@@ -28,8 +28,7 @@ from synth.sketches import (
 )
 from synth.topology import Nic
 from synth.topology_io import load_topology, shipped_names
-
-from .strategies import connected_topologies
+from tests.strategies import connected_topologies
 
 GOOD = """\
 name: my-sketch

@@ -12,9 +12,9 @@ import pytest
 
 from synth.collectives import custom_collective, make_collective
 from synth.encodings import Options, run_encoding
-from synth.encodings.smt import NoAlgorithm, SmtProblem, least_steps, pareto, smt_encoding
-from synth.encodings.smt_model import ModelBuilder, demand_of, network
-from synth.encodings.smt_search import pareto_sccl
+from synth.encodings.smt.encoding import NoAlgorithm, SmtProblem, least_steps, pareto, smt_encoding
+from synth.encodings.smt.model import ModelBuilder, demand_of, network
+from synth.encodings.smt.search import pareto_sccl
 from synth.errors import NotApplicable, SynthError
 from synth.schedule import Schedule
 from synth.topology_io import load_topology

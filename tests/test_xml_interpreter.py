@@ -1,4 +1,4 @@
-"""The MSCCL-IR XML reader, linter and interpreter (spec: shared/reference/msccl-xml-spec.md).
+"""The MSCCL-IR XML reader, linter and interpreter (spec: docs/reference/msccl-xml-spec.md).
 
 (a) every real production file of the corpus loads and passes in every mode it declares;
 (b) mutations of corpus files (and of small hand-written programs) are rejected for the right reason;
@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses as dc
 import time
 from functools import cache
-from pathlib import Path
 
 import pytest
 
@@ -25,17 +24,13 @@ from synth.emit.interpreter import (
 from synth.emit.program import Gpu, Instr, Program, Threadblock
 from synth.emit.xml_parse import XmlFormatError, lint_program, parse_program
 from synth.errors import SynthError, VerificationError
+from tests.conftest import xml_corpus_file, xml_corpus_files
 
-CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "xml-corpus"
-CORPUS_FILES = sorted(CORPUS.glob("*.xml")) if CORPUS.is_dir() else []
-NO_CORPUS = f"the XML corpus is not available at {CORPUS} (shared/reference/xml-corpus)"
+CORPUS_FILES = xml_corpus_files()
 
 
 def corpus_text(name: str) -> str:
-    path = CORPUS / name
-    if not path.is_file():
-        pytest.skip(NO_CORPUS)
-    return path.read_text()
+    return xml_corpus_file(name).read_text()
 
 
 @cache
@@ -143,13 +138,10 @@ def rejects(p: Program, reason: str, **kw) -> VerificationError:
 
 
 def test_corpus_is_complete():
-    if not CORPUS_FILES:
-        pytest.skip(NO_CORPUS)
     assert len(CORPUS_FILES) == 32
 
 
-@pytest.mark.parametrize("name", [p.name for p in CORPUS_FILES] or
-                         [pytest.param("-", marks=pytest.mark.skip(reason=NO_CORPUS))])
+@pytest.mark.parametrize("name", [p.name for p in CORPUS_FILES])
 def test_corpus_file_passes_every_declared_mode(name):
     p = corpus_program(name)
     reports = verify_program(p, profile="exec")
@@ -161,8 +153,6 @@ def test_corpus_file_passes_every_declared_mode(name):
 
 
 def test_corpus_modes_and_collectives():
-    if not CORPUS_FILES:
-        pytest.skip(NO_CORPUS)
     seen = {}
     for path in CORPUS_FILES:
         p = corpus_program(path.name)
@@ -177,7 +167,7 @@ def test_corpus_legacy_profile_and_verify_file():
     p = corpus_program(name, "legacy")
     assert p.outofplace == 0 and p.inplace == 1      # LEGACY derives outofplace from inplace
     verify_program(p, profile="legacy")
-    reports = verify_file(CORPUS / "ncv4__ag_hier_4_LL.xml")
+    reports = verify_file(xml_corpus_file("ncv4__ag_hier_4_LL.xml"))
     assert [r.mode for r in reports] == ["outofplace"]
 
 

@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..calibration import Calibration, apply_calibration, class_overrides
+from ..calibrate.format import Calibration, apply_calibration, class_overrides
 from ..collectives import KINDS, make_collective
 from ..emit import XML_KINDS
 from ..errors import SynthError, unknown_name
 from ..guards import Budget
+from ..nccl_model import calibration_of
 from ..protocols import ProtocolModel, default_model, model_with_calibration
 from ..topology import Topology
 from .cache import SolveCache, check_cache_dir
@@ -114,6 +115,8 @@ class CatalogResult:
     cached: int
     crashes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    nccl_calibration: Any = None
+    """The calibration's ``nccl_model`` section (:mod:`synth.nccl_model`), for the NCCL column."""
 
 
 def build_catalog(topology: Topology, *, topo_spec: str, nodes: int, kinds: Sequence[str],
@@ -168,7 +171,7 @@ def build_catalog(topology: Topology, *, topo_spec: str, nodes: int, kinds: Sequ
     return CatalogResult(topology, topo_spec, nodes, kinds, tuple(sorted(set(sizes))), buckets,
                          tuner, model, calibration.source if calibration is not None else None,
                          cal_notes, results, counts["solved"], counts["cached"], crashes,
-                         time.perf_counter() - start)
+                         time.perf_counter() - start, calibration_of(calibration))
 
 
 def _resolve(jobs: list[SolveJob], cache: SolveCache, executor: str, workers: int,

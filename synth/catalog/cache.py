@@ -12,7 +12,7 @@ SHA-256 of everything its result can depend on:
   :data:`STRUCTURAL_ENCODINGS` build their schedules from the machine's *structure* only, so they are
   keyed on it: ranks, links and their counts, switch ports with their ranks, lanes and domains,
   nodes, NICs, ``meta`` (e.g. a torus shape), and which switch each rank pair's traffic takes —
-  everything but the α and β values. The baselines are such (:mod:`synth.encodings.baseline`:
+  everything but the α and β values. The baselines are such (:mod:`synth.encodings.baseline.algorithms`:
   adjacency, BFS trees, Hamiltonian cycles that prefer staying inside a node, and rounds from
   :func:`synth.cost.make_step`, which counts chunks against link counts and port lanes; no α or β
   is read). The channel choice between two switches joining one pair *does* compare port β

@@ -36,7 +36,17 @@ from pathlib import Path
 from ..errors import SynthError
 from . import CatalogResult
 from .plot import plot_collective
-from .report import CONFIG_FILE, LEGACY_DIR, PLOT_DIR, XML_DIR, catalog_json, catalog_md, dumps, xml_name
+from .report import (
+    CONFIG_FILE,
+    LEGACY_DIR,
+    PLOT_DIR,
+    XML_DIR,
+    catalog_json,
+    catalog_md,
+    dumps,
+    nccl_choices,
+    xml_name,
+)
 
 MARKER = "catalog.json"
 """A folder holding this file is a catalog and may be replaced as a whole."""
@@ -148,7 +158,9 @@ def render(result: CatalogResult, out: Path) -> dict[str, str | bytes]:
     for cr in result.results:
         title = (f"{cr.kind} on {result.topology.name} ({result.topology.num_ranks} ranks): "
                  "predicted algorithm bandwidth")
-        files[f"{PLOT_DIR}/{cr.kind}.png"] = plot_collective(cr, result.buckets, title)
+        nccl = nccl_choices(result, cr.kind, [b.size for b in result.buckets])
+        files[f"{PLOT_DIR}/{cr.kind}.png"] = plot_collective(
+            cr, result.buckets, title, [c.time_us for c in nccl] if nccl is not None else None)
     return files
 
 

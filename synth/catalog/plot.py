@@ -16,8 +16,9 @@ from . import CollectiveResult
 from .select import Bucket
 
 
-def plot_collective(cr: CollectiveResult, buckets: list[Bucket], title: str) -> bytes:
-    """The PNG bytes of one collective's plot."""
+def plot_collective(cr: CollectiveResult, buckets: list[Bucket], title: str,
+                    nccl_us: list[float] | None = None) -> bytes:
+    """The PNG bytes of one collective's plot (``nccl_us``: NCCL's time per bucket, drawn too)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -44,6 +45,9 @@ def plot_collective(cr: CollectiveResult, buckets: list[Bucket], title: str) -> 
         base = best_baseline(cr, b.index)
         base_bw.append(b.size / (t.time(base, b.index) * 1e3) if base is not None else math.nan)
     ax.plot(sizes, base_bw, "--", color="black", linewidth=1.6, label="best baseline")
+    if nccl_us is not None:
+        ax.plot(sizes, [b.size / (t_us * 1e3) for b, t_us in zip(buckets, nccl_us, strict=True)],
+                ":", color="navy", linewidth=2.2, label="NCCL as it runs (synth.nccl_model)")
     ax.plot(sizes, env_bw, "-", color="crimson", linewidth=3.2, alpha=0.8,
             label="catalog envelope (chosen files)")
     for r in cr.choice.ranges[1:]:

@@ -1,6 +1,6 @@
 """What each closed platform accepts, checked on a program before it is scored or emitted.
 
-``neuron`` (torch-neuronx / Neuron runtime, shared/reference/closed-stacks.md):
+``neuron`` (torch-neuronx / Neuron runtime, docs/reference/closed-stacks.md):
 
 * permute is ring-only: its (source, target) pairs must form rings (disjoint cycles) whose every hop
   joins two directly connected ranks;

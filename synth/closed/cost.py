@@ -11,7 +11,7 @@ A vendor call on a replica group costs
   per node); the link class is the slowest class the group uses. ``wire_bytes`` is the volume each
   rank moves in the textbook algorithm: (g-1)/g of the buffer for all-gather (output size),
   reduce-scatter (input size) and all-to-all, 2(g-1)/g for all-reduce, the whole tensor for permute,
-  so ``1/β`` is nccom-test's *bus bandwidth*. Calibration (:mod:`synth.closed.calibrate`) replaces
+  so ``1/β`` is nccom-test's *bus bandwidth*. Calibration (:mod:`synth.calibrate.closed_fit`) replaces
   keys it has measured; the rest come from the topology's link classes:
 
   - each mesh axis has a per-rank bandwidth: its link's bandwidth times the neighbours a ring along

@@ -160,7 +160,7 @@ def lower_schedule(schedule: Schedule, mesh: Mesh, inputs: Sequence[TensorSpec],
 def baseline_plans(collective: str, topology, mesh: Mesh) -> list[LoweredPlan]:
     """The project's baseline schedules (ring, trees, ...) for ``collective``, as lowerable plans."""
     from ..collectives import make_collective
-    from ..encodings.baseline import all_baselines
+    from ..encodings.baseline.algorithms import all_baselines
 
     try:
         found = all_baselines(topology, make_collective(collective, mesh.size, 1))

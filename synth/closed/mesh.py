@@ -190,7 +190,7 @@ def _check_links(mesh: Mesh, topology: Topology) -> None:
 def tpu_v5e(dims: Sequence[int] = (4, 4)) -> Topology:
     """A TPU v5e slice: chips on a 2D torus of ICI links, one rank per chip.
 
-    TPU v5e: 4 ICI ports per chip, 400 GB/s bidirectional per chip (shared/reference/hardware.md);
+    TPU v5e: 4 ICI ports per chip, 400 GB/s bidirectional per chip (docs/reference/hardware.md);
     so 50 GB/s per link per direction (INFERRED split). Per-hop latency ASSUMED 1 µs.
     """
     from ..builders import torus

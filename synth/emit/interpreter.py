@@ -1,6 +1,6 @@
 """Execute an MSCCL-IR :class:`Program` as the runtimes do, on symbolic data (spec §4, §5, §9).
 
-Model (``shared/reference/msccl-xml-spec.md``):
+Model (``docs/reference/msccl-xml-spec.md``):
 
 * Every threadblock of every rank is a sequential program. Its steps are *folded* as the runtime
   folds them: a ``nop`` only adds its ``(depid, deps)`` to the wait set of the next non-nop step,

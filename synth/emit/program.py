@@ -2,7 +2,7 @@
 
 Both directions go through it: the compiler lowers a Schedule to a :class:`Program` and writes it
 as XML; the interpreter parses XML into a :class:`Program` and executes it. Field names follow the
-XML attributes (see ``shared/reference/msccl-xml-spec.md``).
+XML attributes (see ``docs/reference/msccl-xml-spec.md``).
 """
 
 from __future__ import annotations

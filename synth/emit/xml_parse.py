@@ -1,6 +1,6 @@
 """Read MSCCL-IR XML the way the runtimes do, into a :class:`~synth.emit.program.Program`.
 
-Two layers, both following ``shared/reference/msccl-xml-spec.md`` (rule ids such as ``A2`` or
+Two layers, both following ``docs/reference/msccl-xml-spec.md`` (rule ids such as ``A2`` or
 ``D8`` below refer to its §7):
 
 * :func:`parse_program` first scans the text with the runtimes' tokenizer rules (§1: no XML

@@ -1,6 +1,6 @@
 """Write a :class:`~synth.emit.program.Program` as MSCCL-IR XML the runtimes' tokenizer accepts.
 
-Lexical rules (``shared/reference/msccl-xml-spec.md`` §1): no XML declaration, ``<algo>`` first,
+Lexical rules (``docs/reference/msccl-xml-spec.md`` §1): no XML declaration, ``<algo>`` first,
 one start tag per line indented with spaces only, exactly one space before each attribute,
 double-quoted values without ``"`` (nor ``<``, ``>``, ``&``: no entity decoding), self-closing
 ``<step .../>`` without a space before ``/>``, plain decimal integers, at most 16 attributes with

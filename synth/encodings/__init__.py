@@ -8,32 +8,19 @@ costs them (:mod:`synth.solve`). An encoding that cannot express the request rai
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 from ..collectives import Collective, make_collective
 from ..errors import NotApplicable, SynthError, unknown_name
 from ..schedule import Schedule
 from ..topology import Topology
-
-
-@dataclass(frozen=True)
-class Options:
-    """What a caller may ask of an encoding. Encodings ignore what does not concern them."""
-
-    algorithm: str | None = None
-    chunks: int | None = None
-    """Chunks per rank the user fixed; None lets each algorithm use its natural count."""
-    time_limit_s: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
+from .options import Options
 
 RING_ALLTOALL = ("ring", "bidir_ring")
 RING_ALLTOALL_MAX_RANKS = 32
 
 
 def _baseline(topology: Topology, collective: Collective, options: Options) -> dict[str, Schedule]:
-    from .baseline import ALGORITHMS, baseline, preferred_chunks
+    from .baseline.algorithms import ALGORITHMS, baseline, preferred_chunks
 
     names = [options.algorithm] if options.algorithm else list(ALGORITHMS)
     found: dict[str, Schedule] = {}
@@ -79,13 +66,13 @@ ENCODINGS: dict[str, Callable[[Topology, Collective, Options], dict[str, Schedul
 
 AUTO_ALL_MAX_RANKS = 64
 """Up to this many ranks ``auto`` runs every encoding and keeps the best; above, it runs the
-baselines and the one synthesis encoding :func:`.trees_auto.choose` picks for the collective."""
+baselines and the one synthesis encoding :func:`.auto.choose` picks for the collective."""
 
 
 def _auto_encodings(topology: Topology, collective: Collective) -> list[str]:
     if topology.num_ranks <= AUTO_ALL_MAX_RANKS:
         return list(ENCODINGS)
-    from .trees_auto import choose
+    from .auto import choose
 
     chosen, _ = choose(topology, collective, ENCODINGS)
     return ["baseline"] + ([chosen] if chosen != "baseline" else [])
@@ -96,7 +83,7 @@ def auto_reason(topology: Topology, collective: Collective) -> str:
     if topology.num_ranks <= AUTO_ALL_MAX_RANKS:
         return (f"{topology.num_ranks} ranks <= {AUTO_ALL_MAX_RANKS}: every encoding that applies "
                 "runs (each steps aside when it does not fit) and the best verified schedule wins")
-    from .trees_auto import choose
+    from .auto import choose
 
     chosen, why = choose(topology, collective, ENCODINGS)
     return f"{topology.num_ranks} ranks: baselines + {chosen} ({why})"
@@ -164,13 +151,13 @@ def run_encoding(name: str, topology: Topology, collective: Collective, options:
 
 
 def _trees(topology: Topology, collective: Collective, options: Options) -> dict[str, Schedule]:
-    from .trees import trees_encoding
+    from .trees.encoding import trees_encoding
 
     return trees_encoding(topology, collective, options)
 
 
 def _flow(topology: Topology, collective: Collective, options: Options) -> dict[str, Schedule]:
-    from .flow import flow_encoding
+    from .flow.encoding import flow_encoding
 
     return flow_encoding(topology, collective, options)
 
@@ -180,8 +167,8 @@ ENCODINGS["flow"] = _flow
 
 
 def _smt(topology: Topology, collective: Collective, options: Options) -> dict[str, Schedule]:
-    """SCCL's steps/rounds/chunks encoding (CP-SAT or z3); see :mod:`synth.encodings.smt`."""
-    from .smt import smt_encoding
+    """SCCL's steps/rounds/chunks encoding (CP-SAT or z3); see :mod:`synth.encodings.smt.encoding`."""
+    from .smt.encoding import smt_encoding
 
     return smt_encoding(topology, collective, options)
 
@@ -190,12 +177,12 @@ ENCODINGS["smt"] = _smt
 
 
 def _milp(topology: Topology, collective: Collective, options: Options) -> dict[str, Schedule]:
-    """TACCL's routing/ordering/scheduling MILPs with a sketch; see :mod:`synth.encodings.milp`.
+    """TACCL's routing/ordering/scheduling MILPs with a sketch; see :mod:`synth.encodings.milp.encoding`.
 
     Under ``auto`` it runs only where a shipped sketch fits the topology (or one was given) and
     with a bounded time, as TACCL is meant to be used: guided, not blind.
     """
-    from .milp import AUTO_MAX_RANKS, AUTO_TIME_LIMIT_S, milp_encoding
+    from .milp.encoding import AUTO_MAX_RANKS, AUTO_TIME_LIMIT_S, milp_encoding
 
     if options.extra.get("auto"):
         from ..sketches import sketch_for

@@ -1,0 +1,13 @@
+"""Calibration: measured figures in place of datasheet ones, for the MSCCL and closed-stack paths.
+
+* :mod:`.format` — the calibration file (``synth-calibration/1``): load it, apply it to a topology;
+* log parsers — :mod:`.nccl_tests` (nccl-tests output) and :mod:`.closed_logs` (nccom-test output,
+  timing JSON);
+* fits — :mod:`.link_fit` (per-link-class α/β from nccl-tests logs: the MSCCL path),
+  :mod:`.closed_fit` (the closed-stack cost model's terms from nccom-test logs or timing JSON) and
+  :mod:`.nccl_fit` (NCCL's tuner model, :mod:`synth.nccl_model`, against public measurements).
+
+The link and closed-stack fits write the same file format, which ``solve``, ``pareto``,
+``catalog``, ``simulate`` and ``strategies`` read through :func:`.format.load_calibration` /
+:func:`.format.apply_calibration`.
+"""

@@ -1,0 +1,307 @@
+"""Calibrations: measured α/β per link class (and protocol overheads) applied to a topology.
+
+A calibration is what ``synth calibrate`` writes and ``catalog``/``solve``/``pareto`` read:
+
+    {"format": "synth-calibration/1", "kind": "nccl-tests", "topology": "dgx_a100x2",
+     "link_classes": {"ib_hdr": {"alpha_us": 2.9, "beta_us_per_mb": 43.1, "source": "fit", ...}},
+     "launch": {"launch_us": 4.1, ...}, "protocols": {"LL": {"launch_us": 7.0, ...}},
+     "model": {...}, "fit": {...}}
+
+``beta_us_per_mb`` is per link or per switch lane, the unit of ``topologies/*.yaml``'s
+``link_classes`` (``bandwidth_GBps`` is accepted instead). ``protocols`` and
+``instance_overhead_us`` are read by :mod:`synth.protocols`.
+
+A closed-stack fit (:mod:`synth.calibrate.closed_fit`, the same ``format`` with ``terms``) is also
+read: each term is a vendor primitive's α/β over a replica group on one link class, not a link, so
+its ratio to what the closed-stack model predicts from the topology's own figures says how far that
+class is off; the class's α and β are scaled by those ratios (geometric mean over its terms).
+
+Link classes of a topology: a link's ``kind``; a NIC's ``kind``; a switch port's class is the kind
+of the NIC behind it when the port is a NIC (the inter-node fabric of ``--nodes N``, whose own kind
+joins its NICs' kinds), else the switch's ``kind`` (:func:`class_of_port`).
+:func:`apply_calibration` returns a new topology (same name, new content hash).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import SynthError
+from ..topology import Port, Switch, Topology, beta_from_bandwidth, check_link_figures
+
+FORMAT = "synth-calibration/1"
+
+
+@dataclass(frozen=True)
+class ClassParams:
+    """α (µs) and β (µs/MB per link or lane) of one link class, and where they came from."""
+
+    alpha_us: float | None
+    beta_us_per_mb: float | None
+    source: str = "given"
+    alpha_stderr_pct: float | None = None
+    beta_stderr_pct: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        bw = None if not self.beta_us_per_mb else 1000.0 / self.beta_us_per_mb
+        return {"alpha_us": _r(self.alpha_us), "beta_us_per_mb": _r(self.beta_us_per_mb),
+                "bandwidth_GBps": _r(bw), "source": self.source,
+                "alpha_stderr_pct": _r(self.alpha_stderr_pct),
+                "beta_stderr_pct": _r(self.beta_stderr_pct)}
+
+
+@dataclass
+class Calibration:
+    """A calibration: per-class figures plus the fit's context (all optional but ``classes``)."""
+
+    classes: dict[str, ClassParams]
+    launch: dict[str, Any] | None = None
+    topology: str = ""
+    kind: str = ""
+    model: dict[str, Any] | None = None
+    fit: dict[str, Any] | None = None
+    source: str = ""
+    protocols: dict[str, Any] | None = None
+    instance_overhead_us: float | None = None
+    terms: list[dict[str, Any]] = field(default_factory=list)
+    """Closed-stack fit terms (see the module docstring), kept for :func:`apply_calibration`."""
+    notes: list[str] = field(default_factory=list)
+    nccl_model: dict[str, Any] | None = None
+    """Corrections to NCCL's own tuning model (:class:`synth.nccl_model.NcclCalibration`)."""
+    program: dict[str, Any] | None = None
+    """Floors of the timed program model (``launch_us``, ``step_us``; :mod:`synth.program_model`)."""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """Mapping-style access for :mod:`synth.protocols` (``protocols``, ``instance_overhead_us``)
+        and :mod:`synth.program_model` (``program``)."""
+        value = (getattr(self, key, None) if key in ("protocols", "instance_overhead_us", "program")
+                 else None)
+        return default if value is None else value
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"format": FORMAT, "kind": self.kind, "topology": self.topology,
+                                "link_classes": {k: v.to_dict() for k, v in sorted(self.classes.items())}}
+        for key in ("launch", "protocols", "instance_overhead_us", "model", "fit", "nccl_model",
+                    "program"):
+            value = getattr(self, key)
+            if value is not None:
+                data[key] = value
+        if self.terms:
+            data["terms"] = self.terms
+        return data
+
+    @staticmethod
+    def from_json(data: Any, source: str = "calibration") -> Calibration:
+        if not isinstance(data, Mapping):
+            raise SynthError(f"{source}: a calibration file is a JSON object")
+        terms = list(data.get("terms") or []) if data.get("format") == FORMAT else []
+        if not ("link_classes" in data or terms or "protocols" in data or "nccl_model" in data
+                or "program" in data):
+            raise SynthError(f"{source}: not a synth calibration (expected 'link_classes', "
+                             f"'protocols', 'program' or closed-stack 'terms' with \"format\": "
+                             f"\"{FORMAT}\"; make one with `synth calibrate`)")
+        program = data.get("program")
+        if program is not None and not isinstance(program, Mapping):
+            raise SynthError(f"{source}: 'program' must be an object with launch_us / step_us")
+        classes_in = data.get("link_classes") or {}
+        if not isinstance(classes_in, Mapping):
+            raise SynthError(f"{source}: 'link_classes' must map a class name to its α/β")
+        classes = {str(k): _class_params(v, f"{source}: link_classes.{k}")
+                   for k, v in sorted(classes_in.items())}
+        protocols = data.get("protocols")
+        if protocols is not None and not isinstance(protocols, Mapping):
+            raise SynthError(f"{source}: 'protocols' must map a protocol name to its parameters")
+        overhead = data.get("instance_overhead_us")
+        return Calibration(classes, data.get("launch"), str(data.get("topology", "")),
+                           str(data.get("kind", "")), data.get("model"), data.get("fit"), source,
+                           dict(protocols) if protocols is not None else None,
+                           None if overhead is None else _number(overhead, f"{source}: "
+                                                                 "instance_overhead_us", True),
+                           [dict(t) for t in terms if isinstance(t, Mapping)],
+                           nccl_model=_nccl_section(data.get("nccl_model"), source),
+                           program=dict(program) if program is not None else None)
+
+
+def _nccl_section(section: Any, source: str) -> dict[str, Any] | None:
+    """The ``nccl_model`` section, checked (:class:`synth.nccl_model.NcclCalibration`)."""
+    if section is None:
+        return None
+    from ..nccl_model import NcclCalibration
+    NcclCalibration.from_mapping(section, f"{source}: nccl_model")
+    return dict(section)
+
+
+def _class_params(entry: Any, where: str) -> ClassParams:
+    if not isinstance(entry, Mapping):
+        raise SynthError(f"{where} must be an object with alpha_us and/or beta_us_per_mb")
+    alpha = _number(entry.get("alpha_us"), f"{where}.alpha_us", True)
+    beta = _number(entry.get("beta_us_per_mb"), f"{where}.beta_us_per_mb", False)
+    bw = _number(entry.get("bandwidth_GBps"), f"{where}.bandwidth_GBps", False)
+    if beta is None and bw is not None:
+        beta = beta_from_bandwidth(bw)
+    if alpha is None and beta is None:
+        raise SynthError(f"{where} sets neither alpha_us nor beta_us_per_mb / bandwidth_GBps")
+    # the same sanity range as a topology's link classes (a figure left out is not checked)
+    check_link_figures(0.0 if alpha is None else alpha, 1.0 if beta is None else beta, where)
+    return ClassParams(alpha, beta, str(entry.get("source", "given")),
+                       entry.get("alpha_stderr_pct"), entry.get("beta_stderr_pct"))
+
+
+def _number(value: Any, where: str, allow_zero: bool) -> float | None:
+    if value is None:
+        return None
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise SynthError(f"{where} must be a number, got {value!r}") from None
+    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+        raise SynthError(f"{where} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    return v
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(f"{x:.6g}")
+
+
+def load_calibration(source: str | Path | Mapping[str, Any] | Calibration) -> Calibration:
+    """A calibration from a file, parsed JSON, or an existing :class:`Calibration`."""
+    if isinstance(source, Calibration):
+        return source
+    if isinstance(source, Mapping):
+        return Calibration.from_json(source)
+    from ..files import read_data
+
+    path = Path(source)
+    data = read_data(path, "calibration file", fmt="json")
+    return Calibration.from_json(data, str(path))
+
+
+# ------------------------------------------------------------------------------------ classes
+def class_of_port(topology: Topology, switch: Switch, port: Port) -> str:
+    """The link class of a switch port: its NIC's kind for a fabric port, else the switch's kind."""
+    for nic in topology.nics:
+        if nic.name == port.name and tuple(nic.ranks) == tuple(port.ranks):
+            return nic.kind
+    return switch.kind
+
+
+def switch_classes(topology: Topology, switch: Switch) -> tuple[str, ...]:
+    """The distinct classes of a switch's ports, sorted."""
+    return tuple(sorted({class_of_port(topology, switch, p) for p in switch.ports}))
+
+
+def topology_classes(topology: Topology) -> tuple[str, ...]:
+    """Every link class the topology uses."""
+    out = {lk.kind for lk in topology.links} | {n.kind for n in topology.nics}
+    for sw in topology.switches:
+        out.update(switch_classes(topology, sw))
+    return tuple(sorted(out))
+
+
+def class_overrides(topology: Topology, calibration: Calibration) -> tuple[dict[str, ClassParams],
+                                                                           list[str]]:
+    """The per-class figures that apply to ``topology``, and notes on what did not apply."""
+    have = set(topology_classes(topology))
+    out = {k: v for k, v in calibration.classes.items() if k in have}
+    notes = [f"link class '{k}' is not in '{topology.name}' (it has {', '.join(sorted(have))}); "
+             "ignored" for k in calibration.classes if k not in have]
+    if calibration.terms:
+        scaled, more = _closed_term_ratios(topology, calibration)
+        notes += more
+        figures = class_figures(topology)
+        for k, (ra, rb) in scaled.items():
+            if k not in out:  # an explicit class figure wins over a derived one
+                a, b = figures[k]
+                out[k] = ClassParams(a * ra if ra is not None else None,
+                                     b * rb if rb is not None else None, "closed-stack ratio")
+    return out, notes
+
+
+def class_figures(topology: Topology) -> dict[str, tuple[float, float]]:
+    """kind -> (α µs, β µs/MB per link or port lane) for every class the topology uses."""
+    out: dict[str, tuple[float, float]] = {}
+    for lk in topology.links:
+        out.setdefault(lk.kind, (lk.alpha_us, lk.beta_us_per_mb))
+    for n in topology.nics:
+        out.setdefault(n.kind, (n.alpha_us, n.beta_us_per_mb))
+    for sw in topology.switches:
+        for p in sw.ports:
+            out.setdefault(class_of_port(topology, sw, p), (sw.alpha_us, p.beta_us_per_mb))
+    return out
+
+
+def _closed_term_ratios(topology: Topology, calibration: Calibration
+                        ) -> tuple[dict[str, tuple[float | None, float | None]], list[str]]:
+    """Per class: geometric-mean ratios (measured / modelled) of a closed-stack fit's α and β."""
+    from ..closed.cost import default_model
+    from ..closed.mesh import mesh_for_topology
+    from .closed_fit import _default_terms_for
+
+    have = set(topology_classes(topology))
+    mine = [t for t in calibration.terms if t.get("link_class") in have]
+    if not mine:
+        named = sorted({str(t.get("link_class")) for t in calibration.terms})
+        return {}, [f"{calibration.source}: its closed-stack terms name link classes {named}, "
+                    f"none of which '{topology.name}' has; nothing applied"]
+    try:
+        model = default_model(topology, mesh_for_topology(topology))
+    except SynthError as exc:
+        return {}, [f"{calibration.source}: closed-stack terms cannot be related to "
+                    f"'{topology.name}' ({exc.message}); nothing applied"]
+    logs: dict[str, tuple[list[float], list[float]]] = {}
+    for t in mine:
+        try:
+            key = (str(t["primitive"]), (int(t["group"][0]), int(t["group"][1])), str(t["link_class"]))
+            alpha, beta = float(t["alpha_us"]), float(t["beta_us_per_mb"])
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise SynthError(f"{calibration.source}: malformed term {t}: {exc}") from None
+        a0, b0 = _default_terms_for(model, key)
+        la, lb = logs.setdefault(key[2], ([], []))
+        if a0 > 0 and alpha > 0:
+            la.append(math.log(alpha / a0))
+        if b0 > 0 and beta > 0:
+            lb.append(math.log(beta / b0))
+    return {k: (math.exp(sum(la) / len(la)) if la else None,
+                math.exp(sum(lb) / len(lb)) if lb else None)
+            for k, (la, lb) in sorted(logs.items())}, []
+
+
+def apply_calibration(topology: Topology, calibration: Calibration | Mapping[str, Any] | str | Path
+                      ) -> Topology:
+    """``topology`` with every calibrated class's α and per-link/lane β replaced."""
+    cal = load_calibration(calibration)
+    overrides, notes = class_overrides(topology, cal)
+    for note in notes:
+        if note not in cal.notes:
+            cal.notes.append(note)
+    if not overrides:
+        return topology
+
+    def alpha(kind: str, old: float) -> float:
+        o = overrides.get(kind)
+        return old if o is None or o.alpha_us is None else float(o.alpha_us)
+
+    def beta(kind: str, old: float) -> float:
+        o = overrides.get(kind)
+        return old if o is None or o.beta_us_per_mb is None else float(o.beta_us_per_mb)
+
+    links = tuple(replace(lk, alpha_us=alpha(lk.kind, lk.alpha_us),
+                          beta_us_per_mb=beta(lk.kind, lk.beta_us_per_mb)) for lk in topology.links)
+    switches = []
+    for sw in topology.switches:
+        classes = switch_classes(topology, sw)
+        new_alpha = max(alpha(c, sw.alpha_us) for c in classes) if classes else sw.alpha_us
+        ports = tuple(replace(p, beta_us_per_mb=beta(class_of_port(topology, sw, p), p.beta_us_per_mb))
+                      for p in sw.ports)
+        switches.append(replace(sw, alpha_us=new_alpha, ports=ports))
+    nics = tuple(replace(n, alpha_us=alpha(n.kind, n.alpha_us),
+                         beta_us_per_mb=beta(n.kind, n.beta_us_per_mb)) for n in topology.nics)
+    sources = (*topology.sources, f"calibrated: {cal.source or 'calibration'} "
+                                  f"({', '.join(sorted(overrides))})")
+    return Topology(name=topology.name, num_ranks=topology.num_ranks, links=links,
+                    switches=tuple(switches), nodes=topology.nodes, nics=nics,
+                    description=topology.description, sources=sources, meta=topology.meta)

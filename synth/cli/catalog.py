@@ -1,0 +1,173 @@
+"""``synth catalog``: regenerate a cluster's catalog. Parse, call :mod:`synth.catalog`, print.
+
+Attached to the main group in :mod:`synth.cli`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from ..errors import SynthError
+from .console import err, stdout_console
+
+if TYPE_CHECKING:
+    from ..catalog import CollectiveResult
+
+out = stdout_console(piped_width=200)
+
+
+class _Bars:
+    """Rich progress bars: one per collective and one overall (from :class:`synth.catalog.Progress`)."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.p = progress
+        self.tasks: dict[str, TaskID] = {}
+        self.overall: TaskID | None = None
+
+    def planned(self, totals: dict[str, int]) -> None:
+        self.overall = self.p.add_task("[bold]overall", total=sum(totals.values()))
+        for kind, n in totals.items():
+            self.tasks[kind] = self.p.add_task(kind, total=n)
+
+    def advance(self, kind: str, what: str, count: int = 1) -> None:
+        self.p.update(self.tasks[kind], advance=count, description=f"{kind} ({what})")
+        if self.overall is not None:
+            self.p.update(self.overall, advance=count)
+
+    def more(self, kind: str, count: int) -> None:
+        task = self.p.tasks[self.tasks[kind]]
+        self.p.update(self.tasks[kind], total=(task.total or 0) + count)
+        if self.overall is not None:
+            over = self.p.tasks[self.overall]
+            self.p.update(self.overall, total=(over.total or 0) + count)
+
+
+class _Lines:
+    """Catalog progress without a terminal: counts in the heartbeat lines of :mod:`synth.progress`."""
+
+    def __init__(self) -> None:
+        self.done: dict[str, int] = {}
+        self.total: dict[str, int] = {}
+
+    def _show(self, kind: str, what: str) -> None:
+        from .. import progress
+
+        progress.detail(f"{kind} {what}: {sum(self.done.values())}/{sum(self.total.values())} "
+                        "units done")
+
+    def planned(self, totals: dict[str, int]) -> None:
+        self.total = dict(totals)
+        self.done = dict.fromkeys(totals, 0)
+
+    def advance(self, kind: str, what: str, count: int = 1) -> None:
+        self.done[kind] = self.done.get(kind, 0) + count
+        self._show(kind, what)
+
+    def more(self, kind: str, count: int) -> None:
+        self.total[kind] = self.total.get(kind, 0) + count
+
+
+@click.command()
+@click.option("--topo", "topo_spec", required=True, help="Shipped name, builder (ring:8) or file.")
+@click.option("--nodes", default=1, show_default=True, help="Join N copies through their NICs.")
+@click.option("--collectives", default="allgather,reducescatter,allreduce,alltoall",
+              show_default=True, help="Comma-separated collectives the catalog covers.")
+@click.option("--sizes", default="1KB:4GB", show_default=True,
+              help="Size range MIN:MAX (powers of two between) or a list 1KB,1MB,1GB.")
+@click.option("--calibration", default=None, type=click.Path(),
+              help="Calibration JSON from `synth calibrate` (link-class α/β, protocol overheads).")
+@click.option("--tuner", default="cd", show_default=True, help="grid | tpe | cd")
+@click.option("--workers", default=None, type=int,
+              help="Solves in parallel (default: the CPU count, at most 8).")
+@click.option("--executor", default="local", show_default=True, help="local | ray")
+@click.option("--out", "out_dir", default=None, type=click.Path(),
+              help="Catalog folder (default: results/catalogs/<topology>).")
+@click.option("--cache-dir", default=None, type=click.Path(),
+              help="Solve cache (default: $XDG_CACHE_HOME/synth or ~/.cache/synth).")
+@click.option("--time-limit", default=60.0, show_default=True, type=float,
+              help="Time limit per solve (seconds).")
+@click.option("--seed", default=0, show_default=True, help="Tuner seed (tpe).")
+@click.option("--no-xml-cache", "no_xml_cache", is_flag=True,
+              help="Compile and run the interpreter on every file again, even when an identical "
+                   "file was verified before.")
+@click.option("--max-memory", default=None,
+              help="Memory budget (e.g. 8GB; default: half the machine's RAM): candidates "
+                   "estimated above it, or over the runtime's XML limits, are passed over.")
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+def catalog(topo_spec: str, nodes: int, collectives: str, sizes: str, calibration: str | None,
+            tuner: str, workers: int | None, executor: str, out_dir: str | None,
+            cache_dir: str | None, time_limit: float, seed: int, no_xml_cache: bool,
+            max_memory: str | None, quiet: bool) -> None:
+    """Regenerate the per-cluster catalog: best verified algorithm per collective and size range."""
+    from ..calibrate.format import load_calibration
+    from ..catalog import build_catalog, check_collectives
+    from ..catalog.cache import default_cache_dir
+    from ..catalog.executor import check_executor
+    from ..catalog.output import check_out_dir, write_catalog
+    from ..cost import format_size, parse_sizes
+    from ..topology_io import load_topology
+    from ..tuning import TUNERS
+
+    start = time.perf_counter()
+    if tuner not in TUNERS:
+        from ..errors import unknown_name
+        raise unknown_name("tuner", tuner, TUNERS)
+    workers = workers if workers is not None else max(1, min(os.cpu_count() or 1, 8))
+    check_executor(executor, workers)
+    if nodes < 1:
+        raise SynthError(f"--nodes must be at least 1, got {nodes}")
+    kinds = check_collectives(collectives.split(","))
+    size_list = parse_sizes(sizes)
+    topology = load_topology(topo_spec, nodes)
+    cal = load_calibration(calibration) if calibration else None
+    target = check_out_dir(Path(out_dir) if out_dir else Path("results") / "catalogs" / topology.name)
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    from .. import progress
+    from ..guards import Budget
+
+    budget = Budget.of(max_memory, None)
+    mode = "off" if quiet else progress.choose_mode()
+    kw = dict(topo_spec=topo_spec, nodes=nodes, kinds=kinds, sizes=size_list, tuner=tuner,
+              workers=workers, executor=executor, time_limit_s=time_limit, cache_dir=cache,
+              calibration=cal, seed=seed, xml_cache=not no_xml_cache, budget=budget)
+    if mode == "rich":
+        with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=err, transient=False) as bars:
+            result = build_catalog(topology, progress=_Bars(bars), **kw)
+    else:  # CI, logs, nohup: timestamped lines, a heartbeat at least every 10 s
+        with progress.activate(mode, console=err), \
+                progress.phase(f"catalog {topology.name} ({', '.join(kinds)})"):
+            result = build_catalog(topology, progress=_Lines(), **kw)
+    files = write_catalog(result, target)
+    seconds = time.perf_counter() - start
+    out.print(f"[bold]catalog[/bold] {topology.name} ({topology.num_ranks} ranks), "
+              f"{format_size(size_list[0])} – {format_size(size_list[-1])}: "
+              f"{result.solved} solved, {result.cached} cached; XML: "
+              f"{sum(c.xml_verified for c in result.results)} verified by the interpreter now, "
+              f"{sum(c.xml_reused for c in result.results)} verified before (cached); "
+              f"{len(files)} files in {target} ({seconds:.1f} s)")
+    for cr in result.results:
+        finite = [g for g in _per_bucket(result, cr) if g is not None]
+        out.print(f"  {cr.kind}: {len(cr.emitted)} file(s), {len(cr.candidates)} candidates; "
+                  + (f"vs NCCL (its own model) {min(finite):.2f}x .. {max(finite):.2f}x"
+                     if finite else "no NCCL on this machine")
+                  + (f"; {len(cr.choice.excluded)} passed over" if cr.choice.excluded else ""))
+    for c in result.crashes:
+        out.print(f"[yellow]solve failed (not cached): {c}[/yellow]")
+    for n in result.calibration_notes:
+        out.print(f"[yellow]calibration: {n}[/yellow]")
+    out.print(f"MSCCL_ALGO_DIR={target}/msccl-algorithms   MSCCL_CONFIG={target}/msccl_config.xml")
+
+
+def _per_bucket(result: Any, cr: CollectiveResult) -> list[float | None]:
+    """NCCL's modelled time / the catalog's, per size bucket (None: no NCCL there)."""
+    from ..catalog.report import bucket_rows, nccl_choices
+    buckets = [t.bucket for t in cr.tunings]
+    nccl = nccl_choices(result, cr.kind, [b.size for b in buckets])
+    return [r["speedup_vs_nccl"] for r in bucket_rows(cr, buckets, nccl)]

@@ -1,0 +1,422 @@
+"""NCCL-style baseline algorithms as verified :class:`~synth.schedule.Schedule` objects.
+
+Every algorithm works in the single-slot model of :mod:`synth.verify` and only moves data between
+adjacent ranks (a link or a switch):
+
+* non-combining data (allgather, alltoall, broadcast, gather, scatter, and the copy phase of an
+  allreduce) may be *relayed* along shortest paths: a relay just ends up holding a copy;
+* combining data (reducescatter, reduce, allreduce) is reduced along *in-trees* whose edges are real
+  links, every rank adding its own contribution exactly once (a ring reduce-scatter is such an
+  in-tree per chunk). Where an algorithm's logical partner is not adjacent, it is not applicable.
+
+Algorithms (``ALGORITHMS``): ``ring``, ``bidir_ring``, ``direct``, ``recursive_doubling``,
+``recursive_halving``, ``binomial_tree``, ``double_binary_tree``, ``hierarchical`` and ``tree``.
+:func:`baseline` builds one, raising :class:`~synth.errors.NotApplicable` with the reason when it
+does not apply; :func:`applicable` and :func:`all_baselines` try them all; :func:`preferred_chunks`
+is the chunk count an algorithm wants (e.g. an even count for ``bidir_ring``).
+
+Each step's rounds come from :func:`synth.cost.make_step`, so a schedule's bandwidth always fits the
+topology, and the same input always gives the same schedule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ...collectives import KINDS, Collective, make_collective
+from ...errors import NotApplicable, SynthError, unknown_name
+from ...schedule import Schedule
+from ...topology import Topology
+from .graph import RankGraph, Tree, tree_from_parent
+from .hier import hierarchical
+from .job import Job
+from .nccl_trees import btree_parent, dtree_parents
+from .ring import nccl_ring_algorithm, nccl_rings, ring_algorithm
+
+__all__ = ["ALGORITHMS", "Algorithm", "all_baselines", "applicable", "baseline", "btree_parent",
+           "dtree_parents", "preferred_chunks"]
+
+ALL_KINDS = KINDS
+ROOTED_TREE_KINDS = ("broadcast", "reduce", "gather", "scatter", "allreduce")
+
+
+# -------------------------------------------------------------------------------------- direct
+def _home(job: Job, c: int) -> int | None:
+    """Where a combining chunk is reduced first."""
+    if job.coll.custom is None:
+        return job.root if job.kind == "reduce" else c // job.k
+    post = job.coll.post[c]
+    return min(post) if post else None
+
+
+def _direct(job: Job) -> None:
+    """Per-chunk BFS trees of the real topology, every chunk at once, level by level."""
+    coll, g, plan, n = job.coll, job.g, job.plan, job.n
+    everyone = set(range(n))
+    for c in range(coll.num_chunks):
+        holders, post = coll.pre[c], coll.post[c]
+        if coll.combining:
+            if not post:
+                continue
+            if set(holders) != everyone:
+                raise job.fail(f"reduces chunks every rank contributes to; chunk {c} has "
+                               f"contributions from ranks {list(holders)} only")
+            home = _home(job, c)
+            assert home is not None
+            tin = g.bfs((home,), reverse=True)
+            if not tin.spans(range(n)):
+                lost = min(everyone - set(tin.depth))
+                raise job.fail(f"cannot reduce: rank {lost} has no path to rank {home} in "
+                               f"'{job.topology.name}'")
+            start = job.reduce_tree(tin, (c,), 0, pipeline=False)
+            targets = [t for t in post if t != home]
+            src: tuple[int, ...] = (home,)
+        else:
+            targets = [t for t in post if t not in holders]
+            src, start = tuple(holders), 0
+        if not targets:
+            continue
+        if len(src) == 1 and len(g.out(src[0])) == n - 1:
+            for t in targets:
+                plan.add(start, src[0], t, c)
+            continue
+        tree = g.bfs(src)
+        edges: dict[int, int] = {}
+        for t in targets:
+            if t not in tree.depth:
+                raise job.fail(f"cannot reach rank {t} from rank(s) {list(src)} in "
+                               f"'{job.topology.name}'")
+            v = t
+            while v not in tree.roots and v not in edges:
+                edges[v] = tree.parent[v]
+                v = tree.parent[v]
+        for v in sorted(edges, key=lambda v: (tree.depth[v], v)):
+            p = edges[v]
+            plan.add(start + tree.depth[p], p, v, c)
+
+
+# ---------------------------------------------------------------------------------------- tree
+def _spanning(job: Job, root: int) -> Tree:
+    tree = job.g.bfs((root,), sym=True)
+    if not tree.spans(range(job.n)):
+        raise job.fail(f"needs a spanning tree of two-way links; rank "
+                       f"{min(set(range(job.n)) - set(tree.depth))} is not reachable from rank "
+                       f"{root} in '{job.topology.name}'")
+    return tree
+
+
+def _rerooted(base: Tree, r: int) -> Tree:
+    """The same undirected tree, rooted at ``r``."""
+    adj: dict[int, list[int]] = {v: [] for v in base.order}
+    for v, p in base.parent.items():
+        adj[v].append(p)
+        adj[p].append(v)
+    parent: dict[int, int] = {}
+    depth, order = {r: 0}, [r]
+    for v in order:
+        for u in sorted(adj[v]):
+            if u not in depth:
+                parent[u], depth[u] = v, depth[v] + 1
+                order.append(u)
+    return Tree((r,), parent, depth, order)
+
+
+def _tree(job: Job) -> None:
+    """One BFS spanning tree of the real topology (two-way links), rooted at the root or rank 0."""
+    kind, n, plan = job.kind, job.n, job.plan
+    base = _spanning(job, job.root)
+    if kind == "broadcast":
+        job.bcast_tree(base, job.data())
+    elif kind == "reduce":
+        job.reduce_tree(base, job.data())
+    elif kind == "allreduce":
+        chunks = job.data()
+        job.reduce_tree(base, chunks)
+        job.bcast_tree(base, chunks, base.height[job.root])
+    elif kind == "gather":
+        for r in range(n):
+            plan.route(base.path_up(r), job.own(r), 0)
+    elif kind == "scatter":
+        for r in range(n):
+            plan.route(base.path_up(r)[::-1], job.own(r), 0)
+    else:
+        rooted = [_rerooted(base, r) for r in range(n)]
+        for r in range(n):
+            if kind == "allgather":
+                job.bcast_tree(rooted[r], job.own(r), pipeline=False)
+            elif kind == "reducescatter":
+                job.reduce_tree(rooted[r], job.own(r), pipeline=False)
+            else:  # alltoall
+                for t in range(n):
+                    if t != r:
+                        plan.route(rooted[r].path_up(t)[::-1], job.a2a(r, t), 0)
+
+
+# --------------------------------------------------------------------------- recursive doubling
+def _need_pow2(job: Job) -> None:
+    if job.n & (job.n - 1):
+        raise job.fail(f"needs a power-of-two rank count; '{job.topology.name}' has {job.n} ranks")
+
+
+def _halving(job: Job, start: int) -> tuple[int, list[list[int]]]:
+    """Recursive-halving reduce-scatter of rank blocks: partner r xor d for d = n/2 .. 1."""
+    n = job.n
+    d = n // 2
+    while d:  # check every partner before building anything
+        for r in range(n):
+            job.need_link(r, r ^ d, "reduces")
+        d //= 2
+    blocks = [list(range(n)) for _ in range(n)]
+    d = n // 2
+    while d:
+        sends = []
+        for r in range(n):
+            give = [b for b in blocks[r] if (b & d) != (r & d)]
+            sends.append((r, r ^ d, [c for b in give for c in job.own(b)]))
+        start = job.phase(start, sends, "reduce")
+        blocks = [[b for b in blocks[r] if (b & d) == (r & d)] for r in range(n)]
+        d //= 2
+    return start, blocks
+
+
+def _doubling(job: Job, start: int) -> int:
+    """Recursive-doubling allgather of rank blocks: partner r xor d for d = 1 .. n/2."""
+    n = job.n
+    blocks = [[r] for r in range(n)]
+    d = 1
+    while d < n:
+        sends = [(r, r ^ d, [c for b in blocks[r] for c in job.own(b)]) for r in range(n)]
+        start = job.phase(start, sends)
+        blocks = [sorted(blocks[r] + blocks[r ^ d]) for r in range(n)]
+        d *= 2
+    return start
+
+
+def _recursive_doubling(job: Job) -> None:
+    _need_pow2(job)
+    if job.kind == "allgather":
+        _doubling(job, 0)
+    else:  # allreduce: Rabenseifner = recursive-halving reduce-scatter + recursive-doubling allgather
+        end, _ = _halving(job, 0)
+        _doubling(job, end)
+
+
+def _recursive_halving(job: Job) -> None:
+    _need_pow2(job)
+    _halving(job, 0)
+
+
+# -------------------------------------------------------------------------------- binomial tree
+def _binomial(job: Job) -> None:
+    """Binomial tree over ranks relative to the root (rank 0 for allreduce); not pipelined."""
+    n, kind = job.n, job.kind
+    root = job.root
+
+    def real(v: int) -> int:
+        return (v + root) % n
+
+    levels = max(1, (n - 1).bit_length())
+    phases: list[tuple[str, list[tuple[int, int, list[int]]]]] = []
+    if kind in ("reduce", "allreduce", "gather"):
+        for lvl in range(levels):
+            bit = 1 << lvl
+            sends = []
+            for v in range(bit, n, 2 * bit):
+                if kind == "gather":
+                    part = [c for u in range(v, min(v + bit, n)) for c in job.own(real(u))]
+                else:
+                    part = job.data()
+                sends.append((real(v), real(v - bit), part))
+            phases.append(("copy" if kind == "gather" else "reduce", sends))
+    if kind in ("broadcast", "allreduce", "scatter"):
+        for lvl in reversed(range(levels)):
+            bit = 1 << lvl
+            sends = []
+            for v in range(0, n, 2 * bit):
+                if v + bit < n:
+                    if kind == "scatter":
+                        part = [c for u in range(v + bit, min(v + 2 * bit, n))
+                                for c in job.own(real(u))]
+                    else:
+                        part = job.data()
+                    sends.append((real(v), real(v + bit), part))
+            phases.append(("copy", sends))
+    if job.coll.combining:  # check every edge before building anything
+        for op, sends in phases:
+            for a, b, _ in sends:
+                job.need_link(a, b, "reduces" if op == "reduce" else "sends the reduced result")
+    t = 0
+    for op, sends in phases:
+        t = job.phase(t, sends, op)
+
+
+# -------------------------------------------------------------------------- double binary tree
+def _double_binary_tree(job: Job) -> None:
+    """Two complementary binary trees, each carrying half the chunks, pipelined."""
+    n, kind = job.n, job.kind
+    chunks = job.data()
+    if len(chunks) < 2:
+        raise job.fail("splits the data over two trees and needs at least 2 chunks; use --chunks 2 "
+                       "(or any count >= 2)")
+    trees = []
+    if kind == "allreduce":
+        for root, parent in dtree_parents(n):
+            trees.append(tree_from_parent(root, parent))
+    else:  # rooted: the root feeds both trees, built over the other n-1 ranks
+        others = [(job.root + 1 + i) % n for i in range(n - 1)]
+        for sub_root, parent in dtree_parents(n - 1):
+            full = {others[v]: others[p] for v, p in parent.items()}
+            full[others[sub_root]] = job.root
+            trees.append(tree_from_parent(job.root, full))
+    for i, tree in enumerate(trees):
+        mine = chunks[i::2]
+        if kind == "broadcast":
+            job.bcast_tree(tree, mine)
+        elif kind == "reduce":
+            job.reduce_tree(tree, mine)
+        else:
+            for v, p in tree.parent.items():
+                job.need_link(p, v, "sends the reduced result")
+            job.bcast_tree(tree, mine, job.reduce_tree(tree, mine) - len(mine) + 1)
+
+
+# ------------------------------------------------------------------------------------ registry
+@dataclass(frozen=True)
+class Algorithm:
+    """A baseline algorithm: its name, the collectives it implements and its builder."""
+
+    name: str
+    kinds: tuple[str, ...]
+    description: str
+    build: Callable[[Job], None]
+
+    def __call__(self, topology: Topology, collective: Collective) -> Schedule:
+        """Same as ``baseline(topology, collective, self.name)``."""
+        return baseline(topology, collective, self.name)
+
+
+NCCL_KINDS = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce", "alltoall")
+"""The collectives NCCL implements (gather and scatter are not NCCL collectives)."""
+
+
+def _nccl(job: Job) -> None:
+    from ...nccl_model import machine_of
+
+    try:
+        machine_of(job.topology)  # priced by NCCL's model: only where NCCL runs
+    except NotApplicable as exc:
+        raise job.fail(f"does not apply: {exc}") from exc
+    if job.kind == "alltoall":
+        _direct(job)
+    else:
+        nccl_ring_algorithm(job)
+    job.meta["time_model"] = "nccl"
+
+
+ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
+    Algorithm("ring", ALL_KINDS, "unidirectional ring over a Hamiltonian cycle of real links; "
+              "broadcast/reduce pipelined along it", lambda j: ring_algorithm(j, False)),
+    Algorithm("bidir_ring", ALL_KINDS, "both directions of the ring, half the data each way",
+              lambda j: ring_algorithm(j, True)),
+    Algorithm("direct", ALL_KINDS, "every chunk straight to every rank that needs it (all-pairs on "
+              "a switch; per-chunk BFS trees otherwise)", _direct),
+    Algorithm("recursive_doubling", ("allgather", "allreduce"),
+              "exchange with rank xor 2^i; allreduce is Rabenseifner's (recursive-halving "
+              "reduce-scatter + recursive-doubling allgather)", _recursive_doubling),
+    Algorithm("recursive_halving", ("reducescatter",), "reduce-scatter halving the data each step "
+              "with rank xor n/2^i", _recursive_halving),
+    Algorithm("binomial_tree", ROOTED_TREE_KINDS, "binomial tree over ranks relative to the root; "
+              "allreduce = reduce + broadcast", _binomial),
+    Algorithm("double_binary_tree", ("broadcast", "reduce", "allreduce"),
+              "NCCL's two complementary binary trees, each with half the chunks, pipelined",
+              _double_binary_tree),
+    Algorithm("hierarchical", ALL_KINDS, "intra-node then inter-node phases on multi-node "
+              "topologies", hierarchical),
+    Algorithm("tree", ALL_KINDS, "one BFS spanning tree of the real topology, pipelined; allreduce "
+              "= reduce + broadcast", _tree),
+    Algorithm("nccl", NCCL_KINDS, "NCCL as it runs: one ring per rail (alltoall: direct point-to-"
+              "point); its time is NCCL's own tuning model (synth.nccl_model), not the step model",
+              _nccl),
+)}
+"""name -> :class:`Algorithm`, in the order :func:`applicable` tries them."""
+
+_EVEN_SPLIT = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce")
+
+
+PIPELINED = ("ring", "bidir_ring", "binomial_tree", "double_binary_tree", "tree")
+"""Algorithms whose rooted broadcast/reduce pipeline chunks down a chain or tree."""
+
+
+def preferred_chunks(algorithm: str, kind: str, n: int, topology: Topology | None = None) -> int:
+    """Chunks per rank the algorithm wants for ``kind`` on ``n`` ranks (callers may build with it).
+
+    ``nccl`` wants one chunk per ring, which depends on the ``topology`` (its rails).
+    """
+    if algorithm not in ALGORITHMS:
+        raise unknown_name("baseline algorithm", algorithm, ALGORITHMS)
+    if algorithm == "nccl" and kind in ("allgather", "reducescatter", "allreduce") \
+            and topology is not None and topology.num_ranks == n:
+        try:
+            return len(nccl_rings(Job(topology, make_collective(kind, n, 1), RankGraph(topology),
+                                      "nccl")))
+        except NotApplicable:
+            return 1
+    if kind in ("broadcast", "reduce") and algorithm in PIPELINED:
+        # a rooted collective on a chain/tree only streams when the buffer is cut into pieces;
+        # 2n pieces keep the pipeline fill below a third of the time, as NCCL's chunking does
+        return 2 * max(n, 1)
+    if algorithm == "bidir_ring" and kind in _EVEN_SPLIT:
+        return 2
+    if algorithm == "double_binary_tree":
+        if kind in ("broadcast", "reduce"):
+            return 2
+        if kind == "allreduce" and n % 2:
+            return 2
+    return 1
+
+
+def _build(job: Job, algorithm: Algorithm) -> Schedule:
+    coll, topo = job.coll, job.topology
+    if coll.num_ranks != topo.num_ranks:
+        raise SynthError(f"the collective has {coll.num_ranks} ranks but topology '{topo.name}' "
+                         f"has {topo.num_ranks}")
+    if coll.custom is not None and algorithm.name != "direct":
+        raise job.fail(f"implements the standard collectives only, not the custom collective "
+                       f"'{coll.kind}'; use direct")
+    if coll.custom is None and coll.kind not in algorithm.kinds:
+        raise job.fail(f"does not implement {coll.kind} (it implements "
+                       f"{', '.join(algorithm.kinds)})")
+    if job.n > 1:
+        algorithm.build(job)
+    steps = job.plan.steps(topo, coll)
+    return Schedule(collective=coll, topology=topo.name, topology_hash=topo.content_hash,
+                    steps=steps, algorithm=algorithm.name, encoding="baseline", meta=job.meta)
+
+
+def baseline(topology: Topology, collective: Collective, algorithm: str, *,
+             graph: RankGraph | None = None) -> Schedule:
+    """Build one baseline algorithm; NotApplicable (with the reason) when it does not apply."""
+    alg = ALGORITHMS.get(algorithm)
+    if alg is None:
+        raise unknown_name("baseline algorithm", algorithm, ALGORITHMS)
+    if graph is None or graph.topology is not topology:
+        graph = RankGraph(topology)
+    return _build(Job(topology, collective, graph, algorithm), alg)
+
+
+def all_baselines(topology: Topology, collective: Collective) -> dict[str, Schedule]:
+    """Every algorithm that applies, by name (registry order)."""
+    graph = RankGraph(topology)
+    out: dict[str, Schedule] = {}
+    for name in ALGORITHMS:
+        try:
+            out[name] = baseline(topology, collective, name, graph=graph)
+        except NotApplicable:
+            continue
+    return out
+
+
+def applicable(topology: Topology, collective: Collective) -> list[str]:
+    """Names of the algorithms that build for this topology and collective."""
+    return list(all_baselines(topology, collective))

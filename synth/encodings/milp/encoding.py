@@ -1,0 +1,292 @@
+"""The ``milp`` encoding: TACCL's three-stage synthesis (NSDI'23) guided by a communication sketch.
+
+The request passes through a chain of reductions, each a small module, and the solution maps back:
+
+1. **sketch -> logical links** (:mod:`synth.sketches`): which one-hop pairs may be used and whose
+   data each inter-node relay may carry; no sketch means every channel.
+2. **problem** (:mod:`.problem`): the sketch-preserving rank group, one representative rank's
+   chunks, and their sparse candidate links (shortest paths of the sketch's graph).
+3. **routing MILP** (:mod:`.route`): a tree (allgather) or path (alltoall) per representative
+   chunk minimising the busiest resource orbit, with the sketch's switch policies.
+4. **ordering** (:mod:`.schedule`): list scheduling into synchronous steps.
+5. **scheduling MILP** (:mod:`.schedule`): batching within a window (α paid once per batch).
+6. **replication**: every group element maps the representative's steps to its ranks; the
+   verifier (called by :func:`synth.solve.solve`) checks the whole schedule.
+
+Reducescatter routes an allgather over the reversed links and reverses its steps (copies become
+reductions); allreduce is that reducescatter followed by the allgather. Solvers are open
+(HiGHS default, CBC, CP-SAT; Gurobi when installed) via :mod:`.solvers`.
+
+``Options.extra``: ``sketch`` (name or file; default the shipped sketch fitting the topology),
+``solver``, ``size`` (bytes the plan is tuned for, default 1 GiB), ``window`` (stage-3 slack in
+steps, default 2), ``max_extra_hops``, ``mip_gap``, ``symmetry``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from ...collectives import Collective, make_collective
+from ...cost import format_size, step_from_arrays
+from ...errors import NotApplicable, SynthError
+from ...schedule import Schedule, Step
+from ...topology import MB, Topology
+from ..trees.encoding import DEFAULT_SIZE, _option_size
+from .problem import MILP_KINDS, LogicalLinks, MilpProblem, all_links, build_problem, reversed_links
+from .route import InfeasibleSketch, PeerPolicy, Routes, route
+from .schedule import Tasks, make_tasks, order, outcome, schedule_tasks, step_arrays
+
+DEFAULT_WINDOW = 2
+AUTO_MAX_RANKS = 80
+"""``--encoding auto`` tries milp up to this many ranks (TACCL's reach); above, trees/flow."""
+AUTO_TIME_LIMIT_S = 60.0
+STAGE3_MAX_S = 10.0
+"""Default cap on each scheduling MILP: measured, it rarely improves on the ordering heuristic by
+more than ~1% (stage-2 plans are within the routing's integrality of the busiest orbit), so its
+time is better spent elsewhere; ``stage3_time_limit`` raises it."""
+SMALL_SIZE = 2**20
+"""The second candidate is planned for this size with one chunk per rank (latency-lean)."""
+
+
+def resolve_sketch(topology: Topology, spec: str | None):
+    """(sketch or None, logical links, switch policies) for this topology."""
+    from ...sketches import load_sketch, require_fit, sketch_for
+
+    sketch = load_sketch(spec, topology) if spec else sketch_for(topology)
+    if sketch is None:
+        return None, all_links(topology), ()
+    require_fit(sketch, topology)
+    pairs = sketch.allowed_pairs(topology)
+
+    def carry(origin: int, u: int, v: int) -> bool:
+        return sketch.may_carry(topology, origin, u, v)
+
+    policies = tuple(PeerPolicy(p.switch, p.max_peers, p.min_peers) for p in sketch.switch_policies)
+    return sketch, LogicalLinks(frozenset(pairs), carry), policies
+
+
+def _replicate(problem: MilpProblem, tasks: Tasks, steps: list[int], topology: Topology) -> list[Step]:
+    perms = problem.group.perms
+    images = problem.chunk_image
+    src = np.array([e[0] for e in tasks.edge], dtype=np.int64)
+    dst = np.array([e[1] for e in tasks.edge], dtype=np.int64)
+    chunk = np.array(tasks.chunk, dtype=np.int64)
+    out: list[Step] = []
+    for idx in step_arrays(tasks, steps):
+        u = perms[:, src[idx]].ravel()
+        v = perms[:, dst[idx]].ravel()
+        c = images[:, chunk[idx]].ravel()
+        if problem.reverse:
+            a, b, op = v, u, "reduce"
+        else:
+            a, b, op = u, v, "copy"
+        out.append(step_from_arrays(a, b, c, topology, op))
+    if problem.reverse:
+        out.reverse()
+    return out
+
+
+ROUTING_SHARE = 0.6
+"""Of ``--time-limit``, the part the routing MILPs share (stage 3 gets min(1/4, STAGE3_MAX_S))."""
+MAX_TREE_DEEPENING = 2
+"""Hops beyond the sketch's slack that broadcast trees may take when the sketch is otherwise
+infeasible (a peer cap of k through a switch needs depth about log_k of the ranks)."""
+BOUND_SLACK = 1.02
+"""A DAG routing within 2% of the cut bound is not worth the detour model's time."""
+
+
+def _bound_proxy(topology: Topology, routed: Collective) -> float:
+    """The cut bound in the routing objective's units: µs per MB of one chunk (bandwidth part)."""
+    from ...bounds import lower_bound
+
+    bound = lower_bound(topology, routed)
+    return bound.inv_bandwidth_us_per_byte * routed.buffer_chunks * MB
+
+
+class _Phase:
+    """One routed allgather (forward, or reversed for a reduction) with ``k`` chunks per rank."""
+
+    def __init__(self, topology: Topology, routed: Collective, links: LogicalLinks, policies, *,
+                 reverse: bool, extra: dict[str, Any], solver: str, time_limit: float | None,
+                 progress) -> None:
+        """Route it; ``time_limit`` is this phase's share of the routing budget (per model)."""
+        t0 = time.perf_counter()
+        hops = int(extra.get("max_extra_hops", 1 if routed.kind == "alltoall" else 0))
+        logical = reversed_links(links) if reverse else links
+        # broadcast trees first on the shortest-path DAG (small, no level variables); only if the
+        # sketch makes that infeasible (e.g. a peer cap on a switch) with the sketch's extra hops
+        # and again with them when the DAG's busiest resource stays above the cut bound (the
+        # optimum then needs detours, as on the DGX-1 cube-mesh); the better routing is kept
+        # alltoall paths take the sketch's slack, and a few hops more only if a peer cap makes
+        # that infeasible (a cap of k peers reaches about k^h ranks in h hops)
+        best: tuple[float, MilpProblem, Routes] | None = None
+        deeper = list(range(hops + 1, hops + MAX_TREE_DEEPENING + 1)) if hops >= 1 else []
+        a2a = routed.kind == "alltoall"
+        tries = [(0, h) for h in [hops, *deeper]] if a2a else [(t, hops) for t in
+                                                               [*sorted({0, hops}), *deeper]]
+        last = tries[-1]
+        for tree_hops, path_hops in tries:
+            if best is not None and (a2a or tree_hops > hops
+                                     or best[0] <= BOUND_SLACK * _bound_proxy(topology, routed)):
+                break
+            problem = build_problem(topology, routed, logical,
+                                    symmetry=bool(extra.get("symmetry", True)), extra_hops=path_hops,
+                                    reverse=reverse, tree_extra_hops=tree_hops)
+            try:
+                routes = route(problem, policies, solver=solver,
+                               time_limit_s=time_limit, mip_gap=extra.get("mip_gap"),
+                               progress=progress, diagnose=(tree_hops, path_hops) == last)
+            except InfeasibleSketch:
+                if (tree_hops, path_hops) == last:
+                    raise
+                continue
+            except SynthError:
+                if best is None:
+                    raise
+                break  # the detour model found nothing in time: keep the DAG's routing
+            if best is None or routes.objective_us_per_mb < best[0] - 1e-9:
+                best = (routes.objective_us_per_mb, problem, routes)
+        assert best is not None
+        _, self.problem, self.routes = best
+        self.tasks = make_tasks(self.problem, self.routes.edges)
+        self.seconds = time.perf_counter() - t0
+
+    def order(self, chunk_mb: float) -> tuple[list[int], float, float]:
+        return order(self.tasks, chunk_mb)
+
+    def finish(self, initial: list[int], rate: float, chunk_mb: float, *, window: int, solver: str,
+               time_limit: float | None, progress) -> tuple[list[Step], dict]:
+        steps, report = schedule_tasks(self.tasks, initial, chunk_mb, window=window, solver=solver,
+                                       time_limit_s=time_limit, progress=progress)
+        report["stage2_steps_per_load"] = round(1.0 / rate, 3) if rate else None
+        return _replicate(self.problem, self.tasks, steps, self.problem.topology), report
+
+    def describe(self) -> dict:
+        res = self.routes.result
+        # no wall-clock figures here: the schedule (meta included) must be byte-identical per input
+        return {"group": self.problem.group.describe(), "rep_chunks": len(self.problem.chunks),
+                "candidate_pairs": self.problem.num_candidate_pairs,
+                "routing": outcome(res),
+                "routing_size": {"variables": res.variables,  # type: ignore[attr-defined]
+                                 "integer_variables": res.integer_variables,  # type: ignore[attr-defined]
+                                 "constraints": res.constraints},  # type: ignore[attr-defined]
+                "routing_gap": res.gap,  # type: ignore[attr-defined]
+                "routing_busiest_us_per_mb": round(self.routes.objective_us_per_mb, 6)}
+
+
+CHUNK_MULTIPLES = (1, 2, 3, 4, 6, 8, 16)
+"""Chunkings tried for the main candidate: the sketch's chunks per rank times these."""
+MAX_REP_TASKS = 3000
+"""Largest representative transfer count a chunking may have (keeps stage 3 and memory small)."""
+
+
+def milp_encoding(topology: Topology, collective: Collective, options) -> dict[str, Schedule]:
+    """``--encoding milp``: see the module docstring."""
+    if collective.custom is not None or collective.kind not in MILP_KINDS:
+        raise NotApplicable(f"milp synthesises {', '.join(MILP_KINDS)}; not {collective.name}")
+    n = topology.num_ranks
+    extra = dict(options.extra or {})
+    solver = str(extra.get("solver") or "highs")
+    from .solvers import SOLVERS, available_solvers
+
+    if solver not in SOLVERS:
+        from ...errors import unknown_name
+
+        raise unknown_name("solver", solver, SOLVERS)
+    if not available_solvers().get(solver, False):
+        avail = [s for s, ok in available_solvers().items() if ok]
+        raise SynthError(f"solver '{solver}' is not installed here (available: {', '.join(avail)})")
+    sketch, links, policies = resolve_sketch(topology, extra.get("sketch"))
+    hints = dict(sketch.hints) if sketch is not None else {}
+    for key in ("max_extra_hops", "mip_gap"):
+        if key not in extra and key in hints:
+            extra[key] = hints[key]
+    time_limit = options.time_limit_s or hints.get("time_limit_s")
+    size = _option_size(extra) if "size" in extra else DEFAULT_SIZE
+    window = int(extra.get("window", DEFAULT_WINDOW))
+    k0 = int(sketch.chunks_per_rank if sketch is not None else 1)
+    kind = collective.kind
+    if n == 1:
+        coll = make_collective(kind, 1, options.chunks or k0, collective.root, collective.inplace)
+        return {"milp": Schedule(coll, topology.name, topology.content_hash, (), "milp", "milp",
+                                 {"why": "a single rank needs no communication"})}
+    progress = extra.get("progress")
+    directions = {"allgather": (False,), "alltoall": (False,), "reducescatter": (True,),
+                  "allreduce": (True, False)}[kind]
+    per_k_tasks = (n - 1) * (n - 1 if kind == "alltoall" else 1)
+    if options.chunks:
+        main_ks = [int(options.chunks)]
+    else:
+        main_ks = sorted({k0 * m for m in CHUNK_MULTIPLES if k0 * m * per_k_tasks <= MAX_REP_TASKS}
+                         or {k0})
+    targets = [("milp", main_ks, size)]
+    if not options.chunks and size > SMALL_SIZE:
+        targets.append((f"milp_{format_size(SMALL_SIZE)}", [1], SMALL_SIZE))
+    stage3_limit = min(0.25 * time_limit if time_limit is not None else STAGE3_MAX_S,
+                       float(extra.get("stage3_time_limit", STAGE3_MAX_S)))
+    phases: dict[tuple[int, bool], _Phase] = {}
+    failed: dict[int, str] = {}
+    to_route = sorted({(k, r) for _, ks, _ in targets for k in ks for r in directions})
+    deadline = None if time_limit is None else time.perf_counter() + ROUTING_SHARE * time_limit
+    out: dict[str, Schedule] = {}
+    for name, ks, target in sorted(targets, key=lambda t: t[1]):  # fewest chunks first: cheapest
+        best: tuple[float, int, list] | None = None
+        for k in ks:
+            if k in failed:
+                continue
+            coll = make_collective(kind, n, k, collective.root, collective.inplace)
+            chunk_mb = target / coll.buffer_chunks / MB
+            plans = []
+            total = 0.0
+            try:
+                for reverse in directions:
+                    if (k, reverse) not in phases:
+                        # the routing budget is shared by the chunkings still to route
+                        left = [key for key in to_route if key not in phases]
+                        share = (None if deadline is None
+                                 else max(1.0, (deadline - time.perf_counter()) / len(left)))
+                        routed = make_collective("alltoall" if kind == "alltoall" else "allgather", n, k)
+                        phases[(k, reverse)] = _Phase(topology, routed, links, policies,
+                                                      reverse=reverse, extra=extra, solver=solver,
+                                                      time_limit=share, progress=progress)
+                    phase = phases[(k, reverse)]
+                    initial, cost, rate = phase.order(chunk_mb)
+                    plans.append((phase, initial, rate, reverse))
+                    total += cost
+            except InfeasibleSketch:
+                raise
+            except SynthError as exc:
+                failed[k] = exc.message  # no routing in its share of the time: try other chunkings
+                to_route = [key for key in to_route if key[0] != k]
+                continue
+            if best is None or total < best[0] - 1e-9:
+                best = (total, k, plans)
+        if best is None:
+            if name != "milp":
+                continue  # the latency-lean extra candidate is optional
+            raise SynthError("milp: no chunking could be routed within the time limit ("
+                             + "; ".join(f"{k} chunks: {m}" for k, m in sorted(failed.items()))
+                             + "); raise --time-limit", exit_code=3)
+        _, k, plans = best
+        coll = make_collective(kind, n, k, collective.root, collective.inplace)
+        chunk_mb = target / coll.buffer_chunks / MB
+        steps: list[Step] = []
+        reports = []
+        for phase, initial, rate, reverse in plans:
+            part, report = phase.finish(initial, rate, chunk_mb, window=window, solver=solver,
+                                        time_limit=stage3_limit, progress=progress)
+            steps.extend(part)
+            reports.append({**phase.describe(), **report,
+                            "direction": "reduce (reversed allgather)" if reverse else "forward"})
+        why = (f"milp: TACCL-style routing MILP + ordering + scheduling MILP ({solver}), sketch "
+               f"{sketch.name if sketch else 'none (every link)'}, {k} chunk(s) per rank (of "
+               f"{', '.join(map(str, ks))} tried), planned for {format_size(target)}")
+        meta = {"why": why, "sketch": sketch.name if sketch else None, "solver": solver,
+                "planned_bytes": int(target), "chunkings_tried": [x for x in ks if x not in failed],
+                "chunkings_not_routed_in_time": sorted(x for x in ks if x in failed),
+                "stages": reports}
+        out[name] = Schedule(coll, topology.name, topology.content_hash, tuple(steps), name, "milp", meta)
+    return out

@@ -1,0 +1,349 @@
+"""Stages 2 and 3 of the MILP encoding: order the routed transfers, then batch them into steps.
+
+A *task* is one hop of one representative chunk. Because the schedule is replicated by the rank
+group, a task placed in step s puts ``mult`` chunks on every resource of each orbit it loads, so a
+step's time is ``max_O (α_O + S · Σ_tasks τ_O · mult)`` for a chunk of S MB — the α-β cost of
+:mod:`synth.cost` on the replicated step.
+
+* **Stage 2, ordering** (TACCL's greedy): list scheduling, most-remaining-hops first, each step
+  filled while no resource orbit exceeds a per-step budget; the budget is searched over multiples
+  of the largest task and the cheapest plan at the target size wins.
+* **Stage 3, scheduling** (TACCL's contiguity MILP): each task may move within ``window`` steps of
+  its stage-2 step; binaries ``y[t, s]`` and per-step times ``D_s >= α_O u[s, O] + S · load(s, O)``,
+  with ``u[s, O]`` paid once per orbit and step (the batch's α), minimising ``Σ D_s`` subject to
+  every hop leaving after the hop that brought its chunk. The MILP keeps the stage-2 plan if it
+  cannot beat it in its time limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .problem import Edge, MilpProblem
+from .solvers import pulp  # OR-Tools must load before PuLP: see milp.solvers
+
+STAGE3_NODES = 300
+"""Branch-and-bound nodes the scheduling MILP may explore (HiGHS): a deterministic budget, so the
+plan it returns does not depend on the machine's speed; the wall-clock limit is only a backstop."""
+
+
+@dataclass
+class Tasks:
+    chunk: list[int]
+    edge: list[Edge]
+    parent: list[int]
+    """index of the task that brings the chunk to the sender; -1 at the origin"""
+    height: list[int]
+    """hops below this task in its chunk's tree (priority)"""
+    loads: list[tuple[tuple[int, float], ...]]
+    """per task: (orbit, µs per MB it adds to every resource of the orbit)"""
+    alpha: list[float]
+
+    def __len__(self) -> int:
+        return len(self.chunk)
+
+
+def outcome(result) -> str:
+    """A solver result without its timing: status, objective, gap."""
+    gap = "n/a" if result.gap is None else f"{100 * result.gap:.2f}%"
+    obj = "n/a" if result.objective is None else f"{result.objective:.6g}"
+    return f"{result.solver}: {result.status}, objective {obj}, gap {gap}"
+
+
+def make_tasks(problem: MilpProblem, routes: dict[int, list[Edge]]) -> Tasks:
+    t = Tasks([], [], [], [], [], [])
+    for c in sorted(routes):
+        at: dict[int, int] = {}
+        first = len(t.chunk)
+        for u, v in routes[c]:
+            t.chunk.append(c)
+            t.edge.append((u, v))
+            t.parent.append(at.get(u, -1))
+            at[v] = len(t.chunk) - 1
+            t.loads.append(tuple((o, problem.tau(o) * m) for o, m in problem.orbits_of((u, v))))
+            t.alpha.append(problem.alpha((u, v)))
+            t.height.append(0)
+        for i in range(len(t.chunk) - 1, first - 1, -1):  # children come after parents
+            p = t.parent[i]
+            if p >= 0:
+                t.height[p] = max(t.height[p], t.height[i] + 1)
+    return t
+
+
+def step_orbit_loads(tasks: Tasks, steps: list[int]
+                     ) -> tuple[dict[tuple[int, int], float], dict[tuple[int, int], float]]:
+    """(step, orbit) -> µs/MB of load, and -> the largest α of the hops loading it."""
+    load: dict[tuple[int, int], float] = {}
+    alpha: dict[tuple[int, int], float] = {}
+    for i, s in enumerate(steps):
+        for o, w in tasks.loads[i]:
+            load[(s, o)] = load.get((s, o), 0.0) + w
+            alpha[(s, o)] = max(alpha.get((s, o), 0.0), tasks.alpha[i])
+    return load, alpha
+
+
+def plan_cost(tasks: Tasks, steps: list[int], chunk_mb: float) -> float:
+    """Σ over steps of max over orbits of (α + S · load), the replicated schedule's α-β time."""
+    if not steps:
+        return 0.0
+    load, alpha = step_orbit_loads(tasks, steps)
+    per_step: dict[int, float] = {}
+    for key, w in load.items():
+        per_step[key[0]] = max(per_step.get(key[0], 0.0), alpha[key] + chunk_mb * w)
+    return sum(per_step.values())
+
+
+def orbit_totals(tasks: Tasks) -> dict[int, float]:
+    """µs/MB of all the representative tasks on each resource orbit (the routing's loads)."""
+    total: dict[int, float] = {}
+    for ls in tasks.loads:
+        for o, w in ls:
+            total[o] = total.get(o, 0.0) + w
+    return total
+
+
+def list_schedule(tasks: Tasks, rate: float, by_subtree: bool = False) -> list[int]:
+    """Greedy steps: ready tasks by priority, each orbit fed at ``rate`` x its total load per step.
+
+    Every orbit earns ``rate * total_O`` of credit per step (a token bucket, so a task heavier than
+    one step's share waits for enough credit): each step then carries the same mix of work as the
+    whole schedule, so the per-step maximum over orbits adds up to the routing's busiest orbit
+    instead of to the sum of alternating bottlenecks. Ties go to the task with the most hops left.
+    """
+    n = len(tasks)
+    step = [-1] * n
+    children: list[list[int]] = [[] for _ in range(n)]
+    ready: list[int] = []
+    for i in range(n):
+        if tasks.parent[i] < 0:
+            ready.append(i)
+        else:
+            children[tasks.parent[i]].append(i)
+    total = orbit_totals(tasks)
+    widest: dict[int, float] = {}
+    for ls in tasks.loads:
+        for o, w in ls:
+            widest[o] = max(widest.get(o, 0.0), w)
+    share = {o: rate * t for o, t in total.items()}
+    credit = dict.fromkeys(total, 0.0)
+    below = [1] * n  # tasks in each task's subtree (itself included)
+    for i in range(n - 1, -1, -1):
+        if tasks.parent[i] >= 0:
+            below[tasks.parent[i]] += below[i]
+    key = [(-tasks.height[i], -below[i], tasks.chunk[i], tasks.edge[i]) for i in range(n)]
+    if by_subtree:
+        key = [(-below[i], -tasks.height[i], tasks.chunk[i], tasks.edge[i]) for i in range(n)]
+    s = 0
+    left = n
+    while left:
+        for o in credit:
+            credit[o] = min(credit[o] + share[o], max(share[o], widest[o]) * 2)
+        ready.sort(key=key.__getitem__)
+        placed: list[int] = []
+        waiting: list[int] = []
+        for i in ready:
+            fits = all(credit[o] >= w * (1 - 1e-9) for o, w in tasks.loads[i])
+            if fits or not placed:
+                placed.append(i)
+                for o, w in tasks.loads[i]:
+                    credit[o] -= w
+            else:
+                waiting.append(i)
+        for i in placed:
+            step[i] = s
+        left -= len(placed)
+        ready = waiting + [c for i in placed for c in children[i]]
+        s += 1
+    return step
+
+
+def compact(tasks: Tasks, steps: list[int], chunk_mb: float, passes: int = 4) -> list[int]:
+    """Backfill: move each task to the earliest step where it costs nothing, then drop empty steps.
+
+    A task may move to any step after the hop that brings its chunk and before the hops that
+    forward it, if every orbit it loads stays within that step's current time (its busiest orbit
+    and α): the step does not get longer, and the step it leaves can only get shorter. This fills
+    the slack that integral chunks leave in every step (e.g. a link whose chunks do not divide
+    the step's duration) with work that would otherwise trail at the end.
+    """
+    n = len(tasks)
+    steps = list(steps)
+    children: list[list[int]] = [[] for _ in range(n)]
+    for i in range(n):
+        if tasks.parent[i] >= 0:
+            children[tasks.parent[i]].append(i)
+    horizon = max(steps) + 1
+    load = [dict[int, float]() for _ in range(horizon)]
+    alpha = [0.0] * horizon
+    for i, st in enumerate(steps):
+        alpha[st] = max(alpha[st], tasks.alpha[i])
+        for o, w in tasks.loads[i]:
+            load[st][o] = load[st].get(o, 0.0) + w
+
+    def duration(st: int) -> float:
+        return alpha[st] + chunk_mb * max(load[st].values(), default=0.0)
+
+    for _ in range(passes):
+        moved = False
+        for i in sorted(range(n), key=lambda j: (steps[j], j)):
+            here = steps[i]
+            lo = steps[tasks.parent[i]] + 1 if tasks.parent[i] >= 0 else 0
+            for st in range(lo, here):
+                if tasks.alpha[i] > alpha[st] or not load[st]:
+                    continue
+                limit = duration(st)
+                if all(alpha[st] + chunk_mb * (load[st].get(o, 0.0) + w) <= limit * (1 + 1e-12)
+                       for o, w in tasks.loads[i]):
+                    for o, w in tasks.loads[i]:
+                        load[here][o] -= w
+                        if load[here][o] <= 1e-12:
+                            del load[here][o]
+                        load[st][o] = load[st].get(o, 0.0) + w
+                    steps[i] = st
+                    moved = True
+                    break
+        if not moved:
+            break
+    used = sorted(set(steps))
+    renumber = {st: k for k, st in enumerate(used)}
+    return [renumber[st] for st in steps]
+
+
+def order(tasks: Tasks, chunk_mb: float, refine: int = 4) -> tuple[list[int], float, float]:
+    """Stage 2: (steps, cost µs, rate) of the best list schedule over a range of step counts.
+
+    Every rate's list schedule is costed; the ``refine`` cheapest are then compacted
+    (:func:`compact`) and the cheapest result wins.
+    """
+    if not len(tasks):
+        return [], 0.0, 0.0
+    most = max(sum(1 for ls in tasks.loads for o2, _ in ls if o2 == o) for o in orbit_totals(tasks))
+    counts = sorted({max(1, round(c)) for c in np.geomspace(1, max(2, most), 32)})
+    tried: list[tuple[float, float, list[int]]] = []
+    for c in counts:
+        rate = 1.0 / c
+        for by_subtree in (False, True):
+            steps = list_schedule(tasks, rate, by_subtree)
+            tried.append((plan_cost(tasks, steps, chunk_mb), rate, steps))
+    tried.sort(key=lambda x: (x[0], x[1]))
+    best: tuple[float, float, list[int]] | None = None
+    for _, rate, steps in tried[:refine]:
+        steps = compact(tasks, steps, chunk_mb)
+        cost = plan_cost(tasks, steps, chunk_mb)
+        if best is None or cost < best[0] - 1e-9:
+            best = (cost, rate, steps)
+    assert best is not None
+    return best[2], best[0], best[1]
+
+
+def build_scheduling_model(tasks: Tasks, initial: list[int], chunk_mb: float, window: int
+                           ) -> tuple[pulp.LpProblem, dict[tuple[int, int], pulp.LpVariable]]:
+    """Stage 3's MILP around the stage-2 plan (see the module docstring)."""
+    model = pulp.LpProblem("synth_milp_scheduling", pulp.LpMinimize)
+    horizon = max(initial) + 1 + window
+    y: dict[tuple[int, int], pulp.LpVariable] = {}
+    lo = [0] * len(tasks)
+    # earliest possible step: depth in the chunk's tree
+    for i in range(len(tasks)):
+        p = tasks.parent[i]
+        lo[i] = lo[p] + 1 if p >= 0 else 0
+    span: list[list[int]] = []
+    for i, s0 in enumerate(initial):
+        choices = [s for s in range(max(lo[i], s0 - window), min(horizon, s0 + window + 1))]
+        span.append(choices)
+        for s in choices:
+            y[(i, s)] = model.add_variable(f"y_{i}_{s}", cat="Binary")
+        model += pulp.lpSum(y[(i, s)] for s in choices) == 1, f"once_{i}"
+    # precedence, time-indexed (the strong form): a hop is done by step s only if the hop that
+    # brings its chunk was done by step s - 1
+    for i in range(len(tasks)):
+        p = tasks.parent[i]
+        if p < 0:
+            continue
+        for s in span[i]:
+            mine = [y[(i, t)] for t in span[i] if t <= s]
+            before = [y[(p, t)] for t in span[p] if t <= s - 1]
+            model += pulp.lpSum(mine) <= pulp.lpSum(before), f"after_{i}_{s}"
+    on: dict[tuple[int, int], list[tuple[int, float]]] = {}
+    alpha: dict[int, float] = {}
+    for i in range(len(tasks)):
+        for o, w in tasks.loads[i]:
+            alpha[o] = max(alpha.get(o, 0.0), tasks.alpha[i])
+            for s in span[i]:
+                on.setdefault((s, o), []).append((i, w))
+    ceiling = max(tasks.alpha) + chunk_mb * sum(w for ls in tasks.loads for _, w in ls)
+    D = [model.add_variable(f"D_{s}", lowBound=0, upBound=ceiling) for s in range(horizon)]
+    for (s, o), members in sorted(on.items()):
+        u = model.add_variable(f"u_{s}_{o}", cat="Binary")
+        for i, _ in members:
+            model += u >= y[(i, s)], f"use_{s}_{o}_{i}"
+        model += D[s] >= alpha[o] * u + chunk_mb * pulp.lpSum(w * y[(i, s)] for i, w in members), \
+            f"time_{s}_{o}"
+    model += pulp.lpSum(D)
+    return model, y
+
+
+def schedule_tasks(tasks: Tasks, initial: list[int], chunk_mb: float, *, window: int, solver: str,
+                   time_limit_s: float | None, progress=None) -> tuple[list[int], dict]:
+    """Stage 3: the MILP's steps when it beats stage 2, else stage 2's; and a report."""
+    from .solvers import solve_milp
+
+    base = plan_cost(tasks, initial, chunk_mb)
+    report: dict = {"stage2_us": round(base, 6), "window": window}
+    if not len(tasks) or window <= 0:
+        report["stage3"] = "skipped"
+        return initial, report
+    model, y = build_scheduling_model(tasks, initial, chunk_mb, window)
+    _start_from(model, y, tasks, initial, chunk_mb)
+    result = solve_milp(model, solver, time_limit_s=time_limit_s, stage="scheduling",
+                        progress=progress, warm_start=True, node_limit=STAGE3_NODES)
+    report["stage3"] = outcome(result)
+    report["stage3_size"] = {"variables": result.variables, "constraints": result.constraints}
+    if result.status not in ("optimal", "feasible"):
+        return initial, report
+    steps = [-1] * len(tasks)
+    for (i, s), var in y.items():
+        if (var.varValue or 0) > 0.5:
+            steps[i] = s
+    if min(steps) < 0:
+        return initial, report
+    # drop empty steps (the MILP may leave gaps)
+    used = sorted(set(steps))
+    renumber = {s: k for k, s in enumerate(used)}
+    steps = [renumber[s] for s in steps]
+    cost = plan_cost(tasks, steps, chunk_mb)
+    report["stage3_us"] = round(cost, 6)
+    if cost < base - 1e-9:
+        return steps, report
+    return initial, report
+
+
+def _start_from(model: pulp.LpProblem, y: dict[tuple[int, int], pulp.LpVariable], tasks: Tasks,
+                initial: list[int], chunk_mb: float) -> None:
+    """Set every variable to the stage-2 plan, so the MILP starts from it (a feasible point)."""
+    for (i, s), var in y.items():
+        var.setInitialValue(1 if initial[i] == s else 0)
+    load, _ = step_orbit_loads(tasks, initial)
+    orbit_alpha: dict[int, float] = {}
+    for i in range(len(tasks)):
+        for o, _ in tasks.loads[i]:
+            orbit_alpha[o] = max(orbit_alpha.get(o, 0.0), tasks.alpha[i])
+    for var in model.variables():
+        name = var.name
+        if name.startswith("u_"):
+            _, s, o = name.split("_")
+            var.setInitialValue(1 if (int(s), int(o)) in load else 0)
+        elif name.startswith("D_"):
+            s = int(name.split("_")[1])
+            var.setInitialValue(max((orbit_alpha[o] + chunk_mb * w for (t, o), w in load.items()
+                                     if t == s), default=0.0))
+
+
+def step_arrays(tasks: Tasks, steps: list[int]) -> list[np.ndarray]:
+    """Task indices per step, in step order."""
+    by: dict[int, list[int]] = {}
+    for i, s in enumerate(steps):
+        by.setdefault(s, []).append(i)
+    return [np.asarray(by[s], dtype=np.int64) for s in sorted(by)]
