@@ -12,6 +12,7 @@ from typing import Any
 import click
 from rich.table import Table
 
+from .. import progress
 from ..collectives import KINDS, load_collective
 from ..cost import DEFAULT_SIZES, format_size, parse_size, parse_sizes
 from ..errors import SynthError
@@ -102,7 +103,6 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
     xml = XmlOptions(profile=xml_profile, proto=proto, instances=instances,
                      min_bytes=_bytes(min_bytes), max_bytes=_bytes(max_bytes),
                      inplace=inplace) if want_xml else None
-    from .. import progress
     from ..guards import Budget, check_request
 
     budget = Budget.of(max_memory, None if out_format == "mscclpp" else xml)
@@ -377,7 +377,9 @@ def verify_cmd(file: str, topo_spec: str | None, mode: str, xml_profile: str, ro
         _verify_mscclpp(file, as_json)
         return
     schedule, topology = _load_schedule(file, topo_spec, calibration)
-    report = verify(schedule, topology)
+    with progress.activate(console=err, quiet_on_terminal=as_json), \
+            progress.phase(f"verify {file} ({schedule.num_transfers:,} transfers)"):
+        report = verify(schedule, topology)
     if as_json:
         click.echo(dumps_json({"file": file, "verified": True, "steps": report.steps,
                                "rounds": report.rounds, "transfers": report.transfers}, indent=2))
@@ -423,7 +425,9 @@ def _verify_xml(file: str, mode: str, profile: str, root: int | None, as_json: b
         chunks = program.nchunksperloop
         expected = load_collective(kind, program.ngpus, chunks, root)
     modes = MODES if mode == "both" else (mode,)
-    reports = verify_program(program, modes, collective=expected, profile=profile)
+    with progress.activate(console=err, quiet_on_terminal=as_json), \
+            progress.phase(f"interpreter: {file} ({', '.join(modes)})"):
+        reports = verify_program(program, modes, collective=expected, profile=profile)
     if as_json:
         click.echo(dumps_json({"file": file, "verified": True, "profile": profile,
                                "modes": [r.mode for r in reports],
@@ -468,8 +472,10 @@ def simulate(file: str, topo_spec: str | None, nodes: int, sizes: str | None,
     topology = _with_calibration(base, calibration)
     # a schedule solved without the calibration is checked on the file's figures, then costed
     # with the measured ones; one solved with it names the calibrated topology itself
-    verify(schedule, base if schedule.topology_hash == base.content_hash else topology)
-    points = cost_profile(schedule, topology, parse_sizes(sizes) if sizes else DEFAULT_SIZES)
+    with progress.activate(console=err, quiet_on_terminal=as_json), \
+            progress.phase(f"simulate {file} ({schedule.num_transfers:,} transfers)"):
+        verify(schedule, base if schedule.topology_hash == base.content_hash else topology)
+        points = cost_profile(schedule, topology, parse_sizes(sizes) if sizes else DEFAULT_SIZES)
     if as_json:
         click.echo(dumps_json({"file": file, "costs": [p.to_dict() for p in points]}, indent=2))
         return
