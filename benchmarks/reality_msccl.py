@@ -118,6 +118,14 @@ def to_markdown(res: dict) -> str:
         lines.append(f"| {label} | {v['median_error']:.3f}x | {v['worst_error']:.3f}x | "
                      f"{v['within_1.3x']}/{v['points']} | {v['median_ratio']:.3f} |")
     sh, cal = res["shipped"], res["calibration"]
+
+    def loo_ratio(file: str, nbytes: int) -> float:
+        return next(p["leave_one_file_out_us"] / p["measured_us"] for p in res["points"]
+                    if p["file"] == file and p["bytes"] == nbytes)
+
+    def max_loo(file: str) -> float:
+        return max(p["leave_one_file_out_us"] / p["measured_us"] for p in res["points"]
+                   if p["file"] == file)
     lines += [
         "",
         f"Shipped floors: launch = NCCL's ring baseLat (LL {sh['LL']['launch_us']}, LL128 "
@@ -173,10 +181,11 @@ def to_markdown(res: dict) -> str:
         "* **Leave-one-file-out misses most where a file carries its protocol's evidence.** "
         "Without r48ll128 only one LL128 point is left (ag-2m), fewer than the 3 a launch is "
         "fitted from, so LL128 falls back to NCCL's 14 µs plus the fitted step cost (2 MB: "
-        "1.54x). Without ag-1k-512k the LL launch is fitted on the allreduce files only, whose "
-        "floors are higher (LL allgathers up to 1.42x). The calibrated floors transfer between "
-        "files of one kind, not across kinds: a calibration should include files like the ones "
-        "it will predict.",
+        f"{loo_ratio('ndv5__r48ll128.xml', 2**21):.2f}x). Without ag-1k-512k the LL launch is "
+        "fitted on the allreduce files only, whose floors are higher (LL allgathers up to "
+        f"{max_loo('ndv5__ag-1k-512k.xml'):.2f}x). The calibrated floors transfer between files "
+        "of one kind, not across kinds: a calibration should include files like the ones it will "
+        "predict.",
         "",
     ]
     return "\n".join(lines)

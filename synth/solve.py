@@ -7,6 +7,7 @@ returned (or written) that has not passed :func:`synth.verify.verify`.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -229,17 +230,116 @@ def compare_with_nccl(schedule: Schedule, topology: Topology, sizes: Sequence[in
     return out
 
 
-def schedule_file_name(schedule: Schedule) -> str:
+@dataclass(frozen=True)
+class RuntimePoint:
+    """The predicted time of the emitted file at one size, as the MSCCL runtime would run it."""
+
+    bytes: int
+    time_us: float
+    """``inf`` beyond the largest message the file can run (``MSCCL_MAX_ITER``)."""
+
+    @property
+    def algbw_GBps(self) -> float:
+        return self.bytes / (self.time_us * 1e3) if 0 < self.time_us < math.inf else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        finite = math.isfinite(self.time_us)
+        return {"bytes": self.bytes, "time_us": round(self.time_us, 6) if finite else None,
+                "algbw_GBps": round(self.algbw_GBps, 6) if finite else None}
+
+
+@dataclass(frozen=True)
+class RuntimeProfile:
+    """:func:`runtime_profile`: one (protocol, instances) pair's predicted times over the sizes."""
+
+    proto: str
+    instances: int
+    max_bytes: int
+    """The largest message the file runs with this protocol and instance count."""
+    source: str
+    points: list[RuntimePoint]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"proto": self.proto, "instances": self.instances, "max_bytes": self.max_bytes,
+                "model": "synth.protocols: step model + protocol launch, per-step "
+                         "synchronisation, channel caps, instances; " + self.source,
+                "costs": [p.to_dict() for p in self.points]}
+
+
+def runtime_profile(schedule: Schedule, topology: Topology, sizes: Sequence[int],
+                    proto: str = "Simple", instances: int = 1, calibration: Any = None
+                    ) -> RuntimeProfile:
+    """What ``--proto`` and ``--instances`` do to the time: the schedule run by the MSCCL runtime
+    with that protocol over that many channel sets (:func:`synth.protocols.predict_times_us`, the
+    model catalogs tune with). The step model alone (:func:`cost_profile`) is the wire: the same
+    for every protocol, and what the lower bound is compared with."""
+    from .protocols import default_model, max_message_bytes, predict_times_us
+
+    times = predict_times_us(schedule, topology, sizes, proto, instances, calibration)
+    model = default_model(topology)
+    limit = max_message_bytes(schedule.collective.buffer_chunks, model.get(proto), instances)
+    source = model.source + ("; calibration file applied" if calibration is not None else "")
+    return RuntimeProfile(proto, instances, limit, source,
+                          [RuntimePoint(int(z), float(t)) for z, t in zip(sizes, times, strict=True)])
+
+
+def _name_part(text: str) -> str:
+    """A file-name-safe rendering of an option value."""
+    return re.sub(r"[^A-Za-z0-9.+-]+", "-", str(text)).strip("-") or "x"
+
+
+def _exact_size(nbytes: int) -> str:
+    """1048576 -> 1MB, 1536 -> 1536B: exact, so two byte ranges never share a name."""
+    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
+        if nbytes and nbytes % scale == 0:
+            return f"{nbytes // scale}{unit}"
+    return f"{nbytes}B"
+
+
+def schedule_stem(schedule: Schedule, tag: str = "") -> str:
+    """The name every output of ``schedule`` starts with: each input that changes the schedule.
+
+    Topology (with its node count), collective and root, chunks per rank, ``inplace`` when the
+    collective was solved in place, the algorithm (which names the encoding and its own knobs:
+    SMT steps/rounds, the size trees were planned for), a MILP's sketch and solver, and ``tag``
+    (the CLI's ``cal-<digest>`` for a calibrated topology).
+    """
     coll = schedule.collective
-    root = f"_root{coll.root}" if coll.root is not None else ""
-    return (f"{schedule.topology.replace(':', '-')}_{coll.kind}{root}_c{coll.chunks_per_rank}_"
-            f"{schedule.algorithm}.schedule.json")
+    parts = [f"{_name_part(schedule.topology)}_{coll.kind}"
+             + (f"_root{coll.root}" if coll.root is not None else ""),
+             f"c{coll.chunks_per_rank}"]
+    if coll.inplace:
+        parts.append("inplace")
+    parts.append(_name_part(schedule.algorithm))
+    for key in ("sketch", "solver"):
+        if schedule.meta.get(key):
+            parts.append(_name_part(schedule.meta[key]))
+    if tag:
+        parts.append(_name_part(tag))
+    return "_".join(parts)
 
 
-def write_schedule(schedule: Schedule, out_dir: Path) -> Path:
+def schedule_file_name(schedule: Schedule, tag: str = "") -> str:
+    return f"{schedule_stem(schedule, tag)}.schedule.json"
+
+
+def xml_file_name(schedule: Schedule, xml: XmlOptions, tag: str = "") -> str:
+    """The schedule's stem plus every XML option that changes the file: protocol, instances,
+    ``oop`` for an out-of-place-only file (``--outofplace``; the default declares both modes where
+    the runtime allows it), the byte range when one is set, and the runtime profile."""
+    parts = [schedule_stem(schedule, tag), xml.proto, f"x{xml.instances}"]
+    if xml.inplace is False:
+        parts.append("oop")
+    if xml.min_bytes or xml.max_bytes:
+        parts.append(f"{_exact_size(xml.min_bytes)}-"
+                     f"{_exact_size(xml.max_bytes) if xml.max_bytes else 'max'}")
+    return "_".join(parts) + f".{xml.profile}.xml"
+
+
+def write_schedule(schedule: Schedule, out_dir: Path, tag: str = "") -> Path:
     """Write the (already verified) schedule's canonical JSON atomically."""
     ensure_writable_dir(out_dir)
-    return atomic_write(out_dir / schedule_file_name(schedule), schedule.to_json())
+    return atomic_write(out_dir / schedule_file_name(schedule, tag), schedule.to_json())
 
 
 DEFAULT_XML = XmlOptions()
@@ -267,17 +367,20 @@ class PlanTarget:
 
 
 def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML,
-                  plan: PlanTarget | None = None) -> Written:
+                  plan: PlanTarget | None = None, tag: str = "") -> Written:
     """Write the schedule JSON and, where MSCCL-IR can express it, the verified XML beside it
     (or, with ``plan``, the verified MSCCL++ execution plan instead of the XML).
 
     Everything is produced and verified in memory first; only then is anything written, each file
-    atomically, so a failure leaves nothing half-written.
+    atomically, so a failure leaves nothing half-written. File names carry every option that
+    changes the file (:func:`schedule_stem`, :func:`xml_file_name`), so runs with other options
+    write beside each other instead of over each other.
     """
-    outputs: list[tuple[Path, str]] = [(out_dir / schedule_file_name(schedule), schedule.to_json())]
+    outputs: list[tuple[Path, str]] = [(out_dir / schedule_file_name(schedule, tag),
+                                        schedule.to_json())]
     reports: list[Any] = []
     notes: list[str] = []
-    stem = schedule_file_name(schedule).removesuffix(".schedule.json")
+    stem = schedule_stem(schedule, tag)
     if plan is not None:
         reason = plan_unsupported_reason(schedule)
         if reason:
@@ -294,7 +397,7 @@ def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = DE
             with progress.phase(f"compile {schedule.algorithm} to {xml.profile} XML and run "
                                 "the interpreter"):
                 text, reports = emit_verified_xml(schedule, xml)
-            outputs.append((out_dir / f"{stem}.{xml.profile}.xml", text))
+            outputs.append((out_dir / xml_file_name(schedule, xml, tag), text))
     return Written(_write_all(out_dir, outputs), reports, notes)
 
 
@@ -306,7 +409,7 @@ def _write_all(out_dir: Path, outputs: list[tuple[Path, str]]) -> list[Path]:
 
 
 def write_best(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML,
-               plan: PlanTarget | None = None) -> tuple[Candidate, Written]:
+               plan: PlanTarget | None = None, tag: str = "") -> tuple[Candidate, Written]:
     """Write the best candidate whose outputs can all be produced and verified.
 
     A schedule can be correct yet not fit a runtime's hard limits (threadblocks, steps, depid):
@@ -315,7 +418,7 @@ def write_best(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFA
     skipped: list[str] = []
     for candidate in result.candidates:
         try:
-            written = write_outputs(candidate.schedule, out_dir, xml, plan)
+            written = write_outputs(candidate.schedule, out_dir, xml, plan, tag)
         except SynthError as exc:
             if (xml is None and plan is None) or (len(result.candidates) == 1
                                                    and not result.notes):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -79,7 +80,7 @@ def test_unsupported_collective_is_refused():
 def test_cli_solve_format_mscclpp(synth_cli, tmp_path):
     result = synth_cli("solve", "--topo", "dgx_a100", "--coll", "reducescatter", "--encoding",
                        "baseline", "--algo", "ring", "--format", "mscclpp", "--json",
-                       "--out", str(tmp_path))
+                       "--out", str(tmp_path / "new"))
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["mscclpp_verified"] is True
@@ -88,5 +89,54 @@ def test_cli_solve_format_mscclpp(synth_cli, tmp_path):
     check = synth_cli("verify", plans[0], "--json")
     assert check.returncode == 0 and json.loads(check.stdout)["postcondition"] is True
     bad = synth_cli("solve", "--topo", "dgx_a100", "--coll", "allgather", "--encoding", "baseline",
-                    "--algo", "ring", "--format", "mscclpp", "--proto", "LL", "--out", str(tmp_path))
-    assert bad.returncode == 2 and "Simple" in bad.stderr
+                    "--algo", "ring", "--format", "mscclpp", "--proto", "LL128", "--out",
+                    str(tmp_path))
+    assert bad.returncode == 2 and "Simple or LL" in bad.stderr
+
+
+@pytest.mark.parametrize("nodes,kind,algo", [(1, "allreduce", "ring"), (2, "allgather", "ring"),
+                                             (1, "alltoall", "direct")])
+def test_ll_plans_verify_without_semaphores(nodes, kind, algo):
+    _, _, (text, report) = _plan("dgx_a100", nodes, kind, algo, PlanOptions(proto="LL"))
+    obj = json.loads(text)
+    assert obj["protocol"] == "LL" and obj["use_double_scratch_buffer"] is True
+    assert report.postcondition and report.signals == 0
+    names = {op["name"] for g in obj["gpus"] for tb in g["threadblocks"] for op in tb["ops"]}
+    assert "ppkt" in names and not names & {"signal", "wait", "put"}
+
+
+def test_ll_faults_are_caught():
+    _, _, (text, _) = _plan("dgx_a100", 1, "allgather", "ring", PlanOptions(proto="LL"))
+    obj = json.loads(text)
+    ops = obj["gpus"][2]["threadblocks"][0]["ops"]
+    i = next(i for i, op in enumerate(ops) if op["name"] == "ppkt")
+    dropped = json.loads(json.dumps(obj))
+    dropped["gpus"][2]["threadblocks"][0]["ops"].pop(i)
+    with pytest.raises(VerificationError) as e:
+        verify_plan(load_plan(json.dumps(dropped)))
+    assert e.value.reason == "deadlock"
+    ops[i]["dst_buff"][0]["index"] += 1  # packets land in the wrong staging chunk
+    with pytest.raises(VerificationError):
+        verify_plan(load_plan(json.dumps(obj)))
+
+
+@pytest.mark.slow  # a real catalog run (solve, tune, XML and plan per range): ~20 s
+def test_catalog_format_mscclpp_writes_verified_plans(synth_cli, tmp_path):
+    out = tmp_path / "cat"
+    result = synth_cli("catalog", "--topo", "ring:4", "--collectives", "allgather,allreduce",
+                       "--sizes", "1KB:1MB", "--out", str(out), "--cache-dir",
+                       str(tmp_path / "cache"), "--workers", "1", "--quiet", "--format", "mscclpp")
+    assert result.returncode == 0, result.stderr
+    xmls = sorted((out / "msccl-algorithms").glob("*.xml"))
+    plans = sorted((out / "mscclpp-plans").glob("*.json"))
+    assert xmls and len(plans) == len([x for x in xmls if "_LL128_" not in x.name])
+    for kind in ("allgather", "allreduce"):
+        ranges = []
+        for p in plans:
+            if p.name.startswith(kind + "_"):
+                obj = json.loads(p.read_text())
+                report = verify_plan(load_plan(p.read_text(), str(p)))
+                assert report.postcondition and obj["collective"] == kind
+                ranges.append((obj["min_message_size"], obj["max_message_size"]))
+        ranges.sort()
+        assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(ranges))

@@ -23,9 +23,9 @@ REJECTED = {
     "unit_tests/read_put_packet_test.json": "deadlock",
     "unit_tests/reduce_copy_packet_test.json": "deadlock",
     "unit_tests/reduce_copy_send_packet_test.json": "deadlock",
-    "unit_tests/reduce_packet/reduce_packets_test.json": "deadlock",
-    "unit_tests/reduce_packet/reduce_packets_fuse_test.json": "deadlock",
-    "unit_tests/reduce_send_packet_test.json": "deadlock",
+    "unit_tests/reduce_packet/reduce_packets_test.json": "format",
+    "unit_tests/reduce_packet/reduce_packets_fuse_test.json": "format",
+    "unit_tests/reduce_send_packet_test.json": "format",
     "unit_tests/switch_broadcast_test.json": "undefined_read",
 }
 """Plans the executor at the corpus commit cannot run either (see the corpus README)."""

@@ -278,3 +278,24 @@ def test_compare_uses_the_timed_program_where_it_runs():
     assert cmp is not None
     assert (cmp[0].runtime_proto, cmp[0].runtime_us) == ("program", 100.0)
     assert cmp[1].runtime_proto in ("Simple", "LL", "LL128")  # the file does not run there
+
+
+def test_bad_nccl_calibration_is_an_input_error(tmp_path):
+    from .conftest import run_synth
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "synth-calibration/1", "nccl_model": {"bandwidth_scale": 0}}')
+    r = run_synth("solve", "--topo", "dgx_h100", "--coll", "allgather", "--algo", "nccl",
+                  "--calibration", str(bad), "--out", str(tmp_path / "o"))
+    assert r.returncode == 2
+    assert "nccl_model.bandwidth_scale must be a positive number" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_catalog_speedup_prefers_the_timed_program():
+    from synth.catalog.report import _vs_nccl
+
+    assert _vs_nccl(10.0, 5.0, 4.0) == {"speedup_vs_nccl": 2.5, "speedup_timed_by": "program"}
+    assert _vs_nccl(10.0, 5.0, float("inf")) == {"speedup_vs_nccl": 2.0,
+                                                 "speedup_timed_by": "model"}
+    assert _vs_nccl(None, 5.0, 4.0)["speedup_vs_nccl"] is None

@@ -318,3 +318,30 @@ def test_calibrate_msccl_bad_input(tmp_path, capsys):
         main(["calibrate", str(log), "--format", "msccl", "--topo", "dgx_h100"])
     assert e.value.code == 2
     assert "synth: error:" in capsys.readouterr().err
+
+
+def test_a_shared_nic_port_halves_each_flow_across_nodes():
+    """Two nodes of 2 ranks whose NIC is shared by both ranks: two cross-node sends at once
+    share the sending NIC's port (half each); one alone gets all of it."""
+    from synth.builders import multinode
+    from synth.topology import Nic
+
+    gbps = 10.0
+    node = Topology("n2", 2, links=(Link(0, 1, 0.0, beta_from_bandwidth(100.0)),
+                                    Link(1, 0, 0.0, beta_from_bandwidth(100.0))),
+                    nodes=((0, 1),), nics=(Nic("nic", (0, 1), 0.0, beta_from_bandwidth(gbps)),))
+    topo = multinode(node, 2)                             # ranks 0,1 | 2,3; one NIC per node
+    both = prog([[tb(0, 2, -1, [st(0, "s")])], [tb(0, 3, -1, [st(0, "s")])],
+                 [tb(0, -1, 0, [st(0, "r")])], [tb(0, -1, 1, [st(0, "r")])]])
+    one = prog([[tb(0, 2, -1, [st(0, "s")])], [], [tb(0, -1, 0, [st(0, "r")])], []])
+    n = 20_000
+    assert program_time(one, topo, n, model=model()).time_us == pytest.approx(n / (gbps * 1e3))
+    assert program_time(both, topo, n, model=model()).time_us == pytest.approx(2 * n / (gbps * 1e3))
+
+
+def test_cli_simulate_rank_mismatch_is_an_input_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["simulate", str(DATA / "ndv5__ap-1pass.xml"), "--topo", "dgx_h100", "--nodes", "2",
+              "--sizes", "1KB"])
+    assert e.value.code == 2
+    assert "8 ranks" in capsys.readouterr().err

@@ -124,7 +124,7 @@ def build_catalog(topology: Topology, *, topo_spec: str, nodes: int, kinds: Sequ
                   executor: str = "local", time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
                   cache_dir: Path, calibration: Calibration | None = None, seed: int = 0,
                   xml_cache: bool = True, progress: Progress | None = None,
-                  budget: Budget | None = None) -> CatalogResult:
+                  plans: bool = False, budget: Budget | None = None) -> CatalogResult:
     """Solve (or reuse), verify, tune and emit a catalog in memory (module docstring).
 
     ``budget`` (:mod:`synth.guards`): a candidate estimated over its memory, or over the exec
@@ -167,7 +167,8 @@ def build_catalog(topology: Topology, *, topo_spec: str, nodes: int, kinds: Sequ
     records += _resolve(second, cache, executor, workers, progress, counts, crashes)
     jobs = first + second
     results = [_collective(topology, kind, jobs, records, buckets, model, tuner, seed,
-                           progress, cache if xml_cache else None, budget) for kind in kinds]
+                           progress, cache if xml_cache else None, plans, budget)
+                for kind in kinds]
     return CatalogResult(topology, topo_spec, nodes, kinds, tuple(sorted(set(sizes))), buckets,
                          tuner, model, calibration.source if calibration is not None else None,
                          cal_notes, results, counts["solved"], counts["cached"], crashes,
@@ -200,7 +201,7 @@ def _resolve(jobs: list[SolveJob], cache: SolveCache, executor: str, workers: in
 
 def _collective(topology: Topology, kind: str, jobs: list[SolveJob], records: list[dict[str, Any]],
                 buckets: list[Bucket], model: ProtocolModel, tuner: str, seed: int,
-                progress: Progress, cache: SolveCache | None,
+                progress: Progress, cache: SolveCache | None, plans: bool = False,
                 budget: Budget | None = None) -> CollectiveResult:
     coll = make_collective(kind, topology.num_ranks)
     cands, rejected = candidates_from(jobs, records, topology, coll, budget)
@@ -210,7 +211,7 @@ def _collective(topology: Topology, kind: str, jobs: list[SolveJob], records: li
     table = Table(cands, buckets, model)
     tunings = tune_buckets(table, tuner, seed, progress=lambda b: progress.advance(kind, "tune"))
     lookup = {cfg: table.candidate(cfg) for t in tunings for cfg in t.ranking}
-    emitter = Emitter(topology, lookup, cache)
+    emitter = Emitter(topology, lookup, cache, plans)
 
     def attempt(r: Any) -> str | None:
         fresh = (r.config, r.lo, r.hi) not in emitter.done

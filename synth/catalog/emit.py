@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from ..emit import XmlOptions, emit_verified_xml
 from ..errors import SynthError
+from ..mscclpp.emit import PlanOptions, emit_verified_plan
 from ..topology import Topology
 from .cache import SolveCache, xml_key
 from .candidates import Candidate
@@ -64,6 +65,11 @@ class Emitted:
     modes: tuple[str, ...]
     threadblocks: int
     nchannels: int
+    plan_json: str | None = None
+    """The range's MSCCL++ execution plan (``catalog --format mscclpp``), verified by the plan
+    interpreter (:func:`synth.mscclpp.emit.emit_verified_plan`)."""
+    plan_note: str = ""
+    """Why the range has no plan when one was asked for."""
 
 
 class Emitter:
@@ -75,8 +81,9 @@ class Emitter:
     """
 
     def __init__(self, topology: Topology, candidates: dict[Config, Candidate],
-                 cache: SolveCache | None = None) -> None:
+                 cache: SolveCache | None = None, plans: bool = False) -> None:
         self.topology = topology
+        self.plans = plans
         self.sms = sm_count(topology)
         self.lookup = candidates
         self.cache = cache
@@ -142,4 +149,21 @@ class Emitter:
                                                  max_bytes=r.hi + 1))
         legacy_xml, note = (None, f"no legacy file: {legacy}") if isinstance(legacy, str) \
             else (legacy[0], "")
-        return Emitted(r, text, legacy_xml, note, modes, tbs, int(m.group(1)) if m else 0)
+        plan_json, plan_note = self._plan(cand, r) if self.plans else (None, "")
+        return Emitted(r, text, legacy_xml, note, modes, tbs, int(m.group(1)) if m else 0,
+                       plan_json, plan_note)
+
+    def _plan(self, cand: Candidate, r: Range) -> tuple[str | None, str]:
+        """The same schedule and knobs as the range's XML, as a verified MSCCL++ plan whose
+        ``min/max_message_size`` are the range's bounds (both inclusive in the executor's
+        ``checkMessageSize``, as in the exec profile's XML)."""
+        cfg = r.config
+        if cfg.proto not in ("Simple", "LL"):
+            return None, f"no MSCCL++ plan: MSCCL++ has no {cfg.proto} protocol"
+        try:
+            text, _ = emit_verified_plan(cand.schedule, self.topology,
+                                         PlanOptions(proto=cfg.proto, instances=cfg.instances,
+                                                     min_bytes=r.lo, max_bytes=r.hi))
+        except SynthError as exc:
+            return None, f"no MSCCL++ plan: {exc.message}"
+        return text, ""

@@ -9,6 +9,8 @@ Layout of ``OUT``::
     catalog.json        every candidate, its knobs, predicted times, verification, cache keys
     catalog.md          the table a person reads
     plots/<coll>.png    algorithm bandwidth vs size, envelope highlighted
+    mscclpp-plans/      with ``--format mscclpp``: each XML's twin as a verified MSCCL++ execution
+                        plan (same schedule, protocol, instances; the range as min/max_message_size)
 
 The XML files live in their own folder because the executor runtimes parse *every* file in
 ``MSCCL_ALGO_DIR`` and abort initialisation on one they cannot parse (spec §0).
@@ -39,6 +41,7 @@ from .plot import plot_collective
 from .report import (
     CONFIG_FILE,
     LEGACY_DIR,
+    PLAN_DIR,
     PLOT_DIR,
     XML_DIR,
     catalog_json,
@@ -144,6 +147,8 @@ def render(result: CatalogResult, out: Path) -> dict[str, str | bytes]:
         for i, e in enumerate(cr.emitted):
             name = xml_name(cr.kind, i, e.range.config)
             files[f"{XML_DIR}/{name}"] = e.exec_xml
+            if e.plan_json is not None:
+                files[f"{PLAN_DIR}/{name.removesuffix('.xml')}.json"] = e.plan_json
             if e.legacy_xml is not None:
                 files[f"{LEGACY_DIR}/{name}"] = e.legacy_xml
                 config_paths[name] = f"{LEGACY_DIR}/{name}"

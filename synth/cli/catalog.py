@@ -5,19 +5,16 @@ Attached to the main group in :mod:`synth.cli`.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from ..errors import SynthError
 from .console import err, stdout_console
-
-if TYPE_CHECKING:
-    from ..catalog import CollectiveResult
 
 out = stdout_console(piped_width=200)
 
@@ -99,11 +96,15 @@ class _Lines:
 @click.option("--max-memory", default=None,
               help="Memory budget (e.g. 8GB; default: half the machine's RAM): candidates "
                    "estimated above it, or over the runtime's XML limits, are passed over.")
+@click.option("--format", "out_format", default="msccl", show_default=True,
+              type=click.Choice(["msccl", "mscclpp"]),
+              help="mscclpp: also write each selected file as a verified MSCCL++ execution plan "
+                   "(mscclpp-plans/; Simple and LL ranges).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def catalog(topo_spec: str, nodes: int, collectives: str, sizes: str, calibration: str | None,
             tuner: str, workers: int | None, executor: str, out_dir: str | None,
             cache_dir: str | None, time_limit: float, seed: int, no_xml_cache: bool,
-            max_memory: str | None, quiet: bool) -> None:
+            out_format: str, max_memory: str | None, quiet: bool) -> None:
     """Regenerate the per-cluster catalog: best verified algorithm per collective and size range."""
     from ..calibrate.format import load_calibration
     from ..catalog import build_catalog, check_collectives
@@ -135,7 +136,8 @@ def catalog(topo_spec: str, nodes: int, collectives: str, sizes: str, calibratio
     mode = "off" if quiet else progress.choose_mode()
     kw = dict(topo_spec=topo_spec, nodes=nodes, kinds=kinds, sizes=size_list, tuner=tuner,
               workers=workers, executor=executor, time_limit_s=time_limit, cache_dir=cache,
-              calibration=cal, seed=seed, xml_cache=not no_xml_cache, budget=budget)
+              calibration=cal, seed=seed, xml_cache=not no_xml_cache, budget=budget,
+              plans=out_format == "mscclpp")
     if mode == "rich":
         with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err, transient=False) as bars:
@@ -152,12 +154,23 @@ def catalog(topo_spec: str, nodes: int, collectives: str, sizes: str, calibratio
               f"{sum(c.xml_verified for c in result.results)} verified by the interpreter now, "
               f"{sum(c.xml_reused for c in result.results)} verified before (cached); "
               f"{len(files)} files in {target} ({seconds:.1f} s)")
+    written = json.loads((target / "catalog.json").read_text())
     for cr in result.results:
-        finite = [g for g in _per_bucket(result, cr) if g is not None]
+        finite = [b["speedup_vs_nccl"] for b in written["collectives"][cr.kind]["buckets"]
+                  if b["speedup_vs_nccl"] is not None]
         out.print(f"  {cr.kind}: {len(cr.emitted)} file(s), {len(cr.candidates)} candidates; "
                   + (f"vs NCCL (its own model) {min(finite):.2f}x .. {max(finite):.2f}x"
                      if finite else "no NCCL on this machine")
                   + (f"; {len(cr.choice.excluded)} passed over" if cr.choice.excluded else ""))
+    if out_format == "mscclpp":
+        plans = [e for cr in result.results for e in cr.emitted]
+        made = sum(e.plan_json is not None for e in plans)
+        out.print(f"MSCCL++ plans: {made} of {len(plans)} written to {target}/mscclpp-plans, each "
+                  "verified by the plan interpreter")
+        for e in plans:
+            if e.plan_note:
+                out.print(f"[yellow]{e.range.config.family} {e.range.lo}-{e.range.hi}: "
+                          f"{e.plan_note}[/yellow]")
     for c in result.crashes:
         out.print(f"[yellow]solve failed (not cached): {c}[/yellow]")
     for n in result.calibration_notes:
@@ -165,9 +178,3 @@ def catalog(topo_spec: str, nodes: int, collectives: str, sizes: str, calibratio
     out.print(f"MSCCL_ALGO_DIR={target}/msccl-algorithms   MSCCL_CONFIG={target}/msccl_config.xml")
 
 
-def _per_bucket(result: Any, cr: CollectiveResult) -> list[float | None]:
-    """NCCL's modelled time / the catalog's, per size bucket (None: no NCCL there)."""
-    from ..catalog.report import bucket_rows, nccl_choices
-    buckets = [t.bucket for t in cr.tunings]
-    nccl = nccl_choices(result, cr.kind, [b.size for b in buckets])
-    return [r["speedup_vs_nccl"] for r in bucket_rows(cr, buckets, nccl)]

@@ -53,8 +53,8 @@ from .console import err, out
 @click.option("--max-bytes", default="0", show_default=True, help="XML maxBytes; 0 = unbounded.")
 @click.option("--format", "out_format", default="msccl", show_default=True,
               type=click.Choice(["msccl", "mscclpp"]),
-              help="msccl: MSCCL-IR XML; mscclpp: an MSCCL++ execution plan (JSON, Simple protocol), "
-                   "verified by the plan interpreter. --instances/--min-bytes/--max-bytes apply.")
+              help="msccl: MSCCL-IR XML; mscclpp: an MSCCL++ execution plan (JSON), verified by the "
+                   "plan interpreter; --proto (Simple, LL), --instances, --min/max-bytes apply.")
 @click.option("--target", default="msccl", show_default=True,
               type=click.Choice(["msccl", "neuron", "jax"]),
               help="msccl: schedule + MSCCL-IR XML; neuron/jax: a composed vendor-primitive program.")
@@ -97,8 +97,8 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
                          f"'{encoding}' (use --encoding milp or auto)")
     if instances < 1:
         raise SynthError(f"--instances must be at least 1, got {instances}")
-    if out_format == "mscclpp" and proto != "Simple":
-        raise SynthError(f"--format mscclpp emits the Simple protocol only, not {proto}")
+    if out_format == "mscclpp" and proto not in ("Simple", "LL"):
+        raise SynthError(f"--format mscclpp emits the Simple or LL protocol, not {proto}")
     size_list = parse_sizes(sizes) if sizes else DEFAULT_SIZES
     xml = XmlOptions(profile=xml_profile, proto=proto, instances=instances,
                      min_bytes=_bytes(min_bytes), max_bytes=_bytes(max_bytes),
@@ -129,27 +129,31 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
         if out_format == "mscclpp":
             from ..solve import PlanOptions, PlanTarget
 
-            plan = PlanTarget(topology, PlanOptions(instances=instances,
+            plan = PlanTarget(topology, PlanOptions(proto=proto, instances=instances,
                                                     min_bytes=_bytes(min_bytes),
                                                     max_bytes=_bytes(max_bytes)))
-        chosen, written = write_best(result, target, None if plan else xml, plan)
+        chosen, written = write_best(result, target, None if plan else xml, plan,
+                                     _calibration_tag(calibration))
         result.best = chosen
     files = [str(f) for f in written.files]
-    from ..solve import compare_with_nccl
+    from ..solve import compare_with_nccl, runtime_profile
 
+    runtime = runtime_profile(result.best.schedule, topology, size_list, proto, instances,
+                              calibration)
     program_us = (_program_times(files, topology, size_list, xml_profile, calibration)
                   if want_program else None)
     vs_nccl = compare_with_nccl(result.best.schedule, topology, size_list, nccl_cal, calibration,
                                 program_us)
     if as_json:
         data = _solve_json(result, files, written)
+        data["runtime"] = runtime.to_dict()
         data["vs_nccl"] = [c.to_dict() for c in vs_nccl] if vs_nccl is not None else None
         data["program_us"] = ({str(n): (round(t, 4) if t != float("inf") else None)
                                for n, t in zip(size_list, program_us, strict=True)}
                               if program_us is not None else None)
         click.echo(dumps_json(data, indent=2))
         return
-    _print_solve(result, files, vs_nccl, program_us)
+    _print_solve(result, files, vs_nccl, program_us, runtime)
     for note in written.notes:
         out.print(f"[yellow]{note}[/yellow]")
     for rep in written.xml_reports:
@@ -174,6 +178,15 @@ def _program_times(files: list[str], topology: Topology, sizes: list[int], profi
         return None
     program = read_program(xml[0], profile)
     return program_times_us(program, topology, sizes, calibration=calibration, profile=profile)
+
+
+def _calibration_tag(calibration: str | None) -> str:
+    """``cal-<digest>`` for output names: a calibrated topology gives other schedules."""
+    if calibration is None:
+        return ""
+    import hashlib
+
+    return "cal-" + hashlib.sha256(Path(calibration).read_bytes()).hexdigest()[:8]
 
 
 def _nccl_calibration(calibration: str | None) -> Any:
@@ -262,7 +275,7 @@ def _solve_json(result: Any, files: list[str], written: Any) -> dict[str, Any]:
 
 
 def _print_solve(result: Any, files: list[str], vs_nccl: Any = None,
-                 program_us: list[float] | None = None) -> None:
+                 program_us: list[float] | None = None, runtime: Any = None) -> None:
     best = result.best
     s = best.schedule
     out.print(f"[bold]{result.collective.name}[/bold] on [bold]{result.topology.name}[/bold] "
@@ -282,17 +295,32 @@ def _print_solve(result: Any, files: list[str], vs_nccl: Any = None,
     table = Table(title=f"predicted cost ({model}; bound: {result.bound.method})")
     cols = ["size", "model_us", "algbw GB/s", "bound µs", "% of bound"]
     if program_us is not None:
+        runtime = None      # the written file, timed, already runs its --proto and --instances
+    if runtime is not None:
+        cols.append("runtime_us")
+    if program_us is not None:
         cols.append("program_us")
     for col in cols:
         table.add_column(col, justify="right")
+    run_at = {p.bytes: p.time_us for p in runtime.points} if runtime is not None else {}
     for i, p in enumerate(best.costs):
         row = [format_size(p.bytes), f"{p.time_us:.2f}", f"{p.algbw_GBps:.2f}",
                f"{p.bound_us:.2f}", f"{p.pct_of_bound:.1f}"]
+        if runtime is not None:
+            t = run_at[p.bytes]
+            row.append(f"{t:.2f}" if t != float("inf") else "too large")
         if program_us is not None:
             t = program_us[i]
             row.append(f"{t:.2f}" if t != float("inf") else "deadlock")
         table.add_row(*row)
     out.print(table)
+    if runtime is not None:
+        too_large = any(t == float("inf") for t in run_at.values())
+        out.print(f"[dim]runtime_us: run by the MSCCL runtime with --proto {runtime.proto} "
+                  f"--instances {runtime.instances} (synth.protocols, the catalogs' model: launch, "
+                  "per-step synchronisation, channel caps)"
+                  + (f"; too large: beyond the {runtime.max_bytes} bytes the file can run"
+                     if too_large else "") + "[/dim]")
     if program_us is not None:
         out.print("[dim]model_us: the lock-step model above; program_us: the written XML run by the "
                   "timed program model (synth.program_model: threadblocks, grid iterations, FIFO "

@@ -22,9 +22,15 @@ one-sided one (``docs/mscclpp-plan-format.md``):
   per dependent after the step, the dependent acquires it before its step;
 * a block longer than the executor's 64 operations is cut into consecutive blocks handing over with
   a semaphore (program order is kept);
-* ``min_message_size``/``max_message_size`` carry the size tile, ``protocol`` is ``Simple``.
+* ``protocol`` ``LL`` instead: the sender writes LL packets (data + flag) into the receiver's
+  staging (``ppkt``; across nodes ``cpkt`` into a local packet buffer, then ``ppkt`` on the port
+  channel), and the receiver's ``upkt``/``repkt`` spin on the flags, so no signal or wait is needed;
+  the program's own scratch and reduce temporaries are plain data placed past the packets (which
+  take twice the space of their index), and the scratch is doubled so consecutive launches
+  alternate halves;
+* ``min_message_size``/``max_message_size`` carry the size tile.
 
-Not emitted (said plainly): the LL packet protocol and NVLS switch channels. Plans are out of place.
+Not emitted: NVLS switch channels (``glres``/``gstore``). Plans are out of place.
 """
 
 from __future__ import annotations
@@ -48,6 +54,8 @@ RECV_TYPES = frozenset(("r", "rcs", "rrs", "rrc", "rrcs"))
 class PlanOptions:
     """What ``solve --format mscclpp`` can choose."""
 
+    proto: str = "Simple"
+    """``Simple`` (put/signal/wait) or ``LL`` (packets with flags, no semaphores)."""
     instances: int = 1
     min_bytes: int = 0
     max_bytes: int = 0
@@ -77,7 +85,9 @@ def emit_verified_plan(schedule: Schedule, topology: Topology,
     if topology.num_ranks != schedule.collective.num_ranks:
         raise SynthError(f"topology {topology.name} has {topology.num_ranks} ranks, the schedule "
                          f"{schedule.collective.num_ranks}")
-    program = compile_schedule(schedule, profile="exec", proto="Simple",
+    if options.proto not in ("Simple", "LL"):
+        raise SynthError(f"MSCCL++ plans use the Simple or LL protocol, not {options.proto}")
+    program = compile_schedule(schedule, profile="exec", proto=options.proto,
                                instances=options.instances, min_bytes=options.min_bytes,
                                max_bytes=options.max_bytes, inplace=False)
     obj = _Lowering(program, topology.node_of, options).plan(schedule)
@@ -96,6 +106,16 @@ class _Rank:
     remote: list[tuple[int, str]] = field(default_factory=list)  # (owner, access type)
     semaphores: int = 0
     scratch: int = 0
+    """Simple: scratch chunks used (the program's own, then staging). LL: packet chunks."""
+    plain: int = 0
+    """LL: plain scratch chunks (the program's own, then temporaries), placed after the packets."""
+
+    def plain_base(self) -> int:
+        """LL: plain scratch starts past the packets, which take twice the space of their index."""
+        return 2 * self.scratch
+
+    def scratch_chunks(self, ll: bool) -> int:
+        return self.scratch + (self.plain + 1) // 2 if ll else self.scratch
 
 
 class _Lowering:
@@ -103,7 +123,9 @@ class _Lowering:
         self.p = program
         self.node_of = node_of
         self.options = options
-        self.ranks = [_Rank(scratch=g.s_chunks) for g in program.gpus]
+        self.ll = options.proto == "LL"
+        self.ranks = [_Rank(plain=g.s_chunks) if self.ll else _Rank(scratch=g.s_chunks)
+                      for g in program.gpus]
         self.conn: dict[tuple[int, int, int], dict[str, Any]] = {}
         self._match()
 
@@ -128,13 +150,16 @@ class _Lowering:
             rs, rd = self.ranks[src], self.ranks[dst]
             rs.channels[t].append(dst)
             rd.channels[t].append(src)
-            staging = []
+            staging, temps = [], []
             for cnt in sends[key]:
                 staging.append(rd.scratch)
                 rd.scratch += cnt
+                if self.ll and t == "port":  # the proxy copies packets: stage them locally first
+                    temps.append(rs.scratch)
+                    rs.scratch += cnt
             self.conn[key] = {"type": t, "send_ch": len(rs.channels[t]) - 1,
                               "recv_ch": len(rd.channels[t]) - 1, "staging": staging,
-                              "remote": self._remote(src, dst, t)}
+                              "temps": temps, "remote": self._remote(src, dst, t)}
 
     def _remote(self, rank: int, owner: int, t: str) -> int:
         rb = self.ranks[rank].remote
@@ -169,7 +194,7 @@ class _Lowering:
             r = self.ranks[g.id]
             gpus.append({
                 "id": g.id, "input_chunks": g.i_chunks, "output_chunks": g.o_chunks,
-                "scratch_chunks": r.scratch,
+                "scratch_chunks": r.scratch_chunks(self.ll),
                 "threadblocks": blocks,
                 "channels": [{"channel_type": t, "connected_to": r.channels[t]}
                              for t in ("memory", "port") if r.channels[t]],
@@ -179,10 +204,12 @@ class _Lowering:
             })
         coll = schedule.collective
         return {
-            "name": p.name, "collective": coll.kind, "protocol": "Simple", "inplace": False,
+            "name": p.name, "collective": coll.kind, "protocol": self.options.proto,
+            "inplace": False,
             "reuse_resources": False, "gpus": gpus,
             "num_threads_per_block": self.options.num_threads_per_block,
-            "use_double_scratch_buffer": False, "buffer_alignment": 16,
+            # LL: alternate launches use alternate scratch halves, so packets never meet stale flags
+            "use_double_scratch_buffer": self.ll, "buffer_alignment": 16,
             "min_message_size": self.options.min_bytes,
             "max_message_size": self.options.max_bytes or UNBOUNDED,
         }
@@ -193,6 +220,8 @@ class _Lowering:
 
     def _blocks(self, rank: int, tb: Any, first_id: int) -> list[dict[str, Any]]:
         """One MSCCL-IR block as one or more MSCCL++ blocks (cut at MAX_OPERATION)."""
+        if self.ll:
+            return self._blocks_ll(rank, tb, first_id)
         chans: dict[str, list[int]] = {"memory": [], "port": []}
         rbufs: dict[str, list[int]] = {"memory": [], "port": []}
 
@@ -293,6 +322,90 @@ class _Lowering:
                 ops.append({"name": "nop"})
                 for sid_chunk in _chunks(releases):
                     ops.append({"name": "sem_release", "semaphore_ids": sid_chunk})
+        return self._cut(rank, ops, chans, rbufs, first_id)
+
+    def _blocks_ll(self, rank: int, tb: Any, first_id: int) -> list[dict[str, Any]]:
+        """LL: packets into the receiver's staging; the receiver's packet read waits on the flags."""
+        chans: dict[str, list[int]] = {"memory": [], "port": []}
+        rbufs: dict[str, list[int]] = {"memory": [], "port": []}
+        me = self.ranks[rank]
+        out_conn = self.conn.get((rank, tb.send, tb.chan))
+        in_conn = self.conn.get((tb.recv, rank, tb.chan))
+        ops: list[dict[str, Any]] = []
+        nsent = nrecv = 0
+
+        def ref(buf: str, off: int, cnt: int) -> dict[str, Any]:
+            if buf == "s":  # the program's own scratch is plain data: past the packets
+                off += me.plain_base()
+            return {"type": buf, "index": off, "size": cnt}
+
+        def pkt(off: int, cnt: int) -> dict[str, Any]:
+            return {"type": "s", "index": off, "size": cnt}
+
+        def local(t: str, table: dict[str, list[int]], x: int) -> int:
+            if x not in table[t]:
+                table[t].append(x)
+            return table[t].index(x)
+
+        def data(op: dict[str, Any]) -> None:
+            ops.append(op)
+            ops.append({"name": "nop"})  # the next op's threads read what this one's wrote
+
+        def send(src: dict[str, Any], cnt: int) -> None:
+            nonlocal nsent
+            c = out_conn
+            assert c is not None
+            t = c["type"]
+            dst = {"buffer_id": local(t, rbufs, c["remote"]), "index": c["staging"][nsent],
+                   "size": cnt}
+            if t == "memory":
+                data({"name": "ppkt", "src_buff": [src], "dst_buff": [dst], "channel_type": "memory"})
+            else:
+                tmp = pkt(c["temps"][nsent], cnt)
+                data({"name": "cpkt", "src_buff": [src], "dst_buff": [tmp]})
+                data({"name": "ppkt", "src_buff": [tmp], "dst_buff": [dst],
+                      "channel_ids": [local("port", chans, c["send_ch"])], "channel_type": "port"})
+            nsent += 1
+
+        def staged(cnt: int) -> dict[str, Any]:
+            nonlocal nrecv
+            assert in_conn is not None
+            nrecv += 1
+            return pkt(in_conn["staging"][nrecv - 1], cnt)
+
+        for st in tb.steps:
+            for sid_chunk in _chunks(self.acquires.get((rank, tb.id, st.s), [])):
+                ops.append({"name": "sem_acquire", "semaphore_ids": sid_chunk})
+            k = st.cnt
+            if st.type == "s":
+                send(ref(st.srcbuf, st.srcoff, k), k)
+            elif st.type in ("r", "rcs"):
+                data({"name": "upkt", "src_buff": [staged(k)],
+                      "dst_buff": [ref(st.dstbuf, st.dstoff, k)]})
+                if st.type == "rcs":
+                    send(ref(st.dstbuf, st.dstoff, k), k)
+            elif st.type in ("rrc", "rrcs"):
+                data({"name": "repkt", "src_buff": [ref(st.srcbuf, st.srcoff, k), staged(k)],
+                      "dst_buff": [ref(st.dstbuf, st.dstoff, k)], "reduce_op": "sum"})
+                if st.type == "rrcs":
+                    send(ref(st.dstbuf, st.dstoff, k), k)
+            elif st.type == "rrs":
+                tmp = {"type": "s", "index": me.plain_base() + me.plain, "size": k}
+                me.plain += k
+                data({"name": "repkt", "src_buff": [ref(st.srcbuf, st.srcoff, k), staged(k)],
+                      "dst_buff": [tmp], "reduce_op": "sum"})
+                send(tmp, k)
+            elif st.type == "cpy":
+                data({"name": "copy", "src_buff": [ref(st.srcbuf, st.srcoff, k)],
+                      "dst_buff": [ref(st.dstbuf, st.dstoff, k)]})
+            elif st.type == "re":
+                data({"name": "re", "src_buff": [ref(st.dstbuf, st.dstoff, k),
+                                                 ref(st.srcbuf, st.srcoff, k)],
+                      "dst_buff": [ref(st.dstbuf, st.dstoff, k)], "reduce_op": "sum"})
+            elif st.type != "nop":  # pragma: no cover - the compiler emits only these
+                raise SynthError(f"MSCCL-IR step '{st.type}' has no MSCCL++ lowering")
+            for sid_chunk in _chunks(self.releases.get((rank, tb.id, st.s), [])):
+                ops.append({"name": "sem_release", "semaphore_ids": sid_chunk})
         return self._cut(rank, ops, chans, rbufs, first_id)
 
     def _cut(self, rank: int, ops: list[dict[str, Any]], chans: dict[str, list[int]],

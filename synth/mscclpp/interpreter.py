@@ -140,6 +140,38 @@ class Interpreter:
                     key = self._alias(g.rank, "i", j * P + p)
                     self.cells[key] = _Cell(value=((j, 1 << g.rank),), fmt="plain")
 
+    def _key(self, a: Access, x: int) -> tuple[int, str, int]:
+        """The cell ``x`` of an access names. In LL plans scratch packets live at twice the plain
+        offset, so the packet view of scratch is its own cell space (``S``); :meth:`_check_ll_layout`
+        proves the two views never overlap physically."""
+        if a.pkt and a.buf == "s" and self.plan.protocol == "LL":
+            return a.rank, "S", a.start + x
+        return self._alias(a.rank, a.buf, a.start + x)
+
+    def _check_ll_layout(self) -> None:
+        if self.plan.protocol != "LL":
+            return
+        P = self.plan.parts
+        plain: dict[int, dict[int, Op]] = {}
+        packets: dict[int, set[int]] = {}
+        for ops in self.ops:
+            for op in ops:
+                for m in op.moves:
+                    for a in m.srcs + m.dsts:
+                        if a.buf != "s":
+                            continue
+                        for c in range(a.start, a.start + a.n):
+                            if a.pkt:
+                                packets.setdefault(a.rank, set()).add(c // P)
+                            else:
+                                plain.setdefault(a.rank, {}).setdefault(c // P, op)
+        for rank, used in sorted(plain.items()):
+            for j, op in sorted(used.items()):
+                if j // 2 in packets.get(rank, ()):
+                    raise VerificationError(
+                        "format", f"{op.where}: plain scratch chunk {j} of rank {rank} lies inside "
+                        f"the LL packets of scratch chunk {j // 2} (packets take twice the space)")
+
     def _cell(self, rank: int, buf: str, cell: int) -> _Cell:
         key = self._alias(rank, buf, cell)
         c = self.cells.get(key)
@@ -149,6 +181,7 @@ class Interpreter:
 
     # ---------------------------------------------------------------------------- run
     def run(self) -> Report:
+        self._check_ll_layout()
         ready = deque(range(len(self.threads)))
         queued = set(ready)
         while ready:
@@ -311,9 +344,9 @@ class Interpreter:
             for a in m.srcs:
                 if a.pkt:
                     for x in range(a.n):
-                        c = self._cell(a.rank, a.buf, a.start + x)
+                        c = self._cell(*self._key(a, x))
                         if c.fmt != "pkt":
-                            key = ("pkt", *self._alias(a.rank, a.buf, a.start + x))
+                            key = ("pkt", *self._key(a, x))
                             return self._block(t, key, f"LL packets in rank {a.rank}'s '{a.buf}' "
                                                f"chunk {(a.start + x) // self.plan.parts}")
         clock = self._tick(t)
@@ -347,7 +380,7 @@ class Interpreter:
         return woken
 
     def _read(self, t: int, op: Op, a: Access, x: int, clock: int) -> Value | None:
-        c = self._cell(a.rank, a.buf, a.start + x)
+        c = self._cell(*self._key(a, x))
         chunk = (a.start + x) // self.plan.parts
         what = f"rank {a.rank}'s '{a.buf}' chunk {chunk}"
         if a.pkt:
@@ -374,7 +407,7 @@ class Interpreter:
 
     def _write(self, t: int, op: Op, d: Access, x: int, v: Value | None, clock: int,
                port: Chan | None) -> list[int]:
-        c = self._cell(d.rank, d.buf, d.start + x)
+        c = self._cell(*self._key(d, x))
         what = f"rank {d.rank}'s '{d.buf}' chunk {(d.start + x) // self.plan.parts}"
         if not d.pkt and d.buf == "i" and not self.plan.inplace and self.plan.collective in \
                 POSTCONDITIONS:
@@ -401,7 +434,7 @@ class Interpreter:
             self.pending_port.setdefault((t, port), []).append(c)
             c.wvis = None
         if d.pkt:
-            return self._wake(("pkt", *self._alias(d.rank, d.buf, d.start + x)))
+            return self._wake(("pkt", *self._key(d, x)))
         return []
 
     def _name(self, t: int) -> str:

@@ -168,6 +168,7 @@ class _Parser:
             raise _malformed(source, "no 'gpus' list")
         self.obj = obj
         self.source = source
+        self.protocol = str(obj.get("protocol"))
         self.gpus_json: list[dict[str, Any]] = obj["gpus"]
         self.n = len(self.gpus_json)
         self.parts = 1
@@ -379,6 +380,8 @@ class _OpContext:
         out = []
         for q, buf in targets:
             have = self.p.chunks[q][buf]
+            if buf == "s" and not pkt and self.p.protocol == "LL":
+                have *= 2  # LL sizes scratch for packets (data + flag): plain data may use it all
             if index + size > have:
                 where = "its" if q == self.rank else f"rank {q}'s"
                 raise _bad("range", self.w, f"chunks [{index}, {index + size}) of {where} buffer "
