@@ -1,18 +1,20 @@
 """Size guards: estimate a request before an expensive phase and refuse, in seconds, what cannot fit.
 
-Three checks, each before the phase it protects:
+Checks, each before the phase it protects:
 
 * :func:`check_request` -- before any encoding runs, from the request alone (collective, ranks,
   chunks per rank): every schedule of the collective moves at least :func:`min_transfers` chunks,
   so its memory has a floor, and when XML is asked for every chunk of the buffer must be
   addressable (spec §6: offsets are int16, at most 32767). A request over either is refused with
   the estimate and the fix named.
+* :func:`check_encoding` -- before each encoding starts, with explicit chunks: its schedule's
+  memory floor and, for the solver encodings (smt, milp), their model's (chunk, link) variables.
+  Under ``auto`` an encoding that does not fit steps aside (the run says so).
 * :func:`check_schedule` -- after an encoding, before verification, costing and compilation: the
   candidate's exact transfer count against the memory budget and, for XML, an estimate of the
   program's per-rank node count (receives and non-fusable sends after aggregation, one node per
   peer's threadblock) against the tokenizer limit. ``synth solve`` passes over a candidate that
   does not fit (and says so); when none fits it refuses, naming ``--no-xml``.
-* :func:`check_file` -- before a schedule or XML file is parsed (``verify``, ``simulate``).
 
 Memory figures are per transfer of a schedule, measured by ``benchmarks/guards_memory.py``
 (peak RSS of ``synth solve --algo ring`` on dgx1 across chunk counts, ``results/guards_memory.json``):
