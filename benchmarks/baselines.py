@@ -12,17 +12,15 @@ for "best".
 
 from __future__ import annotations
 
-import json
 import sys
-import time
-from pathlib import Path
+
+from harness import stopwatch, write_results
 
 from synth.bounds import lower_bound
 from synth.collectives import make_collective
 from synth.cost import format_size
 from synth.encodings.baseline.algorithms import ALGORITHMS, baseline, preferred_chunks
 from synth.errors import NotApplicable
-from synth.files import atomic_write
 from synth.solve import cost_profile
 from synth.topology_io import load_topology
 from synth.verify import verify
@@ -45,13 +43,13 @@ def measure() -> list[dict]:
                     continue
                 k = preferred_chunks(algo, kind, topo.num_ranks, topo)
                 coll = make_collective(kind, topo.num_ranks, k)
-                start = time.perf_counter()
+                start = stopwatch()
                 try:
                     sched = baseline(topo, coll, algo)
                 except NotApplicable:
                     continue
                 verify(sched, topo)
-                seconds = time.perf_counter() - start
+                seconds = start()
                 costs = cost_profile(sched, topo, SIZES, bound)
                 algos[algo] = {"steps": sched.num_steps, "seconds": round(seconds, 3),
                                "time_us": [round(p.time_us, 3) for p in costs],
@@ -97,10 +95,7 @@ def markdown(rows: list[dict]) -> str:
 
 def main() -> None:
     rows = measure()
-    out = Path(__file__).resolve().parents[1] / "results"
-    out.mkdir(exist_ok=True)
-    atomic_write(out / "baselines.json", json.dumps(rows, indent=1, sort_keys=True) + "\n")
-    atomic_write(out / "baselines.md", markdown(rows))
+    write_results("baselines", rows, markdown(rows), sort_keys=True)
 
 
 if __name__ == "__main__":

@@ -10,25 +10,21 @@ figures of docs/reference/hardware.md, and synthetic logs with 2% noise from kno
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import stopwatch, write_results
 
-from synth.calibrate.closed_fit import (  # noqa: E402
+from synth.calibrate.closed_fit import (
     PUBLISHED_NCCOM,
     calibrate,
     synthetic_nccom,
     synthetic_timings,
 )
-from synth.closed.cost import HARDWARE  # noqa: E402
-from synth.closed.mesh import resolve_topology  # noqa: E402
-from synth.closed.search import rank_strategies  # noqa: E402
-from synth.cost import format_size  # noqa: E402
-from synth.files import atomic_write  # noqa: E402
+from synth.closed.cost import HARDWARE
+from synth.closed.mesh import resolve_topology
+from synth.closed.search import rank_strategies
+from synth.cost import format_size
 
 TOPOS = [("trn1_32", 1, "neuron"), ("trn1_32", 2, "neuron"), ("trn2_64", 1, "neuron"),
          ("tpu_v5e_4x4", 1, "jax")]
@@ -42,7 +38,7 @@ def winners() -> list[dict]:
         topo = resolve_topology(name, nodes)
         for coll in COLLS:
             for size in SIZES:
-                t0 = time.perf_counter()
+                t0 = stopwatch()
                 r = rank_strategies(topo, coll, platform, size, 1)
                 best = r.best
                 flat = r.best_of("flat")
@@ -53,7 +49,7 @@ def winners() -> list[dict]:
                     "winner_us": round(best.estimate.time_us, 3),
                     "flat_us": round(flat.estimate.time_us, 3) if flat else None,
                     "vs_flat": round(flat.estimate.time_us / best.estimate.time_us, 3) if flat else None,
-                    "rank_seconds": round(time.perf_counter() - t0, 3),
+                    "rank_seconds": round(t0(), 3),
                 })
     return rows
 
@@ -183,13 +179,10 @@ def markdown(data: dict) -> str:
 
 
 def main() -> None:
-    t0 = time.perf_counter()
+    t0 = stopwatch()
     data = {"winners": winners(), "bundling": bundling(), "calibration": calibration()}
-    data["seconds"] = round(time.perf_counter() - t0, 1)
-    out = ROOT / "results"
-    out.mkdir(exist_ok=True)
-    atomic_write(out / "closed.json", json.dumps(data, indent=1) + "\n")
-    atomic_write(out / "closed.md", markdown(data) + "\n")
+    data["seconds"] = round(t0(), 1)
+    write_results("closed", data, markdown(data) + "\n")
     print(f"wrote results/closed.md and results/closed.json in {data['seconds']} s")
 
 

@@ -24,12 +24,12 @@ import gc
 import hashlib
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
+
+from harness import cpus, load_average, machine, python_version, stopwatch, write_results
 
 from synth import builders
 from synth.collectives import make_collective
@@ -38,7 +38,6 @@ from synth.emit.interpreter import verify_program
 from synth.emit.xml_parse import parse_program
 from synth.emit.xml_write import program_to_xml
 from synth.encodings.baseline.algorithms import baseline
-from synth.files import atomic_write
 from synth.topology_io import load_topology
 from synth.verify import verify
 
@@ -54,13 +53,13 @@ VERIFY_BAR_S = 120.0
 
 
 def _load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
+    return load_average(2)
 
 
 def _xml(schedule, proto: str) -> tuple[str, float]:
-    start = time.perf_counter()
+    start = stopwatch()
     text = program_to_xml(compile_schedule(schedule, profile=PROFILE, proto=proto), PROFILE)
-    return text, time.perf_counter() - start
+    return text, start()
 
 
 def _configs():
@@ -94,9 +93,9 @@ def measure_passes() -> list[dict[str, Any]]:
         stats = compile_stats(sched, profile=PROFILE, proto=proto)
         text, compile_s = _xml(sched, proto)
         again, _ = _xml(sched, proto)
-        start = time.perf_counter()
+        start = stopwatch()
         reports = verify_program(parse_program(text, "compiled.xml", PROFILE), profile=PROFILE)
-        verify_s = time.perf_counter() - start
+        verify_s = start()
         rows.append({
             "topology": topo.name, "ranks": topo.num_ranks, "collective": coll.kind,
             "algorithm": sched.algorithm, "chunks": coll.chunks_per_rank, "proto": proto,
@@ -119,22 +118,22 @@ def measure_large(n: int = LARGE) -> dict[str, Any]:
     """One run: build, compile (twice, for determinism), parse back and interpret."""
     out: dict[str, Any] = {"ranks": n, "topology": f"ring:{n}", "collective": "allgather",
                            "algorithm": "ring", "chunks": 1, "proto": "Simple", "profile": PROFILE,
-                           "cpu_count": os.cpu_count(), "load_before": _load()}
+                           "cpu_count": cpus(), "load_before": _load()}
     gc.collect()
-    start = time.perf_counter()
+    start = stopwatch()
     topo = builders.ring(n)
     sched = baseline(topo, make_collective("allgather", n), "ring")
-    out["build_s"] = round(time.perf_counter() - start, 3)
+    out["build_s"] = round(start(), 3)
     out["schedule_steps"], out["transfers"] = sched.num_steps, sched.num_transfers
 
-    start, cpu = time.perf_counter(), time.process_time()
+    watch, cpu = stopwatch(), time.process_time()
     program = compile_schedule(sched, profile=PROFILE)
-    mid = time.perf_counter()
+    mid = watch()
     text = program_to_xml(program, PROFILE)
-    end = time.perf_counter()
+    end = watch()
     out["compile_cpu_s"] = round(time.process_time() - cpu, 3)
-    out["compile_program_s"], out["print_xml_s"] = round(mid - start, 3), round(end - mid, 3)
-    out["compile_s"] = round(end - start, 3)
+    out["compile_program_s"], out["print_xml_s"] = round(mid, 3), round(end - mid, 3)
+    out["compile_s"] = round(end, 3)
     out["xml_bytes"] = len(text.encode())
     out["threadblocks"] = sum(len(g.tbs) for g in program.gpus)
     out["xml_steps"] = sum(len(tb.steps) for g in program.gpus for tb in g.tbs)
@@ -142,14 +141,14 @@ def measure_large(n: int = LARGE) -> dict[str, Any]:
     out["load_after_compile"] = _load()
 
     gc.collect()
-    start, cpu = time.perf_counter(), time.process_time()
+    watch, cpu = stopwatch(), time.process_time()
     parsed = parse_program(text, f"ring{n}.xml", PROFILE)
-    mid = time.perf_counter()
+    mid = watch()
     reports = verify_program(parsed, profile=PROFILE)
-    end = time.perf_counter()
+    end = watch()
     out["verify_cpu_s"] = round(time.process_time() - cpu, 3)
-    out["parse_s"], out["interpret_s"] = round(mid - start, 3), round(end - mid, 3)
-    out["verify_s"] = round(end - start, 3)
+    out["parse_s"], out["interpret_s"] = round(mid, 3), round(end - mid, 3)
+    out["verify_s"] = round(end, 3)
     out["modes"] = {r.mode: {"elapsed_s": round(r.elapsed_s, 3), "operations": r.operations,
                              "messages": r.messages, "threadblocks": r.threadblocks}
                     for r in reports}
@@ -270,9 +269,8 @@ def _pct(before: int, after: int) -> str:
 
 
 def main() -> None:
-    env: dict[str, Any] = {"machine": f"{platform.system()} {platform.machine()}",
-                           "cpu_count": os.cpu_count(), "python": platform.python_version(),
-                           "load_before": _load()}
+    env: dict[str, Any] = {"machine": machine("system"), "cpu_count": cpus(),
+                           "python": python_version(), "load_before": _load()}
     rows = measure_passes()
     seeds = (1, 2)
     others = [_digests_elsewhere(seed) for seed in seeds]
@@ -285,10 +283,7 @@ def main() -> None:
     large = measure_large()
     env["load_after"] = _load()
     data = {"environment": env, "passes": rows, "large": large}
-    out = Path(__file__).resolve().parents[1] / "results"
-    out.mkdir(exist_ok=True)
-    atomic_write(out / "compiler.json", json.dumps(data, indent=1, sort_keys=True) + "\n")
-    atomic_write(out / "compiler.md", markdown(data))
+    write_results("compiler", data, markdown(data), sort_keys=True)
 
 
 if __name__ == "__main__":

@@ -39,18 +39,25 @@ import argparse
 import json
 import math
 import os
-import platform
 import re
 import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from synth.files import atomic_write  # noqa: E402
+from harness import (
+    ROOT,
+    changed_since,
+    commit,
+    cpus,
+    load_average,
+    machine,
+    modified,
+    platform_name,
+    python_version,
+    stopwatch,
+    write_results,
+)
 
 GB = 2**30
 SIZES = tuple(2**e for e in range(10, 31))
@@ -161,11 +168,11 @@ def recorder():
         def __init__(self) -> None:
             super().__init__(enabled=False)
             self.log: list[dict] = []
-            self._t = 0.0
+            self._t = stopwatch()
             self.current = ""
 
         def begin(self, stage: str, solver: str) -> None:
-            self._t = time.perf_counter()
+            self._t = stopwatch()
             self.current = stage
 
         def update(self, *, incumbent=None, bound=None) -> None:
@@ -175,7 +182,7 @@ def recorder():
             self.current = ""
             self.log.append({"stage": result.stage, "solver": result.solver, "status": result.status,
                              "objective": result.objective, "bound": result.best_bound,
-                             "gap": result.gap, "seconds": round(time.perf_counter() - self._t, 3),
+                             "gap": result.gap, "seconds": round(self._t(), 3),
                              "solver_seconds": round(result.seconds, 3),
                              "variables": result.variables,
                              "integer_variables": result.integer_variables,
@@ -237,19 +244,19 @@ def run_problem(p: Problem, solver: str, time_limit: float | None, scale: float,
                  "collective": p.kind, "solver": solver, "sketch": sketch.name if sketch else None,
                  "time_limit_s": time_limit, "worst_case_milp_s": round(worst, 1),
                  "routing_milps_max": n_routing, "stage3_milps_max": n_stage3}
-    t = time.perf_counter()
+    t = stopwatch()
     bound = lower_bound(topo, coll)
-    out["bound_s"] = time.perf_counter() - t
+    out["bound_s"] = t()
     out["bound_method"] = bound.method
     out["bound_us_1GB"] = bound.time_us(GB)
     out["bound_algbw_GBps_1GB"] = GB / (bound.time_us(GB) * 1e3)
 
     rec = recorder()
     _CHILD["recorder"] = rec
-    t = time.perf_counter()
+    t = stopwatch()
     found = run_encoding("milp", topo, coll,
                          Options(time_limit_s=time_limit, extra={"solver": solver, "progress": rec}))
-    out["synth_s"] = time.perf_counter() - t
+    out["synth_s"] = t()
     out["milp_solves"] = rec.log
     for stage in ("routing", "scheduling"):
         mine = [x for x in rec.log if x["stage"] == stage]
@@ -258,10 +265,10 @@ def run_problem(p: Problem, solver: str, time_limit: float | None, scale: float,
         out[f"{stage}_at_limit"] = sum(x["status"] not in ("optimal", "infeasible") for x in mine)
     cands = {}
     reports = {}
-    t = time.perf_counter()
+    t = stopwatch()
     for name in sorted(found):
         reports[name] = verify(found[name], topo)  # raises on any failure
-    out["verify_s"] = time.perf_counter() - t
+    out["verify_s"] = t()
     out["verified"] = True
     for name in sorted(found):
         s, rep = found[name], reports[name]
@@ -284,13 +291,13 @@ def run_problem(p: Problem, solver: str, time_limit: float | None, scale: float,
     out["algbw_GBps_1GB"] = GB / (best_t[-1] * 1e3)
 
     if baselines:
-        t = time.perf_counter()
+        t = stopwatch()
         base = run_encoding("baseline", topo, coll, Options())
         bt: dict[str, list[float]] = {}
         for name in sorted(base):
             verify(base[name], topo)
             bt[name] = [float(x) for x in schedule_times_us(base[name], topo, SIZES)]
-        out["baselines_s"] = time.perf_counter() - t
+        out["baselines_s"] = t()
         out["baseline_times_us"] = bt
         bb_t = [min(v[i] for v in bt.values()) for i in range(len(SIZES))]
         bb_n = [min(bt, key=lambda b, i=i: bt[b][i]) for i in range(len(SIZES))]
@@ -313,9 +320,9 @@ def run_problem(p: Problem, solver: str, time_limit: float | None, scale: float,
         best = (out.get("smt") or {}).get("best")
         if best:
             ks.add(best["chunks"])
-        t = time.perf_counter()
+        t = stopwatch()
         out["tree_hop_diagnostic"] = tree_hop_diagnostic(topo, bound, sorted(ks), solver)
-        out["diagnostic_s"] = time.perf_counter() - t
+        out["diagnostic_s"] = t()
     return out
 
 
@@ -377,7 +384,7 @@ def tree_hop_diagnostic(topo, bound, ks: list[int], solver: str, limit_s: float 
         chunk_mb = GB / (topo.num_ranks * k) / 1e6
         for tree_hops in (0, 1):
             rec = {"k": k, "tree_extra_hops": tree_hops, "limit_s": limit_s}
-            t = time.perf_counter()
+            t = stopwatch()
             try:
                 prob = build_problem(topo, coll, links, extra_hops=hops, tree_extra_hops=tree_hops)
                 r = route(prob, policies, solver=solver, time_limit_s=limit_s, mip_gap=None,
@@ -388,7 +395,7 @@ def tree_hop_diagnostic(topo, bound, ks: list[int], solver: str, limit_s: float 
                             "proxy_us": proxy, "proxy_pct_of_bound": 100 * bound.time_us(GB) / proxy})
             except Exception as exc:
                 rec["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:240]}"
-            rec["seconds"] = time.perf_counter() - t
+            rec["seconds"] = t()
             out.append(rec)
     return out
 
@@ -402,7 +409,7 @@ def smt_frontier(topo, bound) -> dict:
     from synth.verify import verify
 
     coll = make_collective("allgather", topo.num_ranks, 1)
-    t = time.perf_counter()
+    t = stopwatch()
     report = pareto(SmtProblem(topo, coll, engine="cpsat"), time_limit_s=SMT_LIMIT_S)
     points = []
     for pt in report.points:
@@ -411,7 +418,7 @@ def smt_frontier(topo, bound) -> dict:
         points.append({"steps": pt.steps, "rounds": pt.rounds, "chunks": pt.chunks, "time_us_1GB": tus,
                        "pct_of_bound_1GB": 100.0 * bound.time_us(GB) / tus})
     best = min(points, key=lambda x: x["time_us_1GB"]) if points else None
-    return {"seconds": time.perf_counter() - t, "complete": report.complete, "stop": report.stop,
+    return {"seconds": t(), "complete": report.complete, "stop": report.stop,
             "source": f"computed in this run (synth.encodings.smt.search.pareto, CP-SAT, "
                       f"limit {SMT_LIMIT_S:g} s)", "points": points, "best": best}
 
@@ -442,10 +449,10 @@ def run_child(key: str, solver: str, scale: float, *, baselines: bool, smt: bool
               diagnose: bool = False, time_limit: float | None = None) -> dict:
     job = {"key": key, "solver": solver, "scale": scale, "baselines": baselines, "smt": smt,
            "diagnose": diagnose, "time_limit": time_limit}
-    t = time.perf_counter()
+    t = stopwatch()
     proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(job)],
                           capture_output=True, text=True, cwd=ROOT)
-    wall = time.perf_counter() - t
+    wall = t()
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["failed"])[-3:]
         return {"key": key, "solver": solver, "error": " | ".join(tail)[-600:], "process_wall_s": wall}
@@ -846,30 +853,18 @@ def notes_for(data: dict) -> list[str]:
     return out
 
 
+MEASURED = ("synth/encodings", "synth/sketches", "synth/cost.py", "synth/bounds.py")
+"""The files whose changes during a run the results say (they decide the figures)."""
+
+
 def _git_state() -> dict:
     """The commit measured, and whether the encoding's files differed from it."""
-    def git(*a: str) -> str:
-        try:
-            return subprocess.run(["git", *a], capture_output=True, text=True, cwd=ROOT,
-                                  timeout=30).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-    dirty = git("status", "--porcelain", "--", "synth/encodings", "synth/sketches", "synth/cost.py",
-                "synth/bounds.py")
-    return {"commit": git("rev-parse", "--short", "HEAD"), "encoding_files_modified": dirty.splitlines()}
+    return {"commit": commit(), "encoding_files_modified": modified(MEASURED)}
 
 
 def _changed(since: str) -> list[str]:
     """Encoding/sketch/cost/bound files that differ between commit ``since`` and HEAD."""
-    if not since:
-        return []
-    try:
-        out = subprocess.run(["git", "diff", "--name-only", since, "HEAD", "--", "synth/encodings",
-                              "synth/sketches", "synth/cost.py", "synth/bounds.py"],
-                             capture_output=True, text=True, cwd=ROOT, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return out.split()
+    return changed_since(since, MEASURED)
 
 
 def _moved(meta: dict) -> str:
@@ -903,14 +898,14 @@ def main() -> None:
         data = json.loads((out_dir / "milp.json").read_text())
         if plot(data, out_dir / "milp.png"):
             data["plot"] = "milp.png"
-        atomic_write(out_dir / "milp.md", render(data))
+        write_results("milp", markdown=render(data), out_dir=out_dir)
         print(f"[milp] re-rendered {out_dir / 'milp.md'} from milp.json")
         return
     keys = [p.key for p in PROBLEMS] if not args.only else args.only.split(",")
     for k in keys:
         problem(k)
     git_start = _git_state()
-    start = time.perf_counter()
+    start = stopwatch()
     results = []
     for key in keys:
         print(f"[milp] {key} ...", flush=True)
@@ -940,13 +935,12 @@ def main() -> None:
                 print(f"[milp] solver {s} on {key}: "
                       + (r.get("error") or f"{r['pct_of_bound_1GB']:.2f}% in {r['synth_s']:.1f} s"),
                       flush=True)
-    total = time.perf_counter() - start
+    total = start()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    meta = {"machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
-            "cpus": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform(), "total_wall_s": total,
-            "load_average_at_end": list(os.getloadavg()), "scope": None, **git_start,
+    meta = {"machine": machine(), "cpus": cpus(), "python": python_version(),
+            "platform": platform_name(), "total_wall_s": total,
+            "load_average_at_end": load_average(), "scope": None, **git_start,
             "commit_at_end": _git_state()["commit"],
             "encoding_files_changed_during_run": _changed(git_start["commit"]),
             "problems": [asdict(p) for p in PROBLEMS if p.key in keys]}
@@ -970,8 +964,7 @@ def main() -> None:
     png = out_dir / "milp.png"
     if plot(data, png):
         data["plot"] = png.name
-    atomic_write(out_dir / "milp.json", json.dumps(data, indent=1, sort_keys=True) + "\n")
-    atomic_write(out_dir / "milp.md", render(data))
+    write_results("milp", data, render(data), out_dir=out_dir, sort_keys=True)
     print(f"[milp] total {total / 60:.1f} min; wrote {out_dir / 'milp.md'}, milp.json"
           + (", milp.png" if data.get("plot") else ""), flush=True)
 

@@ -11,21 +11,18 @@ recorded, with the simulated time, messages and grid iterations.
 
 from __future__ import annotations
 
-import json
 import platform
 import sys
-import time
-from pathlib import Path
+
+from harness import ROOT, stopwatch, write_results
 
 from synth.collectives import make_collective
 from synth.emit import XmlOptions, emit_verified_xml
 from synth.emit.xml_parse import parse_program, read_program
 from synth.encodings.baseline import baseline, preferred_chunks
-from synth.files import atomic_write
 from synth.program_model import sweep
 from synth.topology_io import load_topology
 
-ROOT = Path(__file__).resolve().parents[1]
 NBYTES = 2**30
 LIMIT_S = 60.0
 
@@ -44,9 +41,9 @@ def cases():
 def measure() -> list[dict]:
     rows = []
     for name, topo, program in cases():
-        t0 = time.perf_counter()
+        t0 = stopwatch()
         (pt,) = sweep(program, topo, [NBYTES])
-        wall = time.perf_counter() - t0
+        wall = t0()
         steps = sum(len(tb.steps) for g in program.gpus for tb in g.tbs)
         rows.append({"program": name, "topology": topo.name, "ranks": program.ngpus,
                      "proto": program.proto, "threadblocks": sum(len(g.tbs) for g in program.gpus),
@@ -80,12 +77,8 @@ def to_markdown(rows: list[dict]) -> str:
 
 def main() -> None:
     rows = measure()
-    out = ROOT / "results"
-    out.mkdir(exist_ok=True)
-    atomic_write(out / "program_model.json", json.dumps({"limit_s": LIMIT_S, "rows": rows},
-                                                        indent=1) + "\n")
     md = to_markdown(rows)
-    atomic_write(out / "program_model.md", md)
+    write_results("program_model", {"limit_s": LIMIT_S, "rows": rows}, md)
     sys.stdout.write(md)
 
 

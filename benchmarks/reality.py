@@ -22,12 +22,12 @@ Error is the symmetric factor max(pred/meas, meas/pred) (1.0 = exact). Goals (is
 
 from __future__ import annotations
 
-import json
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+from harness import RESULTS, ROOT, write_results
 
 from synth.calibrate.nccl_fit import (
     Measurement,
@@ -41,11 +41,9 @@ from synth.collectives import make_collective
 from synth.cost import format_size, schedule_times_us
 from synth.encodings.baseline import baseline
 from synth.errors import NotApplicable
-from synth.files import atomic_write
 from synth.nccl_model import SOURCE, choose
 from synth.topology_io import load_topology
 
-ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "nccl-tests"
 GOALS = {"uncalibrated_median": 1.3, "calibrated_median": 1.15, "worst": 2.0}
 
@@ -278,11 +276,9 @@ def plot(data: dict, path: Path) -> None:
 
 
 def main() -> int:
-    out = ROOT / "results"
     data = measure()
-    atomic_write(out / "reality.json", json.dumps(data, indent=2) + "\n")
-    atomic_write(out / "reality.md", to_markdown(data))
-    plot(data, out / "reality.png")
+    write_results("reality", data, to_markdown(data), indent=2)
+    plot(data, RESULTS / "reality.png")
     for key in ("all", "measured"):
         s = data["summary"][key]
         print(f"{key}: {s['points']} points: uncalibrated median "

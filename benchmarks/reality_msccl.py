@@ -15,7 +15,7 @@ Variants:
 * ``shipped`` -- the module's defaults, uncalibrated: NCCL's per-protocol ring ``baseLat`` as the
   launch and no executor step cost beyond NCCL's per-hop ``hwLat`` (``STEP_US`` = 0.0: the
   best step cost with the cited launch, found by this script on a 0.05 µs grid);
-* ``calibrated`` -- ``synth calibrate --format msccl`` (:func:`synth.program_fit.fit_floors`): a
+* ``calibrated`` -- ``synth calibrate --format msccl`` (:func:`synth.calibrate.program_fit.fit_floors`): a
   launch per protocol and one step cost fitted to all points (in-sample), and the same fit
   refitted without each file's points to predict them (leave-one-file-out, out-of-sample).
 
@@ -27,19 +27,17 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
+from harness import ROOT, write_results
 
+from synth.calibrate.program_fit import STEP_GRID, errors, fit_floors, read_measurements
 from synth.cost import format_size
 from synth.emit.interpreter import verify_program
 from synth.emit.xml_parse import read_program
-from synth.files import atomic_write
-from synth.program_fit import STEP_GRID, errors, fit_floors, read_measurements
 from synth.program_model import program_model, program_time
 from synth.topology_io import load_topology
 
-ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "msccl_ndv5"
 
 
@@ -193,11 +191,8 @@ def to_markdown(res: dict) -> str:
 
 def main() -> None:
     res = measure()
-    out = ROOT / "results"
-    out.mkdir(exist_ok=True)
-    atomic_write(out / "reality_msccl.json", json.dumps(res, indent=1) + "\n")
     md = to_markdown(res)
-    atomic_write(out / "reality_msccl.md", md)
+    write_results("reality_msccl", res, md)
     sys.stdout.write(md)
 
 

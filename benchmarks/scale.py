@@ -21,17 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import resource
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import ROOT, cpus, machine, python_version, stopwatch, write_results
 
 SIZE = 2**30
 GiB = 2**30
@@ -94,18 +90,18 @@ def run_case(case: Case, xml: bool) -> dict:
     n = topo.num_ranks
     out["ranks"] = n
     coll = make_collective(case.kind, n)
-    t = time.perf_counter()
+    t = stopwatch()
     schedule = run_encoding(case.encoding, topo, coll, Options(extra={"size": SIZE}))[case.encoding]
-    out["synth_s"] = time.perf_counter() - t
+    out["synth_s"] = t()
     out["rss_after_synth_gib"] = _rss_gib()
-    t = time.perf_counter()
+    t = stopwatch()
     report = verify(schedule, topo)
-    out["verify_s"] = time.perf_counter() - t
+    out["verify_s"] = t()
     out["verified"] = True
     out["rss_after_verify_gib"] = _rss_gib()
-    t = time.perf_counter()
+    t = stopwatch()
     bound = lower_bound(topo, schedule.collective)
-    out["bound_s"] = time.perf_counter() - t
+    out["bound_s"] = t()
     cost = float(schedule_times_us(schedule, topo, [SIZE])[0])
     out.update({
         "steps": report.steps, "transfers": report.transfers,
@@ -123,7 +119,7 @@ def run_case(case: Case, xml: bool) -> dict:
     base: dict[str, float] = {}
     if case.baselines:
         from synth.encodings.baseline.algorithms import baseline, preferred_chunks
-        t = time.perf_counter()
+        t = stopwatch()
         for name in case.baselines:
             try:
                 c = make_collective(case.kind, n, preferred_chunks(name, case.kind, n))
@@ -132,10 +128,10 @@ def run_case(case: Case, xml: bool) -> dict:
             except Exception as exc:  # NotApplicable and friends: report, do not fail the case
                 base[name] = None  # type: ignore[assignment]
                 out.setdefault("baseline_notes", {})[name] = str(exc)[:160]
-            if time.perf_counter() - t > 120:
+            if t() > 120:
                 break
         out["baselines_pct"] = base
-        out["baselines_s"] = time.perf_counter() - t
+        out["baselines_s"] = t()
     out["rss_peak_gib"] = _rss_gib()
     if xml and case.xml:
         out["xml"] = xml_check(case, topo, schedule)
@@ -183,7 +179,7 @@ def xml_check(case: Case, topo, schedule) -> dict:
     if per_rank > XML_OPS_PER_RANK or peers > XML_PEERS:
         k = schedule.collective.chunks_per_rank
         cap = max(1, int(k * XML_OPS_PER_RANK / per_rank))
-        t = time.perf_counter()
+        t = stopwatch()
         stripes = peers > XML_PEERS
         extra = {"size": SIZE, "max_pieces": cap, "rail_stripes": stripes}
         if case.encoding == "flow":
@@ -191,10 +187,10 @@ def xml_check(case: Case, topo, schedule) -> dict:
                      "max_transfers": int(XML_OPS_PER_RANK * n / 2)}
         schedule = run_encoding(case.encoding, topo, make_collective(case.kind, n),
                                 Options(extra=extra))[case.encoding]
-        rec["resynth_s"] = time.perf_counter() - t
-        t = time.perf_counter()
+        rec["resynth_s"] = t()
+        t = stopwatch()
         verify(schedule, topo)
-        rec["verify_s"] = time.perf_counter() - t
+        rec["verify_s"] = t()
         bound = lower_bound(topo, schedule.collective)
         rec["pct_of_bound"] = 100.0 * bound.time_us(SIZE) / float(
             schedule_times_us(schedule, topo, [SIZE])[0])
@@ -207,17 +203,17 @@ def xml_check(case: Case, topo, schedule) -> dict:
     rec["chunks_per_rank"] = schedule.collective.chunks_per_rank
     rec["transfers"] = schedule.num_transfers
     try:
-        t = time.perf_counter()
+        t = stopwatch()
         text = emit_xml(schedule)
-        rec["emit_s"] = time.perf_counter() - t
+        rec["emit_s"] = t()
         rec["bytes"] = len(text)
-        t = time.perf_counter()
+        t = stopwatch()
         program = parse_program(text)
-        rec["parse_s"] = time.perf_counter() - t
+        rec["parse_s"] = t()
         del text
-        t = time.perf_counter()
+        t = stopwatch()
         reps = verify_program(program, collective=schedule.collective)
-        rec["interpret_s"] = time.perf_counter() - t
+        rec["interpret_s"] = t()
         rec["modes"] = [r.mode for r in reps]
         rec["verified"] = True
     except Exception as exc:
@@ -240,12 +236,12 @@ dt = time.perf_counter() - t
 print(json.dumps({{"seconds": dt, "U": float(U), "k": int(k), "algbw_GBps": len(gpus) * k / float(U),
                   "trees": len(Ts)}}))
 """
-    t = time.perf_counter()
+    t = stopwatch()
     try:
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               timeout=limit_s)
     except subprocess.TimeoutExpired:
-        return {"error": f"did not finish in {limit_s:.0f} s", "seconds": time.perf_counter() - t}
+        return {"error": f"did not finish in {limit_s:.0f} s", "seconds": t()}
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1][:300] if proc.stderr else "failed"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -256,10 +252,6 @@ def _fmt(v, spec: str = ".1f", none: str = "—") -> str:
 
 
 def write_report(results: list[dict], forestcoll: dict, out_dir: Path, meta: dict) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "scale.json").write_text(json.dumps({"meta": meta, "cases": results,
-                                                    "forestcoll": forestcoll}, indent=1,
-                                                   sort_keys=True) + "\n")
     lines = ["# Scale: tree packing, flow and symmetry (issue 8)", "",
              f"Machine: {meta['machine']}; {meta['cpus']} CPUs (shared with other jobs: timings "
              "are noisy). Message size 1 GiB; cost model `synth.cost` (synchronous steps, "
@@ -348,7 +340,8 @@ def write_report(results: list[dict], forestcoll: dict, out_dir: Path, meta: dic
     for r in results:
         if r.get("why"):
             lines.append(f"- **{r['case']}**: {r['why']}")
-    (out_dir / "scale.md").write_text("\n".join(lines) + "\n")
+    write_results("scale", {"meta": meta, "cases": results, "forestcoll": forestcoll},
+                  "\n".join(lines) + "\n", out_dir=out_dir, sort_keys=True)
 
 
 def main() -> None:
@@ -374,14 +367,14 @@ def main() -> None:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--one", key]
         if args.no_xml:
             cmd.append("--no-xml")
-        t = time.perf_counter()
+        t = stopwatch()
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         if proc.returncode != 0:
             results.append({"case": key, "error": (proc.stderr.strip().splitlines() or ["failed"])[-1]})
         else:
             results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         r = results[-1]
-        print(f"[scale] {key}: {time.perf_counter() - t:.1f} s " +
+        print(f"[scale] {key}: {t():.1f} s " +
               (r.get("error", "") or f"{r['pct_of_bound']:.2f}% of bound, synth {r['synth_s']:.1f} s, "
                f"verify {r['verify_s']:.1f} s, {r['rss_after_verify_gib']:.2f} GiB"), flush=True)
     forestcoll: dict = {}
@@ -391,8 +384,7 @@ def main() -> None:
                 print(f"[scale] ForestColl {key} ...", flush=True)
                 forestcoll[key] = forestcoll_case(args.forestcoll, nnode, args.forestcoll_limit)
                 print(f"[scale] ForestColl {key}: {forestcoll[key]}", flush=True)
-    meta = {"machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
-            "cpus": os.cpu_count(), "python": platform.python_version(), "size_bytes": SIZE}
+    meta = {"machine": machine(), "cpus": cpus(), "python": python_version(), "size_bytes": SIZE}
     previous = Path(args.out) / "scale.json"
     if args.cases != "all" and previous.exists():  # a partial run updates the published results
         old = json.loads(previous.read_text())

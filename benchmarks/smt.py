@@ -23,15 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import ROOT, cpus, platform_name, python_version, stopwatch, write_results
 
 # ------------------------------------------------------------------------------ problems (the bars)
 PROBLEMS = [
@@ -132,7 +129,7 @@ def run_sccl(python: str | None, job: dict, timeout: float) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         driver = Path(tmp) / "sccl_driver.py"
         driver.write_text(SCCL_DRIVER)
-        start = time.perf_counter()
+        start = stopwatch()
         proc = subprocess.Popen([python, str(driver), json.dumps(job)], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, cwd=tmp)
         try:
@@ -142,7 +139,7 @@ def run_sccl(python: str | None, job: dict, timeout: float) -> dict:
             proc.kill()
             stdout, stderr = proc.communicate()
             timed_out = True
-        wall = time.perf_counter() - start
+        wall = start()
     lines = [json.loads(x) for x in stdout.splitlines() if x.startswith("{")]
     out = {"measured": True, "timed_out": timed_out, "wall_seconds": wall, "lines": lines}
     done = [x for x in lines if x.get("done")]
@@ -172,7 +169,7 @@ def synth_job(job: dict) -> dict:
     scipy.optimize.linprog([1.0], bounds=[(0, 1)], method="highs")  # load HiGHS once
     topology = load_topology(job["topo"])
     coll = make_collective(job["coll"], topology.num_ranks, 1, job.get("root"))
-    start = time.perf_counter()
+    start = stopwatch()
     problem = SmtProblem(topology, coll, engine=job.get("engine", "cpsat"))
     if job["search"] == "least_steps":
         report = least_steps(problem, time_limit_s=job.get("limit"))
@@ -182,7 +179,7 @@ def synth_job(job: dict) -> dict:
         report = pareto(problem, time_limit_s=job.get("limit"))
     for p in report.points:
         verify(p.schedule, topology)
-    seconds = time.perf_counter() - start
+    seconds = start()
     return {"seconds": seconds, "complete": report.complete, "stop": report.stop,
             "steps_lb": report.steps_lb, "rpc_lb": str(report.rpc_lb),
             "sccl_rpc_lb": str(problem.sccl_rpc_lower_bound()),
@@ -202,10 +199,10 @@ def run_synth(job: dict, timeout: float = 900) -> dict:
 
 def cli_wall(args: list[str]) -> float:
     with tempfile.TemporaryDirectory() as tmp:
-        start = time.perf_counter()
+        start = stopwatch()
         subprocess.run([sys.executable, "-m", "synth", *args, "--out", tmp], capture_output=True,
                        cwd=ROOT, check=False)
-        return time.perf_counter() - start
+        return start()
 
 
 def sccl_cli_wall(python: str | None, args: list[str], timeout: float) -> float | None:
@@ -213,13 +210,13 @@ def sccl_cli_wall(python: str | None, args: list[str], timeout: float) -> float 
         return None
     exe = Path(python).parent / "msccl"
     with tempfile.TemporaryDirectory() as tmp:
-        start = time.perf_counter()
+        start = stopwatch()
         try:
             subprocess.run([str(exe), *args, "--no-save"], capture_output=True, cwd=tmp,
                            timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
             return None
-        return time.perf_counter() - start
+        return start()
 
 
 def fmt_points(points: list | None) -> str:
@@ -304,10 +301,8 @@ def main() -> None:
     sccl_py = None if args.quick else args.sccl_python
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    import platform
-
-    results: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                 "platform": platform.platform()},
+    results: dict = {"machine": {"cpus": cpus(), "python": python_version(),
+                                 "platform": platform_name()},
                      "problems": [], "engines": [], "sccl_walk": [], "crosscheck": None}
     for key, topo, coll, root, search, bar, sccl_reported, sccl_limit in PROBLEMS:
         print(f"== {key}", flush=True)
@@ -366,8 +361,7 @@ def main() -> None:
                         "allgather", "--out", tmp, "--plot", str(plot)], cwd=ROOT, check=True,
                        capture_output=True)
     results["plot"] = plot.name
-    (out_dir / "smt.json").write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
-    (out_dir / "smt.md").write_text(render(results))
+    write_results("smt", results, render(results), out_dir=out_dir, sort_keys=True)
     print(f"wrote {out_dir / 'smt.md'}, {out_dir / 'smt.json'}, {plot}")
 
 

@@ -25,20 +25,17 @@ measurement. Each tuner runs once (seed 0), from one shared cache; TPE is also r
 
 from __future__ import annotations
 
-import json
 import math
 import sys
-import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+from harness import stopwatch, write_results
 
 from synth.collectives import make_collective
 from synth.cost import format_size, parse_sizes
 from synth.encodings.baseline.algorithms import applicable, baseline
 from synth.errors import NotApplicable
-from synth.files import atomic_write
 from synth.protocols import PROTOCOLS, StepProfile, default_model
 from synth.topology_io import load_topology
 from synth.tuning import TUNERS, Knob, Space, TuneResult, tune
@@ -69,7 +66,7 @@ class Problem:
                             Knob("proto", PROTOCOLS, "implementation"),
                             Knob("chunks", CHUNKS, "resource"),
                             Knob("instances", INSTANCES, "resource")))
-        start = time.perf_counter()
+        start = stopwatch()
         for algo in self.algorithms:
             for c in CHUNKS:
                 try:
@@ -78,7 +75,7 @@ class Problem:
                     self.profiles[(algo, c)] = None
                     continue
                 self.profiles[(algo, c)] = StepProfile.of(sched, self.topology)
-        self.build_seconds = time.perf_counter() - start
+        self.build_seconds = start()
 
     def subset(self, budget: float) -> np.ndarray:
         k = len(self.sizes) if budget >= 1.0 else max(2, math.ceil(budget * len(self.sizes)))
@@ -101,11 +98,11 @@ class Recorder:
     def __init__(self, problem: Problem) -> None:
         self.problem = problem
         self.stamps: list[float] = []
-        self.start = time.perf_counter()
+        self.start = stopwatch()
 
     def __call__(self, config: dict[str, Any], budget: float) -> float:
         value = self.problem.evaluate(config, budget)
-        self.stamps.append(time.perf_counter() - self.start)
+        self.stamps.append(self.start())
         return value
 
 
@@ -234,10 +231,7 @@ def markdown(data: dict[str, Any]) -> str:
 
 def main() -> None:
     data = measure()
-    root = Path(__file__).resolve().parents[1] / "results"
-    root.mkdir(exist_ok=True)
-    atomic_write(root / "tuning.json", json.dumps(data, indent=1, default=list) + "\n")
-    atomic_write(root / "tuning.md", markdown(data))
+    write_results("tuning", data, markdown(data), default=list)
     print(markdown(data))
 
 

@@ -58,7 +58,7 @@ on the production XML files they were measured with, by ``benchmarks/reality_msc
 squares on log time; in-sample and leave-one-file-out errors in ``results/reality_msccl.md``): the
 fit is 0.0 µs. A calibration's ``protocols.<P>.launch_us`` replaces the launch, its ``program``
 section (``{"launch_us": .. or {protocol: ..}, "step_us": ..}``, written by
-``synth calibrate --format msccl``, :mod:`synth.program_fit`) both.
+``synth calibrate --format msccl``, :mod:`synth.calibrate.program_fit`) both.
 
 Outputs: :func:`program_time` (one size), :func:`program_times_us` (a sweep), and with ``trace`` a
 Chrome/Perfetto trace (:func:`write_trace`): one track per rank x threadblock (its messages and

@@ -9,13 +9,16 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from . import progress
 from .bounds import Bound, lower_bound
+from .catalog.select import BucketTuning, Config, Range, choose, make_buckets, runs_at
 from .collectives import Collective
 from .cost import DEFAULT_SIZES, algbw_GBps, schedule_times_us
 from .emit import XmlOptions, emit_verified_xml, xml_unsupported_reason
@@ -117,12 +120,10 @@ def solve(topology: Topology, collective: Collective, *, encoding: str = "auto",
     start = time.perf_counter()
     notes: list[str] = []
     extra = dict(extra or {})
-    if budget is not None:
-        extra["budget"] = budget
     with progress.phase(f"encoding {encoding}"):
         found = run_encoding(encoding, topology, collective,
                              Options(algorithm=algorithm, chunks=chunks, time_limit_s=time_limit_s,
-                                     extra=extra), notes)
+                                     extra=extra, budget=budget), notes)
     if budget is not None:
         found, passed = _within_budget(found, budget)
         notes += passed
@@ -346,6 +347,153 @@ DEFAULT_XML = XmlOptions()
 """The exec runtime, Simple protocol, one instance, all sizes."""
 
 
+# ------------------------------------------------------------------------ winners per size range
+TimeModel = Callable[[Candidate], Sequence[float]]
+"""Predicted µs of a candidate at each of the solve's sizes (``Candidate.costs`` order).
+
+This is the one seam where the model that decides the winners plugs in: :func:`lockstep_model`
+today; the runtime-faithful program model replaces it by being passed as ``model`` to
+:func:`choose_ranges` (and :func:`write_winners`)."""
+
+
+def lockstep_model(candidate: Candidate) -> list[float]:
+    """The synchronous-step α-β model the candidates were costed with (:func:`cost_profile`)."""
+    return [p.time_us for p in candidate.costs]
+
+
+@dataclass(frozen=True)
+class SizeRange:
+    """Message sizes ``lo..hi`` (inclusive; ``hi`` 0 = unbounded) and the candidate serving them."""
+
+    lo: int
+    hi: int
+    candidate: Candidate
+    sizes: tuple[int, ...]
+    """The requested sizes that fall in the range (where its time and % of bound are reported)."""
+    xml: str | None = None
+    reports: tuple[Any, ...] = ()
+
+    def to_dict(self, file: str | None) -> dict[str, Any]:
+        return {"min_bytes": self.lo, "max_bytes": self.hi,
+                "algorithm": self.candidate.schedule.algorithm, "candidate": self.candidate.name,
+                "file": file}
+
+
+def _config(c: Candidate, xml: XmlOptions | None) -> Config:
+    return Config(c.name, c.schedule.collective.chunks_per_rank,
+                  xml.proto if xml else "Simple", xml.instances if xml else 1)
+
+
+def rank_sizes(result: SolveResult, xml: XmlOptions | None, model: TimeModel = lockstep_model
+               ) -> tuple[list[BucketTuning], dict[Config, Candidate]]:
+    """Per size bucket (:func:`synth.catalog.select.make_buckets` over the sizes inside the XML's
+    byte range), the candidates fastest first under ``model``.
+
+    Where a file is written, a candidate whose ``nchunksperloop`` does not divide a size's element
+    count is never selected there by the runtime (:func:`synth.catalog.select.runs_at`), so it
+    ranks after every candidate that runs there; ties go to fewer steps, then the name.
+    """
+    sizes = [p.bytes for p in result.best.costs]
+    lo = xml.min_bytes if xml else 0
+    hi = xml.max_bytes if xml and xml.max_bytes else None
+    inside = [s for s in sizes if s >= lo and (hi is None or s <= hi)]
+    if not inside:
+        raise SynthError(f"no size of the sweep ({sizes[0]}..{sizes[-1]} bytes) lies in the XML's "
+                         f"byte range {lo}..{hi or 'unbounded'} (--min-bytes/--max-bytes)")
+    buckets = make_buckets(inside)
+    # the outer buckets reach the file's byte range: sizes outside the sweep go to its ends
+    buckets[0] = replace(buckets[0], lo=lo)
+    buckets[-1] = replace(buckets[-1], hi=hi or 0)
+    times = {c.name: dict(zip(sizes, model(c), strict=True)) for c in result.candidates}
+    lookup = {_config(c, xml): c for c in result.candidates}
+    out = []
+    for b in buckets:
+        def key(cfg: Config, size: int = b.size) -> tuple:
+            c = lookup[cfg]
+            runs = xml is None or bool(runs_at(np.array([size]), c.schedule.collective.buffer_chunks,
+                                               cfg.instances)[0])
+            return (not runs, times[c.name][size], c.report.steps, c.name)
+        ranking = sorted(lookup, key=key)
+        out.append(BucketTuning(b, ranking, len(ranking), len(ranking), ranking[0]))
+    return out, lookup
+
+
+def _range_options(xml: XmlOptions, lo: int, hi: int) -> XmlOptions:
+    """The file's byte range: inclusive ``hi`` (exec, rccl) or exclusive ``hi + 1`` (legacy,
+    spec §2.1); 0 stays unbounded."""
+    top = hi + 1 if hi and xml.profile == "legacy" else hi
+    return replace(xml, min_bytes=lo, max_bytes=top)
+
+
+def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: TimeModel = lockstep_model
+                  ) -> tuple[list[SizeRange], list[str]]:
+    """The winner of every size range, each with its interpreter-verified XML (when ``xml``).
+
+    Selection is the catalog's (:func:`synth.catalog.select.choose`): adjacent buckets with one
+    winner merge into one range, one file; a candidate whose file cannot be produced (a hard limit
+    of the runtime, named with its excess by the compiler) is excluded with that reason and its
+    buckets go to their next-best candidate. Returns the ranges and the notes on exclusions.
+    """
+    notes: list[str] = []
+    if xml is not None:
+        why = xml_unsupported_reason(result.best.schedule, xml)
+        if why:     # the collective has no MSCCL-IR form: the same for every candidate
+            notes.append(f"no XML: {why}")
+            xml = None
+    tunings, lookup = rank_sizes(result, xml, model)
+    made: dict[tuple[Config, int, int], tuple[str, tuple[Any, ...]] | str] = {}
+
+    def attempt(r: Range) -> str | None:
+        if xml is None:
+            return None
+        key = (r.config, r.lo, r.hi)
+        if key not in made:
+            try:
+                text, reports = emit_verified_xml(lookup[r.config].schedule,
+                                                  _range_options(xml, r.lo, r.hi))
+                made[key] = (text, tuple(reports))
+            except SynthError as exc:
+                made[key] = exc.message
+        got = made[key]
+        return got if isinstance(got, str) else None
+
+    choice = choose(tunings, attempt)
+    sizes = [p.bytes for p in result.best.costs]
+    ranges = []
+    for r in choice.ranges:
+        inside = tuple(s for s in sizes if s >= r.lo and (not r.hi or s <= r.hi))
+        got = made.get((r.config, r.lo, r.hi))
+        text, reports = got if isinstance(got, tuple) else (None, ())
+        ranges.append(SizeRange(r.lo, r.hi, lookup[r.config], inside, text, reports))
+    notes += [f"{cfg.family} passed over: {why}" for cfg, why in choice.excluded.items()]
+    if xml is not None:
+        notes += _never_selected(result, tunings, choice, lookup, model)
+    return ranges, notes
+
+
+def _never_selected(result: SolveResult, tunings: Sequence[BucketTuning], choice: Any,
+                    lookup: dict[Config, Candidate], model: TimeModel) -> list[str]:
+    """Notes on candidates faster than a bucket's winner whose file a runtime would not select
+    there (``nchunksperloop`` does not divide the element count, spec §3.1)."""
+    sizes = [p.bytes for p in result.best.costs]
+    times = {c.name: dict(zip(sizes, model(c), strict=True)) for c in result.candidates}
+    winner = {b: r.config for r in choice.ranges for b in r.buckets}
+    missed: dict[str, list[int]] = {}
+    chunks = {c.name: c.schedule.collective.buffer_chunks for c in result.candidates}
+    for t in tunings:
+        size = t.bucket.size
+        won = times[lookup[winner[t.bucket.index]].name][size]
+        for cfg in t.ranking:
+            c = lookup[cfg]
+            if times[c.name][size] < won and not runs_at(
+                    np.array([size]), c.schedule.collective.buffer_chunks, cfg.instances)[0]:
+                missed.setdefault(c.name, []).append(size)
+    return [f"{name} would be faster at {len(at)} size(s) ({at[0]}..{at[-1]} bytes) but its "
+            f"nchunksperloop ({chunks[name]}) "
+            f"does not divide their fp32 element counts, so no runtime selects it there (spec §3.1)"
+            for name, at in missed.items()]
+
+
 @dataclass
 class Written:
     """What :func:`write_outputs` put on disk, and why an output was left out."""
@@ -355,6 +503,9 @@ class Written:
     notes: list[str]
     plan_reports: list[Any] = field(default_factory=list)
     """MSCCL++ plan verification reports (``--format mscclpp``)."""
+    ranges: list[SizeRange] = field(default_factory=list)
+    range_files: list[str | None] = field(default_factory=list)
+    """The XML serving each range (None without XML)."""
 
 
 @dataclass(frozen=True)
@@ -430,3 +581,86 @@ def write_best(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFA
         return candidate, written
     raise SynthError("no candidate could be emitted: " + "; ".join([*result.notes, *skipped])
                      + ("; --no-xml writes the schedule alone" if xml is not None else ""))
+
+
+def config_index(entries: Sequence[tuple[Path, int, int, str]]) -> str:
+    """``MSCCL_CONFIG`` for microsoft/msccl (spec §0): one ``<load>`` per file with its byte range
+    (``maxbytes`` exclusive, ``-1`` unbounded) and protocol; absolute paths, because the runtime
+    opens them relative to the job's working directory otherwise."""
+    for path, *_ in entries:
+        if any(ch in str(path) for ch in '"<>&\t\n\r'):
+            raise SynthError(f"the path '{path}' contains a character MSCCL_CONFIG cannot hold")
+    lines = [f'  <load path="{path}" minbytes="{lo}" maxbytes="{hi + 1 if hi else -1}" '
+             f'proto="{proto}"/>\n' for path, lo, hi, proto in entries]
+    return "<msccl_algos>\n" + "".join(lines) + "</msccl_algos>\n"
+
+
+def ranges_table(result: SolveResult, ranges: Sequence[SizeRange], files: Sequence[str | None]
+                 ) -> list[dict[str, Any]]:
+    """One row per range: the algorithm, and its time and % of bound at the largest requested size
+    in the range (the one the row's bandwidth is quoted at)."""
+    rows = []
+    for r, f in zip(ranges, files, strict=True):
+        at = {p.bytes: p for p in r.candidate.costs}
+        p = at[r.sizes[-1]] if r.sizes else None
+        rows.append({"min_bytes": r.lo, "max_bytes": r.hi, "algorithm": r.candidate.name,
+                     "at_bytes": p.bytes if p else None,
+                     "time_us": round(p.time_us, 6) if p else None,
+                     "pct_of_bound": round(p.pct_of_bound, 4) if p else None, "file": f})
+    return rows
+
+
+def ranges_markdown(result: SolveResult, rows: Sequence[dict[str, Any]]) -> str:
+    from .cost import format_size
+
+    head = (f"# {result.collective.name} on {result.topology.name} ({result.topology.num_ranks} "
+            f"ranks): the file serving each message size\n\nTime and % of bound (bound: "
+            f"{result.bound.method}) at the largest swept size of the range; `max` is inclusive, "
+            f"0 = unbounded.\n\n| min bytes | max bytes | algorithm | at | time µs | % of bound | "
+            f"file |\n|---|---|---|---|---|---|---|\n")
+    body = "".join(
+        f"| {r['min_bytes']} | {r['max_bytes']} | {r['algorithm']} | "
+        f"{format_size(r['at_bytes']) if r['at_bytes'] else '—'} | "
+        f"{r['time_us'] if r['time_us'] is not None else '—'} | "
+        f"{r['pct_of_bound'] if r['pct_of_bound'] is not None else '—'} | "
+        f"{Path(r['file']).name if r['file'] else '—'} |\n" for r in rows)
+    return head + body
+
+
+def write_winners(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML,
+                  model: TimeModel = lockstep_model, tag: str = "") -> Written:
+    """Write, for every size range, its winner's schedule JSON and verified XML; with more than one
+    range also the ``MSCCL_CONFIG`` index and the range table (``<prefix>.ranges.md``).
+
+    Everything is produced and verified in memory first (:func:`choose_ranges`); then each file is
+    written atomically. Names are :func:`schedule_file_name` and :func:`xml_file_name` (which
+    carries the byte range of each file); ``tag`` as there.
+    """
+    ranges, notes = choose_ranges(result, xml, model)
+    outputs: dict[Path, str] = {}
+    range_files: list[str | None] = []
+    reports: list[Any] = []
+    entries: list[tuple[Path, int, int, str]] = []
+    single = len(ranges) == 1
+    for r in ranges:
+        sched = r.candidate.schedule
+        outputs[out_dir / schedule_file_name(sched, tag)] = sched.to_json()
+        if r.xml is None or xml is None:
+            range_files.append(None)
+            continue
+        name = xml_file_name(sched, _range_options(xml, r.lo, r.hi), tag)
+        outputs[out_dir / name] = r.xml
+        range_files.append(str(out_dir / name))
+        entries.append((Path(out_dir / name).resolve(), r.lo, r.hi, xml.proto))
+        reports.extend(rep for rep in r.reports if rep.mode not in {x.mode for x in reports})
+    if not single:
+        coll = result.collective
+        prefix = f"{_name_part(result.topology.name)}_{coll.kind}" + \
+            (f"_root{coll.root}" if coll.root is not None else "") + (f"_{_name_part(tag)}" if tag else "")
+        rows = ranges_table(result, ranges, range_files)
+        outputs[out_dir / f"{prefix}.ranges.md"] = ranges_markdown(result, rows)
+        if entries:
+            outputs[out_dir / f"{prefix}.msccl_config"] = config_index(entries)
+    ensure_writable_dir(out_dir)  # only now: a failure above leaves no empty folder behind
+    written = [atomic_write(path, text) for path, text in outputs.items()]
+    return Written(written, reports, notes, ranges=ranges, range_files=range_files)

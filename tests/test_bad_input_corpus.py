@@ -79,7 +79,8 @@ CONTENTS: dict[str, bytes | Callable[[Path], None]] = {
 }
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    # name: (argument template, suffix the file gets; '{f}' is the bad file, '{o}' a fresh folder)
+    # name: (argument template, suffix the file gets; '{f}' is the bad file, '{o}' a fresh folder,
+    # '{t}' an existing one)
     "verify_json": ("verify {f}", ".json"),
     "verify_xml": ("verify {f}", ".xml"),
     "simulate": ("simulate {f}", ".json"),
@@ -100,6 +101,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "strategies_calibration": ("strategies --topo trn1_32 --coll allreduce --calibration {f}",
                                ".json"),
     "catalog_calibration": ("catalog --topo ring:4 --calibration {f} --out {o}", ".json"),
+    "topo_import": ("topo import {f} --format nccl-xml --out {t}/imported.yaml", ".xml"),
     "calibrate_nccl": ("calibrate {f} --format nccl-tests --topo dgx1 --out {o}/c.json", ".log"),
     "calibrate_nccom": ("calibrate {f} --format nccom-test --platform neuron --out {o}/c.json",
                         ".log"),
@@ -138,8 +140,9 @@ def test_corpus_through_every_command(tmp_path, command, content):
         pytest.skip("a log is free text: its lines are parsed, not its structure")
     bad = make(tmp_path, content, suffix)
     out = tmp_path / "out"
-    args = template.format(f=bad, o=out).split()
+    args = template.format(f=bad, o=out, t=tmp_path).split()
     assert_one_line_error(run_inprocess(*args), out)
+    assert not (tmp_path / "imported.yaml").exists()
 
 
 DEVICE_COMMANDS = ["verify {f}", "simulate {f}", "solve --topo {f} --coll allgather --out {o}",
@@ -347,6 +350,8 @@ def test_yaml_exponent_without_a_dot_is_a_number(tmp_path):
     (["--topo", "ring:4", "--chunks", "1000000000"], "MAX_GLOBAL_CHUNKS"),
     (["--topo", "ring:" + "9" * 5000], "too large"),
     (["--topo", "ring:4", "--time-limit", "nan"], "positive number of seconds"),
+    (["--topo", "ring:4", "--encoding", "smt", "--steps", "1000000000"], "MAX_STEPS"),
+    (["--topo", "trn1_32", "--target", "neuron", "--tensors", "1000000000"], "MAX_TENSORS"),
 ])
 def test_absurd_sizes_are_refused_at_once(tmp_path, args, needle):
     import time
@@ -457,3 +462,19 @@ def test_solve_creates_a_new_out_folder_when_it_writes(tmp_path, fmt):
                            "baseline", "--algo", "ring", "--format", fmt, "--out", str(out))
     assert result.returncode == 0, result.stderr
     assert any(out.glob("*.schedule.json"))
+
+
+@pytest.mark.parametrize("extra", [["--tuner", "nope"], ["--time-limit", "nan"],
+                                   ["--collectives", "nope"]])
+def test_failed_catalog_creates_no_folder(tmp_path, extra):
+    out = tmp_path / "a" / "cat"
+    result = run_inprocess("catalog", "--topo", "ring:4", "--out", str(out), "--cache-dir",
+                           str(tmp_path / "cache"), "--quiet", *extra)
+    assert_one_line_error(result)
+    assert not (tmp_path / "a").exists()
+
+
+def test_catalog_into_proc_is_refused_before_solving():
+    result = run_inprocess("catalog", "--topo", "ring:4", "--out", "/proc/synth_catalog", "--quiet")
+    assert_one_line_error(result)
+    assert "pseudo-filesystem" in result.stderr

@@ -97,7 +97,7 @@ def test_candidate_over_memory():
 def test_solver_models_refused_before_they_are_built():
     topo = load_topology("ring:4")
     coll = make_collective("allgather", 4)
-    opts = Options(chunks=200_000, extra={"budget": Budget(64 * guards.GB, None)})
+    opts = Options(chunks=200_000, budget=Budget(64 * guards.GB, None))
     start = time.perf_counter()
     with pytest.raises(TooBig, match=r"smt with 200000 chunks.*variables"):
         run_encoding("smt", topo, coll, opts)
@@ -109,7 +109,7 @@ def test_auto_steps_aside_and_says_so():
     coll = make_collective("allgather", 4, 3000)   # 36,000 transfers a schedule: ~9 MB
     notes: list[str] = []
     room_for_one = Budget(guards.BASE_BYTES + 12 * guards.MB, None)
-    found = run_encoding("auto", topo, coll, Options(chunks=3000, extra={"budget": room_for_one}),
+    found = run_encoding("auto", topo, coll, Options(chunks=3000, budget=room_for_one),
                          notes)
     assert len(found) == 1 and next(iter(found.values())).encoding == "baseline"
     assert any(n.startswith("trees stepped aside: ") for n in notes), notes
@@ -117,7 +117,7 @@ def test_auto_steps_aside_and_says_so():
     notes.clear()
     tiny = Budget(guards.BASE_BYTES + 3 * guards.MB, None)
     with pytest.raises(SynthError, match="stepped aside"):
-        run_encoding("auto", topo, coll, Options(chunks=3000, extra={"budget": tiny}), notes)
+        run_encoding("auto", topo, coll, Options(chunks=3000, budget=tiny), notes)
     assert any(n.startswith("baseline stepped aside: ") for n in notes), notes
 
 

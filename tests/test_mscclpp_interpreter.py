@@ -185,3 +185,23 @@ def test_cli_verify_plan(synth_cli, tmp_path):
     broken.write_text('{"gpus": [{}], "protocol": "Simple"}')
     result = synth_cli("verify", str(broken))
     assert result.returncode == 2 and "not an MSCCL++ execution plan" in result.stderr
+
+
+def test_op_that_is_not_an_object_is_input_error():
+    obj = _load("single_node/allgather.json")
+    obj["gpus"][0]["threadblocks"][0]["ops"][0] = ["nop"]
+    with pytest.raises(SynthError) as e:
+        _verify(obj)
+    assert e.value.exit_code == 2
+
+
+def test_memory_put_from_mixed_buffers_rejected():
+    obj = _load("multi_node/allgather.json")
+    for _, _, path, ops in _ops(obj):
+        op = ops[path[-1]]
+        if op["name"] == "put" and len(op["src_buff"]) > 1:
+            op["src_buff"][1]["type"] = "i"
+            break
+    with pytest.raises(VerificationError) as e:
+        _verify(obj)
+    assert e.value.reason == "unsupported" and "first one's buffer" in str(e.value)

@@ -164,7 +164,7 @@ def test_unsupported_combining_collective():
 
 # ---------------------------------------------------------------------------------------- CLI
 @pytest.mark.parametrize("args,needle", [
-    (["--steps", "0"], "--steps must be at least 1"),
+    (["--steps", "0"], "--steps must be in 1..1024"),
     (["--steps", "3", "--rounds", "2"], "must be at least --steps"),
     (["--steps", "2", "--chunks", "0"], "--chunks must be at least 1"),
     (["--steps", "2", "--least-steps"], "exclude each other"),

@@ -36,6 +36,7 @@ import shutil
 from pathlib import Path
 
 from ..errors import SynthError
+from ..files import check_writable_dir, ensure_writable_dir
 from . import CatalogResult
 from .plot import plot_collective
 from .report import (
@@ -58,15 +59,11 @@ _AT_FDCWD = -100
 
 
 def check_out_dir(out: Path) -> Path:
-    """The absolute output folder, after proving it can be (re)placed; nothing is written."""
+    """The absolute output folder, after proving it can be (re)placed; nothing is written or
+    created (:func:`write_catalog` creates the parent folders when it writes)."""
     out = Path(os.path.abspath(out))
-    parent = out.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise SynthError(f"cannot create '{parent}' for the catalog: {exc.strerror or exc}") from None
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise SynthError(f"cannot write the catalog: folder '{parent}' is not writable")
+    check_writable_dir(out)
+    check_writable_dir(out.parent)  # the folder is replaced by a rename inside its parent
     if out.exists() or out.is_symlink():
         if not out.is_dir() or out.is_symlink():
             raise SynthError(f"output path '{out}' exists and is not a folder")
@@ -172,6 +169,7 @@ def render(result: CatalogResult, out: Path) -> dict[str, str | bytes]:
 def write_catalog(result: CatalogResult, out: Path) -> list[Path]:
     """Write the catalog folder atomically (module docstring); returns the files, sorted."""
     out = check_out_dir(out)
+    ensure_writable_dir(out.parent)
     clean_stale(out)
     files = render(result, out)
     token = secrets.token_hex(4)

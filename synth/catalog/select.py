@@ -65,6 +65,12 @@ class Bucket:
     hi: int
 
 
+def runs_at(sizes: np.ndarray, buffer_chunks: int, instances: int) -> np.ndarray:
+    """Where the runtime would select a file of ``buffer_chunks * instances`` chunks per loop: its
+    ``nchunksperloop`` must divide the call's element count (spec §3.1, :data:`ELEMENT_BYTES`)."""
+    return np.asarray(sizes, dtype=np.int64) % (ELEMENT_BYTES * buffer_chunks * instances) == 0
+
+
 def make_buckets(sizes: Sequence[int]) -> list[Bucket]:
     """Buckets tiling ``[min(sizes), max(sizes)]`` exactly (module docstring)."""
     s = sorted(set(int(x) for x in sizes))
@@ -109,7 +115,7 @@ class Table:
         sizes = np.array([b.size for b in buckets], dtype=np.int64)
         for c in self.candidates:
             for inst in INSTANCES:
-                runs = sizes % (ELEMENT_BYTES * c.schedule.collective.buffer_chunks * inst) == 0
+                runs = runs_at(sizes, c.schedule.collective.buffer_chunks, inst)
                 for proto in PROTOCOLS:
                     t = c.profile.times_us(self.sizes, model.get(proto), inst,
                                            model.instance_overhead_us)

@@ -204,10 +204,10 @@ def _calibrate_msccl(log: str, xml_dir: str | None, topo_spec: str | None, nodes
     """`calibrate --format msccl`: fit the program model's floors to measured MSCCL times."""
     import json
 
+    from ..calibrate.program_fit import fit_floors, read_measurements
     from ..emit.interpreter import verify_program
     from ..emit.xml_parse import read_program
     from ..files import atomic_write, ensure_writable_dir, read_input
-    from ..program_fit import fit_floors, read_measurements
     from ..topology_io import load_topology
 
     if topo_spec is None:

@@ -50,7 +50,8 @@ from .console import err, out
               type=click.Choice(["Simple", "LL", "LL128"]))
 @click.option("--instances", default=1, show_default=True, help="XML instances (channels).")
 @click.option("--min-bytes", default="0", show_default=True, help="XML minBytes (e.g. 1MB).")
-@click.option("--max-bytes", default="0", show_default=True, help="XML maxBytes; 0 = unbounded.")
+@click.option("--max-bytes", default="0", show_default=True,
+              help="XML maxBytes, inclusive (legacy files get +1); 0 = unbounded.")
 @click.option("--format", "out_format", default="msccl", show_default=True,
               type=click.Choice(["msccl", "mscclpp"]),
               help="msccl: MSCCL-IR XML; mscclpp: an MSCCL++ execution plan (JSON), verified by the "
@@ -88,7 +89,7 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
     from ..emit import XmlOptions
     from ..files import check_writable_dir
     from ..solve import solve as run_solve
-    from ..solve import write_best
+    from ..solve import write_best, write_winners
 
     if chunks is not None and chunks < 1:
         raise SynthError(f"--chunks must be at least 1, got {chunks}")
@@ -132,15 +133,17 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
             plan = PlanTarget(topology, PlanOptions(proto=proto, instances=instances,
                                                     min_bytes=_bytes(min_bytes),
                                                     max_bytes=_bytes(max_bytes)))
-        chosen, written = write_best(result, target, None if plan else xml, plan,
-                                     _calibration_tag(calibration))
-        result.best = chosen
+        if plan is not None:
+            result.best, written = write_best(result, target, None, plan,
+                                              _calibration_tag(calibration))
+        else:
+            written = write_winners(result, target, xml, tag=_calibration_tag(calibration))
+            result.best = written.ranges[-1].candidate  # the one serving the largest size
     files = [str(f) for f in written.files]
-    from ..solve import compare_with_nccl, runtime_profile
+    from ..solve import compare_with_nccl
 
-    runtime = runtime_profile(result.best.schedule, topology, size_list, proto, instances,
-                              calibration)
-    program_us = (_program_times(files, topology, size_list, xml_profile, calibration)
+    runtime = _runtime(result, written, topology, size_list, proto, instances, calibration)
+    program_us = (_program_times(written, files, topology, size_list, xml_profile, calibration)
                   if want_program else None)
     vs_nccl = compare_with_nccl(result.best.schedule, topology, size_list, nccl_cal, calibration,
                                 program_us)
@@ -153,7 +156,7 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
                               if program_us is not None else None)
         click.echo(dumps_json(data, indent=2))
         return
-    _print_solve(result, files, vs_nccl, program_us, runtime)
+    _print_solve(result, files, written, vs_nccl, program_us, runtime)
     for note in written.notes:
         out.print(f"[yellow]{note}[/yellow]")
     for rep in written.xml_reports:
@@ -164,20 +167,43 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
                   f"{rep.operations} operations, {rep.signals} signals, postcondition holds")
 
 
-def _program_times(files: list[str], topology: Topology, sizes: list[int], profile: str,
-                   calibration: str | None) -> list[float] | None:
-    """The written XML's time per size under the timed program model (None without an XML).
+def _runtime(result: Any, written: Any, topology: Topology, sizes: list[int], proto: str,
+             instances: int, calibration: str | None) -> Any:
+    """:func:`synth.solve.runtime_profile` of what serves each size (the best candidate's file
+    when no size ranges were chosen); ``max_bytes`` is the largest range's file's."""
+    from ..solve import RuntimeProfile, runtime_profile
 
-    The file was verified by the interpreter before it was written (``emit_verified_xml``).
+    if not written.ranges:
+        return runtime_profile(result.best.schedule, topology, sizes, proto, instances, calibration)
+    parts = [runtime_profile(r.candidate.schedule, topology, list(r.sizes), proto, instances,
+                             calibration) for r in written.ranges if r.sizes]
+    return RuntimeProfile(proto, instances, parts[-1].max_bytes, parts[-1].source,
+                          [p for part in parts for p in part.points])
+
+
+def _program_times(written: Any, files: list[str], topology: Topology, sizes: list[int],
+                   profile: str, calibration: str | None) -> list[float] | None:
+    """Per size, the time of the written XML that serves it under the timed program model (None
+    without an XML).
+
+    Every file was verified by the interpreter before it was written (``emit_verified_xml``).
     """
     from ..emit.xml_parse import read_program
     from ..program_model import program_times_us
 
-    xml = [f for f in files if f.endswith(".xml")]
-    if not xml:
-        return None
-    program = read_program(xml[0], profile)
-    return program_times_us(program, topology, sizes, calibration=calibration, profile=profile)
+    serving = {p.bytes: f for p, _, f in _served(written)}
+    if not any(serving.values()):
+        xml = [f for f in files if f.endswith(".xml")]
+        if not xml:
+            return None
+        serving = dict.fromkeys(sizes, xml[0])
+    out: dict[int, float] = {}
+    for f in dict.fromkeys(v for v in serving.values() if v):
+        mine = [n for n in sizes if serving.get(n) == f]
+        times = program_times_us(read_program(f, profile), topology, mine, calibration=calibration,
+                                 profile=profile)
+        out.update(zip(mine, times, strict=True))
+    return [out.get(n, float("inf")) for n in sizes]
 
 
 def _calibration_tag(calibration: str | None) -> str:
@@ -246,8 +272,21 @@ def _bytes(text: str) -> int:
     return 0 if text.strip() == "0" else parse_size(text)
 
 
+def _served(written: Any) -> list[tuple[Any, Any, str | None]]:
+    """Per swept size: (its cost point under the winner, the winner, the file serving it); empty
+    when no size ranges were chosen (an MSCCL++ plan)."""
+    out = []
+    for r, f in zip(written.ranges, written.range_files, strict=True):
+        at = {p.bytes: p for p in r.candidate.costs}
+        out.extend((at[size], r.candidate, f) for size in r.sizes)
+    return out
+
+
 def _solve_json(result: Any, files: list[str], written: Any) -> dict[str, Any]:
+    from ..solve import ranges_table
+
     best = result.best
+    served = _served(written) or [(p, best, None) for p in best.costs]
     return {
         "xml_verified_modes": [rep.mode for rep in written.xml_reports],
         "mscclpp_verified": bool(written.plan_reports),
@@ -266,7 +305,9 @@ def _solve_json(result: Any, files: list[str], written: Any) -> dict[str, Any]:
         "files": files,
         "bound": {"method": result.bound.method, "latency_us": result.bound.latency_us,
                   "steps": result.bound.steps},
-        "costs": [p.to_dict() for p in best.costs],
+        "costs": [{**p.to_dict(), "algorithm": c.name, "file": f} for p, c, f in served],
+        "ranges": [r.to_dict(f) for r, f in zip(written.ranges, written.range_files, strict=True)],
+        "range_table": ranges_table(result, written.ranges, written.range_files),
         "candidates": [{"name": c.name, "algorithm": c.schedule.algorithm, "steps": c.report.steps,
                         "score_pct": round(100 * c.score, 3),
                         "time_us": {str(p.bytes): round(p.time_us, 6) for p in c.costs}}
@@ -274,7 +315,7 @@ def _solve_json(result: Any, files: list[str], written: Any) -> dict[str, Any]:
     }
 
 
-def _print_solve(result: Any, files: list[str], vs_nccl: Any = None,
+def _print_solve(result: Any, files: list[str], written: Any, vs_nccl: Any = None,
                  program_us: list[float] | None = None, runtime: Any = None) -> None:
     best = result.best
     s = best.schedule
@@ -286,14 +327,15 @@ def _print_solve(result: Any, files: list[str], vs_nccl: Any = None,
     if result.encoding == "auto":
         from ..encodings import auto_reason
 
-        out.print(f"auto: {auto_reason(result.topology, result.collective)}; picked "
-                  f"{s.algorithm} (best mean % of bound over the sizes)")
+        out.print(f"auto: {auto_reason(result.topology, result.collective)}; each size range "
+                  f"gets its fastest candidate")
     if s.meta.get("why"):
         out.print(f"why: {s.meta['why']}")
     model = ("NCCL's tuning model" if s.meta.get("time_model") == "nccl"
              else "step model, no runtime floors")
-    table = Table(title=f"predicted cost ({model}; bound: {result.bound.method})")
-    cols = ["size", "model_us", "algbw GB/s", "bound µs", "% of bound"]
+    table = Table(title=f"predicted cost of what is written ({model}; bound: "
+                        f"{result.bound.method})")
+    cols = ["size", "algorithm", "model_us", "algbw GB/s", "bound µs", "% of bound"]
     if program_us is not None:
         runtime = None      # the written file, timed, already runs its --proto and --instances
     if runtime is not None:
@@ -303,8 +345,9 @@ def _print_solve(result: Any, files: list[str], vs_nccl: Any = None,
     for col in cols:
         table.add_column(col, justify="right")
     run_at = {p.bytes: p.time_us for p in runtime.points} if runtime is not None else {}
-    for i, p in enumerate(best.costs):
-        row = [format_size(p.bytes), f"{p.time_us:.2f}", f"{p.algbw_GBps:.2f}",
+    served = _served(written) or [(p, best, None) for p in best.costs]
+    for i, (p, c, _) in enumerate(served):
+        row = [format_size(p.bytes), c.name, f"{p.time_us:.2f}", f"{p.algbw_GBps:.2f}",
                f"{p.bound_us:.2f}", f"{p.pct_of_bound:.1f}"]
         if runtime is not None:
             t = run_at[p.bytes]
@@ -314,6 +357,18 @@ def _print_solve(result: Any, files: list[str], vs_nccl: Any = None,
             row.append(f"{t:.2f}" if t != float("inf") else "deadlock")
         table.add_row(*row)
     out.print(table)
+    if len(written.ranges) > 1:
+        from ..solve import ranges_table
+
+        rt = Table(title="size range -> file (time and % of bound at the range's largest size)")
+        for col in ("min bytes", "max bytes", "algorithm", "time µs", "% of bound", "file"):
+            rt.add_column(col, justify="left" if col in ("algorithm", "file") else "right")
+        for row_ in ranges_table(result, written.ranges, written.range_files):
+            rt.add_row(str(row_["min_bytes"]), str(row_["max_bytes"] or "unbounded"),
+                       row_["algorithm"], f"{row_['time_us']:.2f}" if row_["time_us"] else "—",
+                       f"{row_['pct_of_bound']:.1f}" if row_["pct_of_bound"] else "—",
+                       Path(row_["file"]).name if row_["file"] else "—")
+        out.print(rt)
     if runtime is not None:
         too_large = any(t == float("inf") for t in run_at.values())
         out.print(f"[dim]runtime_us: run by the MSCCL runtime with --proto {runtime.proto} "

@@ -8,6 +8,7 @@ import click
 from rich.table import Table
 
 from ..files import dumps_json
+from ..topology import Topology
 from ..topology_io import load_topology, shipped_files, shipped_names
 from .console import out
 
@@ -75,3 +76,60 @@ def topo_show(name: str, nodes: int, as_json: bool) -> None:
               f"algbw <= {b['algbw_limit_GBps']:.4g} GB/s ({b['method']})")
     for src in t.sources:
         out.print(f"[dim]source: {src}[/dim]")
+
+
+@topo.command("import")
+@click.argument("file", type=click.Path())
+@click.option("--format", "fmt", required=True, type=click.Choice(["nccl-xml"]),
+              help="nccl-xml: an NCCL_TOPO_DUMP_FILE / NCCL_TOPO_FILE system XML.")
+@click.option("--out", "out_file", required=True, type=click.Path(),
+              help="The topology YAML to write (then: --topo FILE).")
+@click.option("--name", default=None, help="Topology name (default: the file's stem).")
+@click.option("--nodes", default=1, show_default=True,
+              help="Check that N copies join through their NICs and print that cluster's bound; "
+                   "the file describes one node (use --topo FILE --nodes N).")
+@click.option("--assume-nvlink", default=None,
+              type=click.Choice(["none", "v100", "a100", "h100", "h200", "b200"]),
+              help="For hint files whose GPUs have no <gpu> element: the NVSwitch board to assume "
+                   "(or none: PCIe only). Never applied to a file that states its NVLinks.")
+@click.option("--assume-nic-gbps", type=float, default=None,
+              help="For NICs that state no speed: their speed in Gbit/s.")
+def topo_import(file: str, fmt: str, out_file: str, name: str | None, nodes: int,
+                assume_nvlink: str | None, assume_nic_gbps: float | None) -> None:
+    """Build a topology FILE for --topo from what a machine reports (NCCL topology XML).
+
+    Prints what it read, what it inferred and what it assumed; refuses a file it cannot read
+    with the line and element.
+    """
+    from ..errors import SynthError
+    from ..files import atomic_write, check_output_file
+    from ..summary import topology_summary
+    from ..topo_import import import_topology
+
+    if assume_nic_gbps is not None and not 0 < assume_nic_gbps < 1e5:
+        raise SynthError(f"--assume-nic-gbps must be a speed in Gbit/s, got {assume_nic_gbps:g}")
+    target = check_output_file(Path(out_file), "--out")
+    machine, t, text = import_topology(file, fmt, name, assume_nvlink, assume_nic_gbps)
+    if assume_nvlink is not None and not any("--assume-nvlink" in a for a in machine.assumed):
+        raise SynthError("--assume-nvlink applies to hint files only; this file states its GPUs")
+    cluster = load_topology_from_text(text, out_file, nodes) if nodes > 1 else t
+    atomic_write(target, text)
+    for title, items, style in (("read", machine.read, ""), ("inferred", machine.inferred, ""),
+                                ("assumed", machine.assumed, "yellow")):
+        for item in items:
+            out.print(f"{title}: {item}", markup=False, soft_wrap=True, highlight=False,
+                      style=style or None)
+    b = topology_summary(cluster)["bounds"]["allgather"]
+    out.print(f"{cluster.name}: {cluster.num_ranks} ranks, {len(cluster.links)} links, "
+              f"{len(cluster.switches)} switches, {len(cluster.nics)} NICs; allgather algbw <= "
+              f"{b['algbw_limit_GBps']:.4g} GB/s", markup=False)
+    out.print(f"wrote {target}", markup=False)
+
+
+def load_topology_from_text(text: str, path: str, nodes: int) -> Topology:
+    """The N-node cluster of an imported node (validated like --topo FILE --nodes N)."""
+    from ..builders import multinode
+    from ..files import parse_data
+    from ..topology_io import parse_topology
+
+    return multinode(parse_topology(parse_data(text, path), path), nodes)

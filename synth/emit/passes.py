@@ -411,14 +411,14 @@ def lower(schedule: Schedule, mode: str) -> Dag:
                     rs = rsteps[slot]
                     anchor = min(sl[:bisect_right(rs, rs[0])], key=lambda s: s.peer)
                 copies.append(Copy(r, 0, -1, c, fin, out, anchor))
-                # A copy receiver that lands the value in the cell of the same name as this output
-                # copy takes it from there: both ends of the message then name one location, which
-                # lets the receiver forward it as an rcs and still agree with it (spec E2,
-                # :func:`disagreements`). The initial copy runs first in step 0, so this only adds
-                # a same-rank dependency on a local copy.
+                # A copy receiver that may forward the value (an rcs) and lands it in the cell of
+                # the same name as this output copy takes it from there: both ends of the message
+                # then name one location, so the forward can stay fused and still agree with it
+                # (spec E2, :func:`disagreements`). The initial copy runs first in step 0, so this
+                # only adds a same-rank dependency on a local copy.
                 for snd in sends_of.get(slot, ()):
                     rv = snd.recv
-                    if rv is not None and not rv.reduce and rv.dst == out:
+                    if rv is not None and not rv.reduce and rv.cands and rv.dst == out:
                         snd.src = out
                 continue
             step = ws[-1]

@@ -1,69 +1,101 @@
-"""Encodings: ``(topology, collective, options) -> schedules``, one module each, behind one registry.
+"""Encodings: ``(topology, collective, options) -> schedules``, one family each, behind one registry.
 
 Every encoding returns candidate :class:`~synth.schedule.Schedule` objects; the caller verifies and
 costs them (:mod:`synth.solve`). An encoding that cannot express the request raises
 :class:`~synth.errors.NotApplicable` saying which encoding can.
+
+The registry, :data:`ENCODINGS`, is declared once at the end of this module: each
+:class:`Encoding` names its family's entry point and its typed options class
+(:mod:`synth.encodings.options`). Options an encoding does not take are an error, never silently
+ignored; under ``auto`` every option must belong to some encoding, and each encoding receives only
+its own. The families are imported only when they run (the MILP one loads OR-Tools and PuLP).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 
-from ..collectives import Collective, make_collective
+from ..collectives import Collective
 from ..errors import NotApplicable, SynthError, unknown_name
 from ..schedule import Schedule
 from ..topology import Topology
-from .options import Options
+from .options import (
+    BaselineOptions,
+    EncodingOptions,
+    FlowOptions,
+    MilpOptions,
+    Options,
+    SmtOptions,
+    TreesOptions,
+)
 
-RING_ALLTOALL = ("ring", "bidir_ring")
-RING_ALLTOALL_MAX_RANKS = 32
+__all__ = ["ENCODINGS", "Encoding", "Options", "auto_reason", "run_encoding"]
+
+Runner = Callable[[Topology, Collective, Options], dict[str, Schedule]]
 
 
+@dataclass(frozen=True)
+class Encoding:
+    """One registered encoding: its name, its typed options, its entry point and what it is."""
+
+    name: str
+    options: type[EncodingOptions]
+    run: Runner
+    summary: str
+
+    def __call__(self, topology: Topology, collective: Collective,
+                 options: Options) -> dict[str, Schedule]:
+        """Check the options (a foreign or misspelled one is a SynthError), then run."""
+        self.options.parse(options.extra)
+        return self.run(topology, collective, options)
+
+
+# ------------------------------------------------------------------------------- entry points
 def _baseline(topology: Topology, collective: Collective, options: Options) -> dict[str, Schedule]:
-    from .baseline.algorithms import ALGORITHMS, baseline, preferred_chunks
+    from .baseline import baseline_encoding
 
-    names = [options.algorithm] if options.algorithm else list(ALGORITHMS)
-    found: dict[str, Schedule] = {}
-    reasons: list[str] = []
-    for name in names:
-        if (not options.algorithm and collective.kind == "alltoall" and name in RING_ALLTOALL
-                and collective.num_ranks > RING_ALLTOALL_MAX_RANKS):
-            # ring alltoall moves O(n^3) chunk-hops: minutes to build and verify at 128 ranks and
-            # never competitive with direct there; it stays available with --algo ring
-            continue
-        if not options.algorithm and options.extra.get("budget") is not None:
-            from ..guards import TooBig
-
-            try:  # each algorithm's schedule shares the budget with the ones already built
-                _guard("baseline", topology, collective, options,
-                       options.extra.get("held", 0) + _held(found))
-            except TooBig as exc:
-                reasons.append(f"{name}: {exc.message}")
-                continue
-        coll = collective
-        if options.chunks is None and collective.custom is None:
-            k = preferred_chunks(name, collective.kind, collective.num_ranks, topology)
-            if k != collective.chunks_per_rank:
-                coll = make_collective(collective.kind, collective.num_ranks, k, collective.root,
-                                       collective.inplace)
-        try:
-            found[name] = baseline(topology, coll, name)
-        except NotApplicable as exc:
-            if options.algorithm:
-                raise
-            reasons.append(str(exc))
-    if not found:
-        raise NotApplicable(f"no baseline applies to {collective.name} on '{topology.name}': "
-                            + "; ".join(reasons))
-    return found
+    return baseline_encoding(topology, collective, options)
 
 
-ENCODINGS: dict[str, Callable[[Topology, Collective, Options], dict[str, Schedule]]] = {
-    "baseline": _baseline,
-}
-"""name -> function returning {candidate name: schedule}. Later encodings register here."""
+def _trees(topology: Topology, collective: Collective, options: Options) -> dict[str, Schedule]:
+    from .trees import trees_encoding
+
+    return trees_encoding(topology, collective, options)
 
 
+def _flow(topology: Topology, collective: Collective, options: Options) -> dict[str, Schedule]:
+    from .flow import flow_encoding
+
+    return flow_encoding(topology, collective, options)
+
+
+def _smt(topology: Topology, collective: Collective, options: Options) -> dict[str, Schedule]:
+    from .smt import smt_encoding
+
+    return smt_encoding(topology, collective, options)
+
+
+def _milp(topology: Topology, collective: Collective, options: Options) -> dict[str, Schedule]:
+    """Under ``auto`` the MILP runs only where a shipped sketch fits the topology (or one was given)
+    and with a bounded time, as TACCL is meant to be used: guided, not blind."""
+    from .milp import milp_encoding
+    from .milp.encoding import AUTO_MAX_RANKS, AUTO_TIME_LIMIT_S
+
+    if options.auto:
+        from ..sketches import sketch_for
+
+        if collective.custom is not None or topology.num_ranks > AUTO_MAX_RANKS:
+            raise NotApplicable("milp steps aside under auto above "
+                                f"{AUTO_MAX_RANKS} ranks")
+        if not options.extra.get("sketch") and sketch_for(topology) is None:
+            raise NotApplicable(f"milp: no shipped sketch fits '{topology.name}' (give --sketch)")
+        if options.time_limit_s is None:
+            options = replace(options, time_limit_s=AUTO_TIME_LIMIT_S)
+    return milp_encoding(topology, collective, options)
+
+
+# ------------------------------------------------------------------------------- auto
 AUTO_ALL_MAX_RANKS = 64
 """Up to this many ranks ``auto`` runs every encoding and keeps the best; above, it runs the
 baselines and the one synthesis encoding :func:`.auto.choose` picks for the collective."""
@@ -92,13 +124,12 @@ def auto_reason(topology: Topology, collective: Collective) -> str:
 def _guard(name: str, topology: Topology, collective: Collective, options: Options,
            held: int) -> None:
     """Size ``name`` against the run's budget before it starts (:mod:`synth.guards`)."""
-    budget = options.extra.get("budget")
-    if budget is None or collective.custom is not None:
+    if options.budget is None or collective.custom is not None:
         return
     from ..guards import check_encoding
 
     check_encoding(name, collective.kind, topology.num_ranks, len(topology.links), options.chunks,
-                   budget, held)
+                   options.budget, held)
 
 
 def _held(found: dict[str, Schedule]) -> int:
@@ -107,26 +138,39 @@ def _held(found: dict[str, Schedule]) -> int:
     return sum(s.num_transfers for s in found.values()) * SCHEDULE_BYTES_PER_TRANSFER
 
 
+def _own_options(options: Options, encoding: Encoding, auto: bool) -> Options:
+    """``options`` with only the encoding-specific options ``encoding`` takes."""
+    names = set(encoding.options.names())
+    return replace(options, extra={k: v for k, v in options.extra.items() if k in names}, auto=auto)
+
+
+def _check_auto_options(options: Options) -> None:
+    """Under ``auto`` an option must belong to at least one encoding."""
+    known = {name for enc in ENCODINGS.values() for name in enc.options.names()}
+    for key in sorted(set(options.extra) - known):
+        raise unknown_name("encoding option", key, known)
+
+
 def run_encoding(name: str, topology: Topology, collective: Collective, options: Options,
                  notes: list[str] | None = None) -> dict[str, Schedule]:
-    """Run encoding ``name`` (or every one that fits under ``auto``).
+    """Run encoding ``name`` (or ``auto``) and return its candidates by name.
 
-    With a budget in ``options.extra["budget"]`` each encoding is sized before it starts: one that
-    does not fit is refused (:class:`synth.guards.TooBig`) or, under ``auto``, steps aside with a
-    line in ``notes``."""
+    With ``options.budget`` (:mod:`synth.guards`) each encoding is sized before it starts: one
+    that does not fit is refused (:class:`synth.guards.TooBig`) or, under ``auto``, steps aside
+    with a line in ``notes``."""
     from .. import progress
+    from ..guards import TooBig
 
-    if name == "auto" and options.algorithm:
-        name = "baseline"  # --algo names a baseline algorithm
     if name == "auto":
-        from ..guards import TooBig
-
+        _check_auto_options(options)
+        if options.algorithm:  # --algo names a baseline algorithm
+            _guard("baseline", topology, collective, options, 0)
+            return ENCODINGS["baseline"](topology, collective,
+                                         _own_options(options, ENCODINGS["baseline"], False))
         found: dict[str, Schedule] = {}
-        auto = Options(options.algorithm, options.chunks, options.time_limit_s,
-                       {**options.extra, "auto": True})
         for enc in _auto_encodings(topology, collective):
             try:
-                _guard(enc, topology, collective, auto, _held(found))
+                _guard(enc, topology, collective, options, _held(found))
             except TooBig as exc:
                 if notes is not None:
                     notes.append(f"{enc} stepped aside: {exc.message}")
@@ -134,10 +178,8 @@ def run_encoding(name: str, topology: Topology, collective: Collective, options:
                 continue
             try:
                 with progress.phase(enc):
-                    found.update(ENCODINGS[enc](topology, collective,
-                                                Options(auto.algorithm, auto.chunks,
-                                                        auto.time_limit_s,
-                                                        {**auto.extra, "held": _held(found)})))
+                    own = replace(_own_options(options, ENCODINGS[enc], True), held=_held(found))
+                    found.update(ENCODINGS[enc](topology, collective, own))
             except NotApplicable:
                 continue
         if not found:
@@ -150,51 +192,17 @@ def run_encoding(name: str, topology: Topology, collective: Collective, options:
     return ENCODINGS[name](topology, collective, options)
 
 
-def _trees(topology: Topology, collective: Collective, options: Options) -> dict[str, Schedule]:
-    from .trees.encoding import trees_encoding
-
-    return trees_encoding(topology, collective, options)
-
-
-def _flow(topology: Topology, collective: Collective, options: Options) -> dict[str, Schedule]:
-    from .flow.encoding import flow_encoding
-
-    return flow_encoding(topology, collective, options)
-
-
-ENCODINGS["trees"] = _trees
-ENCODINGS["flow"] = _flow
-
-
-def _smt(topology: Topology, collective: Collective, options: Options) -> dict[str, Schedule]:
-    """SCCL's steps/rounds/chunks encoding (CP-SAT or z3); see :mod:`synth.encodings.smt.encoding`."""
-    from .smt.encoding import smt_encoding
-
-    return smt_encoding(topology, collective, options)
-
-
-ENCODINGS["smt"] = _smt
-
-
-def _milp(topology: Topology, collective: Collective, options: Options) -> dict[str, Schedule]:
-    """TACCL's routing/ordering/scheduling MILPs with a sketch; see :mod:`synth.encodings.milp.encoding`.
-
-    Under ``auto`` it runs only where a shipped sketch fits the topology (or one was given) and
-    with a bounded time, as TACCL is meant to be used: guided, not blind.
-    """
-    from .milp.encoding import AUTO_MAX_RANKS, AUTO_TIME_LIMIT_S, milp_encoding
-
-    if options.extra.get("auto"):
-        from ..sketches import sketch_for
-
-        if collective.custom is not None or topology.num_ranks > AUTO_MAX_RANKS:
-            raise NotApplicable("milp steps aside under auto above "
-                                f"{AUTO_MAX_RANKS} ranks")
-        if not options.extra.get("sketch") and sketch_for(topology) is None:
-            raise NotApplicable(f"milp: no shipped sketch fits '{topology.name}' (give --sketch)")
-        if options.time_limit_s is None:
-            options = Options(options.algorithm, options.chunks, AUTO_TIME_LIMIT_S, options.extra)
-    return milp_encoding(topology, collective, options)
-
-
-ENCODINGS["milp"] = _milp
+# ------------------------------------------------------------------------------- the registry
+ENCODINGS: dict[str, Encoding] = {e.name: e for e in (
+    Encoding("baseline", BaselineOptions, _baseline,
+             "NCCL-style algorithms (ring, trees, direct, hierarchical, NCCL's rings); no solver"),
+    Encoding("trees", TreesOptions, _trees,
+             "ForestColl spanning-tree packing, pipelined: meets the cut bound (allgather family)"),
+    Encoding("flow", FlowOptions, _flow,
+             "time-expanded multi-commodity flow LP for point-to-point collectives (alltoall)"),
+    Encoding("smt", SmtOptions, _smt,
+             "SCCL's steps/rounds/chunks search (CP-SAT or z3): least steps, exact, small scale"),
+    Encoding("milp", MilpOptions, _milp,
+             "TACCL's sketch-guided routing, ordering and batching MILPs"),
+)}
+"""name -> :class:`Encoding`, in the order ``auto`` runs them and catalogs list them."""

@@ -45,8 +45,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..emit.interp_semantics import Value, combine, describe, overlap
-from ..errors import VerificationError
+from ..errors import SynthError, VerificationError
 from .plan import Access, Chan, Op, Plan
+
+MAX_THREADS = 4096
+"""Threadblocks (all ranks) the verifier accepts: its two dense T x T clocks take 16·T² bytes."""
 
 POSTCONDITIONS = ("allgather", "allreduce", "reducescatter", "alltoall")
 """Collectives whose postcondition follows from the plan alone; others are checked for safety only."""
@@ -92,6 +95,9 @@ class Interpreter:
         self.tindex = {rt: i for i, rt in enumerate(self.threads)}
         self.ops = [plan.gpus[r].tbs[t] for r, t in self.threads]
         T = len(self.threads)
+        if T > MAX_THREADS:
+            raise SynthError(f"plan '{plan.name}' has {T} threadblocks in all; the verifier's vector "
+                             f"clocks are dense (T x T) and stop at {MAX_THREADS}")
         self.vis = np.zeros((T, T), dtype=np.int64)
         self.exe = np.zeros((T, T), dtype=np.int64)
         self.pc = [0] * T

@@ -156,7 +156,7 @@ def load_plan(text: str, source: str = "plan") -> Plan:
         raise SynthError(f"{source}: not valid JSON ({e.msg} at line {e.lineno})") from None
     try:
         return _Parser(obj, source).plan()
-    except (KeyError, TypeError, ValueError, IndexError) as e:
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
         if isinstance(e, VerificationError):
             raise
         raise _malformed(source, f"{type(e).__name__}: {e}") from None
@@ -522,6 +522,10 @@ class _OpContext:
             if len(srcs) != len(dsts):
                 raise _bad("unsupported", self.w, f"{len(srcs)} sources for {len(dsts)} destinations")
             src_pkt = name == "ppkt" and port  # the proxy copies packets already in packet form
+            if not port and len({str(x.get("type")) for x in srcs}) > 1:
+                # handlePut takes the source buffer of src_buff[0] for every destination
+                raise _bad("unsupported", self.w, "memory-channel puts from different local buffers "
+                           "in one op (the kernel reads them all from the first one's buffer)")
             moves = []
             for x, (s, d) in enumerate(zip(srcs, dsts, strict=False)):
                 dst = self._remote(d, name == "ppkt")

@@ -28,14 +28,15 @@ from ...collectives import KINDS, Collective, make_collective
 from ...errors import NotApplicable, SynthError, unknown_name
 from ...schedule import Schedule
 from ...topology import Topology
+from ..options import BaselineOptions, Options
 from .graph import RankGraph, Tree, tree_from_parent
 from .hier import hierarchical
 from .job import Job
 from .nccl_trees import btree_parent, dtree_parents
 from .ring import nccl_ring_algorithm, nccl_rings, ring_algorithm
 
-__all__ = ["ALGORITHMS", "Algorithm", "all_baselines", "applicable", "baseline", "btree_parent",
-           "dtree_parents", "preferred_chunks"]
+__all__ = ["ALGORITHMS", "Algorithm", "all_baselines", "applicable", "baseline", "baseline_encoding",
+           "btree_parent", "dtree_parents", "preferred_chunks"]
 
 ALL_KINDS = KINDS
 ROOTED_TREE_KINDS = ("broadcast", "reduce", "gather", "scatter", "allreduce")
@@ -420,3 +421,51 @@ def all_baselines(topology: Topology, collective: Collective) -> dict[str, Sched
 def applicable(topology: Topology, collective: Collective) -> list[str]:
     """Names of the algorithms that build for this topology and collective."""
     return list(all_baselines(topology, collective))
+
+
+# ------------------------------------------------------------------------------- the encoding
+RING_ALLTOALL = ("ring", "bidir_ring")
+RING_ALLTOALL_MAX_RANKS = 32
+
+
+def baseline_encoding(topology: Topology, collective: Collective, options: Options
+                      ) -> dict[str, Schedule]:
+    """``--encoding baseline``: the algorithm ``options.algorithm`` names, else every one that
+    applies, each at its preferred chunk count unless ``options.chunks`` fixes it."""
+    BaselineOptions.parse(options.extra)
+    names = [options.algorithm] if options.algorithm else list(ALGORITHMS)
+    found: dict[str, Schedule] = {}
+    reasons: list[str] = []
+    for name in names:
+        if (not options.algorithm and collective.kind == "alltoall" and name in RING_ALLTOALL
+                and collective.num_ranks > RING_ALLTOALL_MAX_RANKS):
+            # ring alltoall moves O(n^3) chunk-hops: minutes to build and verify at 128 ranks and
+            # never competitive with direct there; it stays available with --algo ring
+            continue
+        if not options.algorithm and options.budget is not None and collective.custom is None:
+            from ...guards import SCHEDULE_BYTES_PER_TRANSFER, TooBig, check_encoding
+
+            held = options.held + SCHEDULE_BYTES_PER_TRANSFER * sum(
+                s.num_transfers for s in found.values())
+            try:  # each algorithm's schedule shares the budget with the ones already built
+                check_encoding("baseline", collective.kind, topology.num_ranks,
+                               len(topology.links), options.chunks, options.budget, held)
+            except TooBig as exc:
+                reasons.append(f"{name}: {exc.message}")
+                continue
+        coll = collective
+        if options.chunks is None and collective.custom is None:
+            k = preferred_chunks(name, collective.kind, collective.num_ranks, topology)
+            if k != collective.chunks_per_rank:
+                coll = make_collective(collective.kind, collective.num_ranks, k, collective.root,
+                                       collective.inplace)
+        try:
+            found[name] = baseline(topology, coll, name)
+        except NotApplicable as exc:
+            if options.algorithm:
+                raise
+            reasons.append(str(exc))
+    if not found:
+        raise NotApplicable(f"no baseline applies to {collective.name} on '{topology.name}': "
+                            + "; ".join(reasons))
+    return found

@@ -18,7 +18,7 @@ carried over paths of the topology, hop by hop in synchronous steps. This encodi
    group, and sets rounds with :func:`synth.cost.step_from_arrays`.
 
 ``meta`` reports the LP optimum (``sum z_t`` plus each step's α) and the rounded schedule's gap to
-it. Options (``Options.extra``): ``size`` (bytes the plan is tuned for, default 1 GiB),
+it. Options (:class:`..options.FlowOptions`): ``size`` (bytes the plan is tuned for, default 1 GiB),
 ``symmetry``, ``rail_stripes`` (paths only over the striped fabric of :mod:`..trees.pack`: each rank
 talks to about nodes/8 fabric peers, which MSCCL's threadblock limits can load), ``max_paths``
 (default 4), ``extra_steps`` (how far S is searched past its
@@ -41,12 +41,12 @@ from ...cost import step_from_arrays
 from ...errors import NotApplicable, SynthError
 from ...schedule import Schedule, Step
 from ...topology import MB, Topology
+from ..options import DEFAULT_SIZE, FlowOptions, Options
 from ..symmetry import RankGroup, ResourceMap, rank_group, trivial_group
-from ..trees.encoding import DEFAULT_SIZE, _option_size
 from ..trees.pack import LogicalGraph, logical_graph
 
-DEFAULT_MAX_PATHS = 4
-DEFAULT_MAX_TRANSFERS = 6_000_000
+DEFAULT_MAX_PATHS = FlowOptions.max_paths
+DEFAULT_MAX_TRANSFERS = FlowOptions.max_transfers
 
 
 @dataclass
@@ -281,19 +281,19 @@ def _pairs(collective: Collective) -> dict[tuple[int, int], list[int]]:
     return pairs
 
 
-def flow_encoding(topology: Topology, collective: Collective, options) -> dict[str, Schedule]:
+def flow_encoding(topology: Topology, collective: Collective, options: Options) -> dict[str, Schedule]:
     """``--encoding flow``: see the module docstring."""
     _applicable(collective)
-    extra = dict(options.extra or {})
-    size = _option_size(extra)
+    opts = FlowOptions.parse(options.extra)
+    size = opts.size
     n = topology.num_ranks
-    max_paths = int(extra.get("max_paths", DEFAULT_MAX_PATHS))
-    extra_steps = int(extra.get("extra_steps", 8))
-    max_transfers = int(extra.get("max_transfers", DEFAULT_MAX_TRANSFERS))
+    max_paths = opts.max_paths
+    extra_steps = opts.extra_steps
+    max_transfers = opts.max_transfers
     standard = collective.custom is None
     symmetric = standard and collective.kind == "alltoall"
-    stripes = bool(extra.get("rail_stripes", False))
-    group = (rank_group(topology, enabled=bool(extra.get("symmetry", True)), nodes_only=stripes)
+    stripes = opts.rail_stripes
+    group = (rank_group(topology, enabled=opts.symmetry, nodes_only=stripes)
              if symmetric else trivial_group(n))
     rm = ResourceMap(topology, group)
     graph = logical_graph(topology, group, resources=rm, stripes=stripes)

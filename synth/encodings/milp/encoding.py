@@ -17,15 +17,15 @@ Reducescatter routes an allgather over the reversed links and reverses its steps
 reductions); allreduce is that reducescatter followed by the allgather. Solvers are open
 (HiGHS default, CBC, CP-SAT; Gurobi when installed) via :mod:`.solvers`.
 
-``Options.extra``: ``sketch`` (name or file; default the shipped sketch fitting the topology),
+:class:`..options.MilpOptions`: ``sketch`` (name or file; default the shipped sketch fitting the topology),
 ``solver``, ``size`` (bytes the plan is tuned for, default 1 GiB), ``window`` (stage-3 slack in
 steps, default 2), ``max_extra_hops``, ``mip_gap``, ``symmetry``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from typing import Any
 
 import numpy as np
 
@@ -34,16 +34,16 @@ from ...cost import format_size, step_from_arrays
 from ...errors import NotApplicable, SynthError
 from ...schedule import Schedule, Step
 from ...topology import MB, Topology
-from ..trees.encoding import DEFAULT_SIZE, _option_size
+from ..options import MilpOptions, Options
 from .problem import MILP_KINDS, LogicalLinks, MilpProblem, all_links, build_problem, reversed_links
 from .route import InfeasibleSketch, PeerPolicy, Routes, route
 from .schedule import Tasks, make_tasks, order, outcome, schedule_tasks, step_arrays
 
-DEFAULT_WINDOW = 2
+DEFAULT_WINDOW = MilpOptions.window
 AUTO_MAX_RANKS = 80
 """``--encoding auto`` tries milp up to this many ranks (TACCL's reach); above, trees/flow."""
 AUTO_TIME_LIMIT_S = 60.0
-STAGE3_MAX_S = 10.0
+STAGE3_MAX_S = MilpOptions.stage3_time_limit
 """Default cap on each scheduling MILP: measured, it rarely improves on the ordering heuristic by
 more than ~1% (stage-2 plans are within the routing's integrality of the busiest orbit), so its
 time is better spent elsewhere; ``stage3_time_limit`` raises it."""
@@ -110,11 +110,12 @@ class _Phase:
     """One routed allgather (forward, or reversed for a reduction) with ``k`` chunks per rank."""
 
     def __init__(self, topology: Topology, routed: Collective, links: LogicalLinks, policies, *,
-                 reverse: bool, extra: dict[str, Any], solver: str, time_limit: float | None,
+                 reverse: bool, opts: MilpOptions, solver: str, time_limit: float | None,
                  progress) -> None:
         """Route it; ``time_limit`` is this phase's share of the routing budget (per model)."""
         t0 = time.perf_counter()
-        hops = int(extra.get("max_extra_hops", 1 if routed.kind == "alltoall" else 0))
+        hops = (opts.max_extra_hops if opts.max_extra_hops is not None
+                else 1 if routed.kind == "alltoall" else 0)
         logical = reversed_links(links) if reverse else links
         # broadcast trees first on the shortest-path DAG (small, no level variables); only if the
         # sketch makes that infeasible (e.g. a peer cap on a switch) with the sketch's extra hops
@@ -133,11 +134,11 @@ class _Phase:
                                      or best[0] <= BOUND_SLACK * _bound_proxy(topology, routed)):
                 break
             problem = build_problem(topology, routed, logical,
-                                    symmetry=bool(extra.get("symmetry", True)), extra_hops=path_hops,
+                                    symmetry=opts.symmetry, extra_hops=path_hops,
                                     reverse=reverse, tree_extra_hops=tree_hops)
             try:
                 routes = route(problem, policies, solver=solver,
-                               time_limit_s=time_limit, mip_gap=extra.get("mip_gap"),
+                               time_limit_s=time_limit, mip_gap=opts.mip_gap,
                                progress=progress, diagnose=(tree_hops, path_hops) == last)
             except InfeasibleSketch:
                 if (tree_hops, path_hops) == last:
@@ -183,13 +184,13 @@ MAX_REP_TASKS = 3000
 """Largest representative transfer count a chunking may have (keeps stage 3 and memory small)."""
 
 
-def milp_encoding(topology: Topology, collective: Collective, options) -> dict[str, Schedule]:
+def milp_encoding(topology: Topology, collective: Collective, options: Options) -> dict[str, Schedule]:
     """``--encoding milp``: see the module docstring."""
     if collective.custom is not None or collective.kind not in MILP_KINDS:
         raise NotApplicable(f"milp synthesises {', '.join(MILP_KINDS)}; not {collective.name}")
     n = topology.num_ranks
-    extra = dict(options.extra or {})
-    solver = str(extra.get("solver") or "highs")
+    opts = MilpOptions.parse(options.extra)
+    solver = opts.solver or "highs"
     from .solvers import SOLVERS, available_solvers
 
     if solver not in SOLVERS:
@@ -199,21 +200,21 @@ def milp_encoding(topology: Topology, collective: Collective, options) -> dict[s
     if not available_solvers().get(solver, False):
         avail = [s for s, ok in available_solvers().items() if ok]
         raise SynthError(f"solver '{solver}' is not installed here (available: {', '.join(avail)})")
-    sketch, links, policies = resolve_sketch(topology, extra.get("sketch"))
+    sketch, links, policies = resolve_sketch(topology, opts.sketch)
     hints = dict(sketch.hints) if sketch is not None else {}
-    for key in ("max_extra_hops", "mip_gap"):
-        if key not in extra and key in hints:
-            extra[key] = hints[key]
+    # the sketch's solver hints fill what the caller left unset
+    opts = dataclasses.replace(opts, **{key: hints[key] for key in ("max_extra_hops", "mip_gap")
+                                        if getattr(opts, key) is None and key in hints})
     time_limit = options.time_limit_s or hints.get("time_limit_s")
-    size = _option_size(extra) if "size" in extra else DEFAULT_SIZE
-    window = int(extra.get("window", DEFAULT_WINDOW))
+    size = opts.size
+    window = opts.window
     k0 = int(sketch.chunks_per_rank if sketch is not None else 1)
     kind = collective.kind
     if n == 1:
         coll = make_collective(kind, 1, options.chunks or k0, collective.root, collective.inplace)
         return {"milp": Schedule(coll, topology.name, topology.content_hash, (), "milp", "milp",
                                  {"why": "a single rank needs no communication"})}
-    progress = extra.get("progress")
+    progress = opts.progress
     directions = {"allgather": (False,), "alltoall": (False,), "reducescatter": (True,),
                   "allreduce": (True, False)}[kind]
     per_k_tasks = (n - 1) * (n - 1 if kind == "alltoall" else 1)
@@ -226,7 +227,7 @@ def milp_encoding(topology: Topology, collective: Collective, options) -> dict[s
     if not options.chunks and size > SMALL_SIZE:
         targets.append((f"milp_{format_size(SMALL_SIZE)}", [1], SMALL_SIZE))
     stage3_limit = min(0.25 * time_limit if time_limit is not None else STAGE3_MAX_S,
-                       float(extra.get("stage3_time_limit", STAGE3_MAX_S)))
+                       opts.stage3_time_limit)
     phases: dict[tuple[int, bool], _Phase] = {}
     failed: dict[int, str] = {}
     to_route = sorted({(k, r) for _, ks, _ in targets for k in ks for r in directions})
@@ -250,7 +251,7 @@ def milp_encoding(topology: Topology, collective: Collective, options) -> dict[s
                                  else max(1.0, (deadline - time.perf_counter()) / len(left)))
                         routed = make_collective("alltoall" if kind == "alltoall" else "allgather", n, k)
                         phases[(k, reverse)] = _Phase(topology, routed, links, policies,
-                                                      reverse=reverse, extra=extra, solver=solver,
+                                                      reverse=reverse, opts=opts, solver=solver,
                                                       time_limit=share, progress=progress)
                     phase = phases[(k, reverse)]
                     initial, cost, rate = phase.order(chunk_mb)

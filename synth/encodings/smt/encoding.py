@@ -10,7 +10,8 @@ frontier does not depend on the engine. The pieces:
   reducescatter/reduce duals and the allreduce composition, decoding to a Schedule;
 * :mod:`.search` — least steps and SCCL's Pareto walk.
 
-As an encoding (``synth solve --encoding smt``), ``Options.extra`` selects the search:
+As an encoding (``synth solve --encoding smt``), :class:`~synth.encodings.options.SmtOptions`
+selects the search:
 
 * ``steps`` (and ``rounds``, default = steps): one instance; UNSAT raises
   :class:`NoAlgorithm` ("no algorithm with S steps, R rounds, C chunks", exit code 2);
@@ -30,7 +31,7 @@ from ...collectives import Collective
 from ...errors import LIMIT_REACHED, NotApplicable, SynthError
 from ...schedule import Schedule
 from ...topology import Topology
-from ..options import Options
+from ..options import Options, SmtOptions
 from .problem import (
     ENGINES,
     SAT,
@@ -75,10 +76,10 @@ def _chunks(collective: Collective, options: Options) -> int:
 
 def smt_encoding(topology: Topology, collective: Collective, options: Options) -> dict[str, Schedule]:
     """``{name: schedule}`` for the instance, least-steps or cheap search that ``options`` ask for."""
-    extra = options.extra or {}
-    steps = extra.get("steps")
-    rounds = extra.get("rounds")
-    least = bool(extra.get("least_steps"))
+    opts = SmtOptions.parse(options.extra)
+    steps = opts.steps
+    rounds = opts.rounds
+    least = opts.least_steps
     explicit = steps is not None or least
     if options.algorithm and not options.algorithm.startswith("smt"):
         raise NotApplicable(f"the smt encoding has no algorithm '{options.algorithm}' (that names a "
@@ -90,7 +91,7 @@ def smt_encoding(topology: Topology, collective: Collective, options: Options) -
                          "instance, --least-steps searches for the fewest steps")
     if rounds is not None and not explicit:
         raise SynthError("--rounds applies with --steps S (one instance) or --least-steps")
-    engine = resolve_engine(extra.get("engine"))
+    engine = resolve_engine(opts.engine)
     limit = options.time_limit_s
     if limit is not None and not (limit > 0 and math.isfinite(limit)):
         raise SynthError(f"--time-limit must be a positive number of seconds, got {limit:g}")

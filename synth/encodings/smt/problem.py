@@ -87,10 +87,15 @@ def no_algorithm_message(steps: int, rounds: int, chunks: int, why: str = "") ->
     return f"no algorithm with {steps} steps, {rounds} rounds, {chunks} chunks{tail}"
 
 
+MAX_STEPS = 1024
+"""The most steps an SMT instance may ask for: its variables grow with steps x chunks x ranks, and
+the solvers decide instances of tens of steps (``--steps 10**9`` built variables until killed)."""
+
+
 def check_instance(steps: int | None, rounds: int | None, chunks: int | None) -> None:
     """Bad instance parameters raise SynthError (exit code 2) with what to change."""
-    if steps is not None and steps < 1:
-        raise SynthError(f"--steps must be at least 1, got {steps}")
+    if steps is not None and not 1 <= steps <= MAX_STEPS:
+        raise SynthError(f"--steps must be in 1..{MAX_STEPS} (MAX_STEPS), got {steps}")
     if chunks is not None and chunks < 1:
         raise SynthError(f"--chunks must be at least 1, got {chunks}")
     if rounds is not None and rounds < 1:

@@ -22,7 +22,7 @@ Reducescatter and reduce are the same on the reversed graph (in-trees), run back
 ``reduce`` transfers; allreduce is reducescatter followed by allgather (same chunks, each reduced
 into its owner and broadcast back); broadcast packs the trees of its root alone.
 
-Options (``Options.extra``): ``size`` (bytes the plan is tuned for, default 1 GiB), ``symmetry``
+Options (:class:`..options.TreesOptions`): ``size`` (bytes the plan is tuned for, default 1 GiB), ``symmetry``
 (False to plan every root), ``max_transfers`` (cap on the schedule's transfers, default 2.2M),
 ``max_tasks`` (cap on planned tasks per phase, default 12000), ``max_pieces`` (cap on the pieces
 per root, e.g. to fit a runtime's per-rank instruction limit), ``small_size`` (a second
@@ -41,19 +41,20 @@ import numpy as np
 
 from ... import progress
 from ...collectives import Collective, make_collective
-from ...cost import format_size, parse_size, step_from_arrays
+from ...cost import format_size, step_from_arrays
 from ...errors import NotApplicable, SynthError
 from ...schedule import Schedule, Step
 from ...topology import MB, Topology
+from ..options import Options, TreesOptions
 from ..symmetry import RankGroup, ResourceMap, rank_group, trivial_group
 from .pack import LogicalGraph, Packing, logical_graph, pack_trees
 from .sched import Plan, Scheduler, TaskSet, assign_pieces, build_tasks
 
 TREE_KINDS = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce")
-DEFAULT_SIZE = 2**30
-DEFAULT_MAX_TRANSFERS = 2_200_000
-DEFAULT_MAX_TASKS = 12_000
-DEFAULT_SMALL_SIZE = 2**20
+DEFAULT_SIZE = TreesOptions.size
+DEFAULT_MAX_TRANSFERS = TreesOptions.max_transfers
+DEFAULT_MAX_TASKS = TreesOptions.max_tasks
+DEFAULT_SMALL_SIZE = TreesOptions.small_size
 """A second candidate is planned for this size (few pieces, few steps) unless ``small_size`` is 0."""
 
 
@@ -72,15 +73,6 @@ class PhasePlan:
     tasks: TaskSet
     plan: Plan
     scheduler: Scheduler
-
-
-def _option_size(options_extra: dict) -> int:
-    size = options_extra.get("size", DEFAULT_SIZE)
-    if isinstance(size, str):
-        size = parse_size(size)
-    if not isinstance(size, int | float) or size <= 0:
-        raise SynthError(f"trees: option size must be a positive number of bytes, got {size!r}")
-    return int(size)
 
 
 PACKINGS = (("plain", None, False), ("balanced", None, True), ("shallow", 0.0, True),
@@ -235,19 +227,19 @@ def _describe_trees(ph: Phase) -> list[dict]:
     return out
 
 
-def trees_encoding(topology: Topology, collective: Collective, options) -> dict[str, Schedule]:
+def trees_encoding(topology: Topology, collective: Collective, options: Options) -> dict[str, Schedule]:
     """``--encoding trees``: see the module docstring."""
     kind, n = collective.kind, topology.num_ranks
     if collective.custom is not None or kind not in TREE_KINDS:
         raise NotApplicable(f"trees applies to {', '.join(TREE_KINDS)}; {collective.name} needs "
                             "point-to-point routing (use --encoding flow)")
-    extra = dict(options.extra or {})
-    size = _option_size(extra)
-    max_transfers = int(extra.get("max_transfers", DEFAULT_MAX_TRANSFERS))
-    max_tasks = int(extra.get("max_tasks", DEFAULT_MAX_TASKS))
+    opts = TreesOptions.parse(options.extra)
+    size = opts.size
+    max_transfers = opts.max_transfers
+    max_tasks = opts.max_tasks
     time_limit = float(options.time_limit_s or 300.0)
     rooted = kind in ("broadcast", "reduce")
-    stripes = bool(extra.get("rail_stripes", False))
+    stripes = opts.rail_stripes
     if n == 1:
         coll = make_collective(kind, 1, options.chunks or 1, collective.root, collective.inplace)
         return {"trees": Schedule(coll, topology.name, topology.content_hash, (), "trees", "trees",
@@ -256,7 +248,7 @@ def trees_encoding(topology: Topology, collective: Collective, options) -> dict[
         group = trivial_group(n)
         roots: tuple[int, ...] = (collective.root or 0,)
     else:
-        group = rank_group(topology, enabled=bool(extra.get("symmetry", True)), nodes_only=stripes)
+        group = rank_group(topology, enabled=opts.symmetry, nodes_only=stripes)
         roots = group.reps
     with progress.phase(f"trees: packing ({n} ranks, symmetry {group.describe()})"):
         phases = pack_phases(topology, kind, group, roots, time_limit_s=0.5 * time_limit,
@@ -267,7 +259,7 @@ def trees_encoding(topology: Topology, collective: Collective, options) -> dict[
     per_k_transfers = (n - 1) * (1 if rooted else n) * n_phases
     per_k_tasks = (n - 1) * len(roots)
     kmax = max(1, min(max_transfers // max(per_k_transfers, 1), max_tasks // max(per_k_tasks, 1), 1024))
-    kmax = min(kmax, int(extra.get("max_pieces", kmax)))
+    kmax = min(kmax, opts.max_pieces if opts.max_pieces is not None else kmax)
     if options.chunks:
         ks = [int(options.chunks)]
     else:
@@ -277,7 +269,7 @@ def trees_encoding(topology: Topology, collective: Collective, options) -> dict[
         good = min(losses.values())
         ks = [k for k in ks if losses[k] <= good * 1.003] or ks
     out: dict[str, Schedule] = {}
-    small = int(extra.get("small_size", DEFAULT_SMALL_SIZE))
+    small = opts.small_size
     targets = [("trees", size)]
     if small and small < size and not options.chunks:
         targets.append((f"trees_{format_size(small)}", small))

@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 from scipy.optimize import minimize_scalar
 
-from .emit.program import Program
-from .emit.xml_parse import normalize_coll
-from .errors import SynthError
-from .program_model import program_model, program_time
-from .topology import Topology
+from ..emit.program import Program
+from ..emit.xml_parse import normalize_coll
+from ..errors import SynthError
+from ..program_model import program_model, program_time
+from ..topology import Topology
 
 STEP_GRID = tuple(round(0.05 * i, 2) for i in range(21))
 """Executor step costs tried (µs per message)."""

@@ -1,0 +1,106 @@
+"""solve writes the winner of every size range: files that tile the range, each verified."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from pathlib import Path
+
+import pytest
+
+from synth.collectives import make_collective
+from synth.emit import XmlOptions
+from synth.emit.interpreter import verify_program
+from synth.emit.xml_parse import parse_program
+from synth.solve import Candidate, choose_ranges, lockstep_model, solve, write_winners
+from synth.topology_io import load_topology
+
+SIZES = tuple(2 ** k for k in range(10, 31, 2))
+
+
+@pytest.fixture(scope="module")
+def dgx1_allreduce():
+    """Baselines on dgx1: recursive doubling / direct win small sizes, rings large ones."""
+    topo = load_topology("dgx1")
+    return solve(topo, make_collective("allreduce", 8), encoding="baseline", sizes=SIZES)
+
+
+def _range_attrs(text: str) -> tuple[int, int]:
+    m = re.search(r'minBytes="(\d+)" maxBytes="(\d+)"', text)
+    assert m
+    return int(m.group(1)), int(m.group(2))
+
+
+def test_ranges_tile_and_every_file_is_the_winner_and_verified(dgx1_allreduce, tmp_path):
+    res = dgx1_allreduce
+    w = write_winners(res, tmp_path)
+    assert len(w.ranges) >= 2
+    assert w.ranges[0].lo == 0 and w.ranges[-1].hi == 0
+    for a, b in itertools.pairwise(w.ranges):
+        assert b.lo == a.hi + 1 and a.candidate.name != b.candidate.name
+    for r, f in zip(w.ranges, w.range_files, strict=True):
+        text = Path(f).read_text()
+        assert _range_attrs(text) == (r.lo, r.hi)
+        reports = verify_program(parse_program(text, f, "exec"),
+                                 collective=r.candidate.schedule.collective)
+        assert {rep.mode for rep in reports} == {"inplace", "outofplace"}
+        # the winner is the fastest candidate at every swept size of its range
+        for size in r.sizes:
+            best = min(res.candidates, key=lambda c: {p.bytes: p.time_us for p in c.costs}[size])
+            at = {p.bytes: p.time_us for p in r.candidate.costs}
+            assert at[size] == pytest.approx({p.bytes: p.time_us for p in best.costs}[size])
+    assert sorted(s for r in w.ranges for s in r.sizes) == list(SIZES)
+    index = next(p for p in w.files if p.name.endswith(".msccl_config")).read_text()
+    loads = re.findall(r'<load path="([^"]+)" minbytes="(\d+)" maxbytes="(-?\d+)"', index)
+    assert [(Path(p).name, int(lo)) for p, lo, _ in loads] == \
+        [(Path(f).name, r.lo) for r, f in zip(w.ranges, w.range_files, strict=True)]
+    assert int(loads[0][2]) == w.ranges[0].hi + 1 and loads[-1][2] == "-1"
+    assert all(Path(p).is_absolute() for p, _, _ in loads)
+    table = next(p for p in w.files if p.name.endswith(".ranges.md")).read_text()
+    assert all(r.candidate.name in table for r in w.ranges)
+
+
+def test_legacy_files_are_exclusive(dgx1_allreduce, tmp_path):
+    w = write_winners(dgx1_allreduce, tmp_path, XmlOptions(profile="legacy"))
+    first = Path(w.range_files[0]).read_text()
+    assert _range_attrs(first) == (0, w.ranges[0].hi + 1)
+
+
+def test_one_size_writes_one_file(tmp_path):
+    topo = load_topology("dgx1")
+    res = solve(topo, make_collective("allreduce", 8), encoding="baseline", sizes=(2 ** 30,))
+    w = write_winners(res, tmp_path)
+    xml = [p for p in w.files if p.suffix == ".xml"]
+    assert len(w.ranges) == 1 and len(xml) == 1 and _range_attrs(xml[0].read_text()) == (0, 0)
+    assert not any(p.name.endswith((".msccl_config", ".ranges.md")) for p in w.files)
+
+
+def test_the_model_is_the_seam(dgx1_allreduce):
+    """Another time model (the program model, later) decides the winners through one argument."""
+    res = dgx1_allreduce
+    ring = next(c for c in res.candidates if c.name == "ring")
+
+    def ring_always(c: Candidate) -> list[float]:
+        return [t * (0.001 if c is ring else 1.0) for t in lockstep_model(c)]
+
+    ranges, _ = choose_ranges(res, None, ring_always)
+    assert [r.candidate.name for r in ranges] == ["ring"]
+
+
+def test_a_file_the_runtime_never_selects_does_not_win(tmp_path):
+    """A candidate whose nchunksperloop does not divide the element count ranks after every one
+    that runs there (spec §3.1), and the notes say so."""
+    topo = load_topology("dgx1")
+    res = solve(topo, make_collective("allgather", 8, 3), encoding="baseline", algorithm="ring",
+                chunks=3, sizes=(2 ** 20,))
+    res2 = solve(topo, make_collective("allgather", 8), encoding="baseline", algorithm="direct",
+                 sizes=(2 ** 20,))
+    ring3 = res.candidates[0]
+    slow = res2.candidates[0]
+    fake = Candidate(ring3.name, ring3.schedule, ring3.report,
+                     [type(p)(p.bytes, p.time_us * 1e-3, p.algbw_GBps, p.bound_us, 100.0)
+                      for p in ring3.costs])
+    res2.candidates = [fake, slow]
+    ranges, notes = choose_ranges(res2, XmlOptions())
+    assert [r.candidate.name for r in ranges] == [slow.name]
+    assert any("nchunksperloop (24)" in n for n in notes)
