@@ -12,10 +12,11 @@ and the command line decides how that is shown (:func:`activate`). Three modes:
 
 * ``rich`` (stderr is a terminal): one transient spinner whose text is the open phases, innermost
   last, with the latest detail -- what ``synth solve`` always showed;
-* ``plain`` (stderr is not a terminal: CI, log files, ``nohup``): a timestamped line when a phase
-  starts, a heartbeat line at least every :data:`INTERVAL_S` seconds while any phase is open (a
-  daemon thread: the work itself never has to call back), and a line when a phase that lasted a
-  while ends;
+* ``plain`` (stderr is not a terminal: CI, log files, ``nohup``): once a run has lasted one
+  heartbeat period, a timestamped line when a phase starts, a heartbeat line at least every
+  :data:`INTERVAL_S` seconds while any phase is open (a daemon thread: the work itself never has to
+  call back), and a line when a phase that lasted a while ends. A run that ends sooner prints
+  nothing, so a quick answer or a refusal stays the one line it is;
 * ``off``: nothing (the library's default, so tests and programs that import synth stay quiet).
 
 ``SYNTH_PROGRESS`` (``rich`` | ``plain`` | ``off``) overrides the choice and
@@ -65,6 +66,7 @@ class Reporter:
     _thread: threading.Thread | None = None
     _status: Any = None
     _last_line: float = 0.0
+    _born: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -82,7 +84,8 @@ class Reporter:
         with self._lock:
             self._stack.append(entry)
             if self.mode == "plain":
-                self._line(f"{self._path()} ...")
+                if self._long():
+                    self._line(f"{self._path()} ...")
                 self._ensure_heartbeat()
             else:
                 self._show()
@@ -94,7 +97,7 @@ class Reporter:
                     self._stack.remove(entry)
                 took = time.monotonic() - entry.start
                 if self.mode == "plain":
-                    if took >= DONE_AFTER_S:
+                    if took >= DONE_AFTER_S and self._long():
                         self._line(f"{self._path(entry)} done in {_secs(took)}")
                     assert self._wake is not None
                     self._wake.notify_all()
@@ -117,7 +120,8 @@ class Reporter:
             return
         with self._lock:
             if self.mode == "plain":
-                self._line(text)
+                if self._long():
+                    self._line(text)
             else:
                 self._console().print(text, markup=False, highlight=False)
 
@@ -144,6 +148,10 @@ class Reporter:
             names.append(upto.label)
         return " › ".join(names)
 
+    def _long(self) -> bool:
+        """Whether this run has lasted a heartbeat period (before that plain mode is silent)."""
+        return time.monotonic() - self._born >= self.heartbeat_s
+
     def _line(self, text: str) -> None:
         stream = self.stream if self.stream is not None else sys.stderr
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
@@ -165,7 +173,7 @@ class Reporter:
         assert self._wake is not None
         with self._lock:
             while self._stack:
-                remaining = self._last_line + self.heartbeat_s - time.monotonic()
+                remaining = max(self._last_line, self._born) + self.heartbeat_s - time.monotonic()
                 if remaining > 0:
                     self._wake.wait(remaining)
                     continue

@@ -27,7 +27,6 @@ def test_fake_slow_phase_gets_heartbeats_in_plain_mode():
     reporter.close()
     lines = _lines(buf)
     assert all(STAMP.match(line) for line in lines), lines
-    assert lines[0].endswith("synth: fake slow phase ...")
     beats = [line for line in lines if "still running" in line]
     assert len(beats) >= 3, lines
     assert all("step 3 of 7" in b for b in beats)
@@ -39,12 +38,25 @@ def test_fake_slow_phase_gets_heartbeats_in_plain_mode():
 def test_nested_phases_and_end_line():
     buf = io.StringIO()
     reporter = progress.Reporter("plain", stream=buf, heartbeat_s=0.05)
-    with reporter.phase("outer"), reporter.phase("inner"):
-        time.sleep(0.2)
+    with reporter.phase("outer"):
+        time.sleep(0.1)
+        with reporter.phase("inner"):
+            time.sleep(0.2)
     reporter.close()
     text = buf.getvalue()
     assert "outer › inner ..." in text and "outer › inner: still running" in text
     assert "in all)" in text  # the outer phase's elapsed time is reported too
+
+
+def test_a_quick_run_prints_nothing():
+    """Before one heartbeat period nothing is printed: a quick answer or refusal stays one line."""
+    buf = io.StringIO()
+    reporter = progress.Reporter("plain", stream=buf, heartbeat_s=5)
+    with reporter.phase("quick"):
+        reporter.note("a note")
+        time.sleep(0.05)
+    reporter.close()
+    assert buf.getvalue() == ""
 
 
 def test_heartbeat_stops_with_the_phase():
@@ -63,6 +75,7 @@ def test_off_by_default_and_module_functions_follow_activate(monkeypatch):
     monkeypatch.setenv("SYNTH_PROGRESS_INTERVAL", "0.05")
     with progress.activate("plain", stream=buf) as rep:
         assert progress.current() is rep and rep.heartbeat_s == 0.05
+        time.sleep(0.06)
         with progress.phase("library phase"):
             progress.note("a stage finished")
             time.sleep(0.15)
@@ -114,5 +127,4 @@ def test_cli_solve_prints_timestamped_lines_without_a_terminal(tmp_path):
     json.loads(r.stdout)
     lines = [line for line in r.stderr.splitlines() if line]
     assert lines and all(STAMP.match(line) for line in lines), r.stderr
-    assert any("solving allgather on ring:4 (baseline) › encoding baseline" in line for line in lines)
-    assert any("verify and cost" in line for line in lines)
+    assert any("solving allgather on ring:4 (baseline)" in line for line in lines)
