@@ -2,8 +2,9 @@
 
 Runs ``synth solve --topo dgx1 --coll allgather --algo ring --chunks K`` (one process per run, so
 peak RSS is the run's own), with and without XML, over a few chunk counts, and fits peak RSS =
-base + slope x transfers. synth.guards uses rounded-down slopes (SCHEDULE_BYTES_PER_TRANSFER,
-XML_BYTES_PER_TRANSFER) so that a refusal is never for a run that would have fitted.
+base + slope x transfers. synth.guards uses rounded-down slopes (SCHEDULE_BYTES_PER_TRANSFER for
+the schedule alone, plus XML_BYTES_PER_TRANSFER with XML) so that a refusal is never for a run
+that would have fitted.
 
     python benchmarks/guards_memory.py        # writes results/guards_memory.{json,md}
 """
@@ -63,9 +64,10 @@ def main() -> None:
     for r in rows:
         lines.append(f"| {r['chunks']} | {'yes' if r['xml'] else 'no'} | {r['transfers']} | "
                      f"{r['peak_rss_bytes'] / 2**20:.0f} | {r['seconds']} |")
-    lines += ["", "Fit peak = base + slope x transfers: schedule only "
-              f"{fits['schedule']['bytes_per_transfer']:.0f} B/transfer; with XML (the increment is "
-              f"the compiler and interpreter) {fits['xml']['bytes_per_transfer']:.0f} B/transfer.", ""]
+    lines += ["", "Fit peak = base + slope x transfers: schedule only (build, verify, cost) "
+              f"{fits['schedule']['bytes_per_transfer']:.0f} B/transfer; with XML (compiler and "
+              f"interpreter included) {fits['xml']['bytes_per_transfer']:.0f} B/transfer in all.",
+              ""]
     atomic_write(root / "guards_memory.md", "\n".join(lines))
 
 

@@ -106,16 +106,16 @@ def test_solver_models_refused_before_they_are_built():
 
 def test_auto_steps_aside_and_says_so():
     topo = load_topology("ring:4")
-    coll = make_collective("allgather", 4, 3000)   # 36,000 transfers a schedule: ~9 MB
+    coll = make_collective("allgather", 4, 3000)   # 36,000 transfers a schedule: ~18 MB
     notes: list[str] = []
-    room_for_one = Budget(guards.BASE_BYTES + 12 * guards.MB, None)
+    room_for_one = Budget(guards.BASE_BYTES + 24 * guards.MB, None)
     found = run_encoding("auto", topo, coll, Options(chunks=3000, budget=room_for_one),
                          notes)
     assert len(found) == 1 and next(iter(found.values())).encoding == "baseline"
     assert any(n.startswith("trees stepped aside: ") for n in notes), notes
     assert any(n.startswith("smt stepped aside: ") for n in notes), notes
     notes.clear()
-    tiny = Budget(guards.BASE_BYTES + 3 * guards.MB, None)
+    tiny = Budget(guards.BASE_BYTES + 6 * guards.MB, None)
     with pytest.raises(SynthError, match="stepped aside"):
         run_encoding("auto", topo, coll, Options(chunks=3000, budget=tiny), notes)
     assert any(n.startswith("baseline stepped aside: ") for n in notes), notes
