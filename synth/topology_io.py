@@ -19,6 +19,7 @@ import networkx as nx
 from . import builders
 from .errors import SynthError, unknown_name
 from .files import load_yaml, parse_data, read_data
+from .groups import GROUP_NAME, concurrent_group, induced, parse_group, spec_of_label
 from .topology import (
     MAX_PARALLEL,
     MAX_RANKS,
@@ -286,6 +287,14 @@ def load_topology(spec: str, nodes: int = 1) -> Topology:
     """
     if nodes < 1:
         raise SynthError(f"--nodes must be at least 1, got {nodes}")
+    grouped = GROUP_NAME.fullmatch(spec)
+    if grouped and not _resolvable(spec) and not Path(spec).exists():
+        # 'dgx_h100x8.g-stride-8' is how a process group's machine names itself
+        base = load_topology(grouped.group("base"), nodes)
+        group = parse_group(spec_of_label(grouped.group("label")), base)
+        if grouped.group("part"):
+            return concurrent_group(base, group, spec_of_label(grouped.group("part")))
+        return induced(base, group)
     multi = re.fullmatch(r"(.+?)-?x([0-9]{1,9})", spec)
     if multi and not _resolvable(spec) and _resolvable(multi.group(1)):
         # 'dgx_a100x4' is how a multi-node topology names itself; read it back the same way
@@ -301,3 +310,32 @@ def load_topology(spec: str, nodes: int = 1) -> Topology:
         raise unknown_name("topology", spec,
                            list(shipped_files()) + [f"{b}:N" for b in builders.BUILDERS])
     return builders.multinode(topo, nodes) if nodes > 1 else topo
+
+
+def load_group(spec: str, nodes: int = 1, group: str | None = None,
+               partition: str | None = None) -> tuple[Topology, Any]:
+    """``load_topology`` restricted to a process group (``--group``): the induced topology and
+    the :class:`~synth.groups.Group` (None without a group, the whole topology then). With a
+    ``partition`` (``--concurrent``) the group is one of its groups and sees the ports it shares
+    with the others at its share of their bandwidth (:func:`synth.groups.concurrent`)."""
+    topo = load_topology(spec, nodes)
+    if group is None:
+        if partition is not None:
+            raise SynthError("--concurrent needs --group (one of its groups), or use "
+                             "`synth solve --concurrent` to solve every group")
+        return topo, None
+    members = parse_group(group, topo)
+    if partition is not None:
+        return concurrent_group(topo, members, partition), members
+    return induced(topo, members), members
+
+
+def group_spec(spec: str, group: Any, partition: str | None = None) -> str:
+    """A topology spec that :func:`load_topology` resolves to the group's induced machine (for
+    workers that reload the topology by spec); ``spec`` itself without a group."""
+    if group is None:
+        return spec
+    from .groups import partition_label
+
+    tail = f".c-{partition_label(partition)}" if partition else ""
+    return f"{spec}.g-{group.label}{tail}"

@@ -102,6 +102,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                ".json"),
     "catalog_calibration": ("catalog --topo ring:4 --calibration {f} --out {o}", ".json"),
     "topo_import": ("topo import {f} --format nccl-xml --out {t}/imported.yaml", ".xml"),
+    "calibrate_msccl": ("calibrate {f} --format msccl --topo ndv5 --out {o}/c.json", ".json"),
+    "catalog_topo": ("catalog --topo {f} --out {o} --quiet", ".yaml"),
+    "strategies_topo": ("strategies --topo {f} --coll allreduce", ".yaml"),
+    "solve_neuron_topo": ("solve --topo {f} --coll allreduce --target neuron --out {o}", ".yaml"),
     "calibrate_nccl": ("calibrate {f} --format nccl-tests --topo dgx1 --out {o}/c.json", ".log"),
     "calibrate_nccom": ("calibrate {f} --format nccom-test --platform neuron --out {o}/c.json",
                         ".log"),
@@ -478,3 +482,12 @@ def test_catalog_into_proc_is_refused_before_solving():
     result = run_inprocess("catalog", "--topo", "ring:4", "--out", "/proc/synth_catalog", "--quiet")
     assert_one_line_error(result)
     assert "pseudo-filesystem" in result.stderr
+
+
+def test_a_real_process_gets_one_line_and_exit_2(synth_cli, tmp_path):
+    """The in-process runs above share the entry point; one real process checks it end to end."""
+    bad = make(tmp_path, "random", ".xml")
+    result = synth_cli("verify", str(bad))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"synth: error: XML file '{bad}' is a binary file, not text (it contains NUL bytes)"]

@@ -80,7 +80,7 @@ def accepts_or_refuses(parse, data: Any) -> None:
         assert "\n" not in exc.message.strip(), exc.message
 
 
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @FUZZ
@@ -154,7 +154,7 @@ def test_schedule_reader_and_verifier(data):
 XML = Path(__file__).parent / "data" / "msccl_ndv5" / "ndv5__ag-1m.xml"
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_xml_reader_and_interpreter(data):
     """One attribute value of a real MSCCL-IR file replaced by random text or a number."""

@@ -313,6 +313,8 @@ def test_solve_verify_simulate_and_pareto_take_the_calibration(tmp_path, capsys)
     assert t_plain == pytest.approx(15 * 2.6, rel=0.02)
     (cal_file,) = (tmp_path / "cal").glob("*.schedule.json")
     (base_file,) = (tmp_path / "base").glob("*.schedule.json")
+    # the calibration is in the name: both solves could share one folder (issue 12)
+    assert "_cal-" in cal_file.name and cal_file.name != base_file.name
     with pytest.raises(SystemExit) as exc:
         main(["verify", str(cal_file)])
     assert exc.value.code == 2 and "pass the same --calibration" in capsys.readouterr().err

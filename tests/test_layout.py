@@ -87,3 +87,32 @@ def test_every_package_is_installed() -> None:
     mapped = config.get("package-dir", {})
     for package in listed - on_disk:
         assert package in mapped and (ROOT / mapped[package] / "__init__.py").is_file(), package
+
+
+def test_documents_link_only_inside_the_repository() -> None:
+    """README and docs/ link to files that exist in the repository, never outside it (``../``)."""
+    import re
+
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    checked = 0
+    for doc in docs:
+        text = doc.read_text()
+        assert "../shared" not in text, f"{doc.name} points outside the repository"
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+            if re.match(r"[a-z]+://", target):
+                continue
+            path = (doc.parent / target).resolve()
+            assert path.is_relative_to(ROOT), f"{doc.name}: link {target} leaves the repository"
+            assert path.exists(), f"{doc.name}: link {target} names no file"
+            checked += 1
+    assert checked >= 3  # README links the architecture, the spec and the license
+
+
+def test_tests_need_nothing_outside_the_repository() -> None:
+    """No test reads from a directory beside the checkout (the old ``../shared`` data)."""
+    outside = ("parents[1].parent", "../shared", '/ "shared"')
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        if path.name == "test_layout.py":
+            continue
+        text = path.read_text()
+        assert not [s for s in outside if s in text], path.name

@@ -35,6 +35,8 @@ from ..errors import SynthError
 from ..files import read_input
 from ..nccl_model import NcclCalibration, NcclMachine, choose, machine_of
 
+SCALE_LIMIT = 4.0
+"""The latency and bandwidth scales are fitted within [1/4, 4] of NCCL's figures."""
 _HEADER_RE = re.compile(r"^#\s*synth:\s*(.*)$")
 
 
@@ -213,8 +215,10 @@ def fit(measurements: Sequence[Measurement], *, exclude: tuple[str, int] | None 
         pred = launch + ls * lat_v + bw_v / bs
         return np.log(np.maximum(pred, 1e-9) / y)
 
-    lo = [(0.0 if k == "launch_us" else -3.0) for k in free]
-    hi = [(100.0 if k == "launch_us" else 3.0) for k in free]
+    # scales stay within 4x of NCCL's own figures, the launch floor within 0..100 µs: beyond
+    # that the fit is explaining a broken machine, not correcting NCCL's table
+    lo = [(0.0 if k == "launch_us" else -math.log(SCALE_LIMIT)) for k in free]
+    hi = [(100.0 if k == "launch_us" else math.log(SCALE_LIMIT)) for k in free]
     x0 = np.array([1.0 if k == "launch_us" else 0.0 for k in free])  # inside the bounds
     res = least_squares(residuals, x0, bounds=(lo, hi), method="trf", x_scale="jac",
                         xtol=1e-12, ftol=1e-12, gtol=1e-12)

@@ -73,6 +73,12 @@ class _Lines:
 @click.command()
 @click.option("--topo", "topo_spec", required=True, help="Shipped name, builder (ring:8) or file.")
 @click.option("--nodes", default=1, show_default=True, help="Join N copies through their NICs.")
+@click.option("--group", "group_spec", default=None,
+              help="Process group (0,8,16 | stride:S | node:K | rail:R): the catalog of the machine "
+                   "it induces; every XML gets <file>.ranks.json (group rank -> global rank).")
+@click.option("--concurrent", "partition", default=None,
+              help="With --group: the partition running at the same time (stride:S | rail | node "
+                   "| 0,1|2,3); shared ports and NICs count at the group's share.")
 @click.option("--collectives", default="allgather,reducescatter,allreduce,alltoall",
               show_default=True, help="Comma-separated collectives the catalog covers.")
 @click.option("--sizes", default="1KB:4GB", show_default=True,
@@ -101,7 +107,9 @@ class _Lines:
               help="mscclpp: also write each selected file as a verified MSCCL++ execution plan "
                    "(mscclpp-plans/; Simple and LL ranges).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
-def catalog(topo_spec: str, nodes: int, collectives: str, sizes: str, calibration: str | None,
+def catalog(topo_spec: str, nodes: int, group_spec: str | None, partition: str | None,
+            collectives: str, sizes: str,
+            calibration: str | None,
             tuner: str, workers: int | None, executor: str, out_dir: str | None,
             cache_dir: str | None, time_limit: float, seed: int, no_xml_cache: bool,
             out_format: str, max_memory: str | None, quiet: bool) -> None:
@@ -112,7 +120,8 @@ def catalog(topo_spec: str, nodes: int, collectives: str, sizes: str, calibratio
     from ..catalog.executor import check_executor
     from ..catalog.output import check_out_dir, write_catalog
     from ..cost import format_size, parse_sizes
-    from ..topology_io import load_topology
+    from ..topology_io import group_spec as spec_with_group
+    from ..topology_io import load_group
     from ..tuning import TUNERS
 
     start = time.perf_counter()
@@ -125,7 +134,7 @@ def catalog(topo_spec: str, nodes: int, collectives: str, sizes: str, calibratio
         raise SynthError(f"--nodes must be at least 1, got {nodes}")
     kinds = check_collectives(collectives.split(","))
     size_list = parse_sizes(sizes)
-    topology = load_topology(topo_spec, nodes)
+    topology, group = load_group(topo_spec, nodes, group_spec, partition)
     cal = load_calibration(calibration) if calibration else None
     target = check_out_dir(Path(out_dir) if out_dir else Path("results") / "catalogs" / topology.name)
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
@@ -134,8 +143,9 @@ def catalog(topo_spec: str, nodes: int, collectives: str, sizes: str, calibratio
 
     budget = Budget.of(max_memory, None)
     mode = "off" if quiet else progress.choose_mode()
-    kw = dict(topo_spec=topo_spec, nodes=nodes, kinds=kinds, sizes=size_list, tuner=tuner,
-              workers=workers, executor=executor, time_limit_s=time_limit, cache_dir=cache,
+    kw = dict(topo_spec=spec_with_group(topo_spec, group, partition), nodes=nodes, kinds=kinds,
+              sizes=size_list, tuner=tuner, workers=workers, executor=executor,
+              time_limit_s=time_limit, cache_dir=cache,
               calibration=cal, seed=seed, xml_cache=not no_xml_cache, budget=budget,
               plans=out_format == "mscclpp")
     if mode == "rich":
@@ -147,6 +157,10 @@ def catalog(topo_spec: str, nodes: int, collectives: str, sizes: str, calibratio
                 progress.phase(f"catalog {topology.name} ({', '.join(kinds)})"):
             result = build_catalog(topology, progress=_Lines(), **kw)
     files = write_catalog(result, target)
+    if group is not None:
+        from ..groups import write_rank_maps
+
+        files = [*files, *write_rank_maps([f for f in files if str(f).endswith(".xml")], group)]
     seconds = time.perf_counter() - start
     out.print(f"[bold]catalog[/bold] {topology.name} ({topology.num_ranks} ranks), "
               f"{format_size(size_list[0])} – {format_size(size_list[-1])}: "

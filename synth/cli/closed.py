@@ -45,14 +45,21 @@ def _platform_for(topology, platform: str | None) -> str:
               help="Calibration JSON from `synth calibrate` (default: documented figures).")
 @click.option("--limit", default=15, show_default=True, help="Rows of the ranked table (0: all).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (every strategy).")
+@click.option("--group", "group_spec", default=None,
+              help="Process group (0,8,16 | stride:S | node:K | rail:R): rank the strategies on "
+                   "the machine the group induces.")
 def strategies(topo_spec: str, coll: str, nodes: int, size: str, tensors: int, platform: str | None,
                dtype: str, reduce_op: str, calibration: str | None, limit: int,
-               as_json: bool) -> None:
+               as_json: bool, group_spec: str | None) -> None:
     """Rank the composed vendor-primitive strategies for a closed stack (Trainium, TPU)."""
     from ..closed.mesh import resolve_topology
     from ..closed.search import rank_strategies
 
     topology = resolve_topology(topo_spec, nodes)
+    if group_spec is not None:
+        from ..groups import induced, parse_group
+
+        topology = induced(topology, parse_group(group_spec, topology))
     nbytes = parse_size(size)
     plat = _platform_for(topology, platform)
     r = rank_strategies(topology, coll, plat, nbytes, tensors, calibration, dtype=dtype,
@@ -202,20 +209,15 @@ def calibrate(log: str, log_format: str, xml_dir: str | None, platform: str | No
 def _calibrate_msccl(log: str, xml_dir: str | None, topo_spec: str | None, nodes: int,
                      out_path: str | None, as_json: bool) -> None:
     """`calibrate --format msccl`: fit the program model's floors to measured MSCCL times."""
-    import json
-
     from ..calibrate.program_fit import fit_floors, read_measurements
     from ..emit.interpreter import verify_program
     from ..emit.xml_parse import read_program
-    from ..files import atomic_write, ensure_writable_dir, read_input
+    from ..files import atomic_write, ensure_writable_dir, read_data
     from ..topology_io import load_topology
 
     if topo_spec is None:
         raise SynthError("--format msccl needs --topo: the machine the times were measured on")
-    try:
-        data = json.loads(read_input(log, "measurement file"))
-    except json.JSONDecodeError as exc:
-        raise SynthError(f"{log}: not valid JSON: {exc}") from None
+    data = read_data(log, "measurement file", fmt="json")
     measurements = read_measurements(data, log)
     folder = Path(xml_dir) if xml_dir else Path(log).parent
     if not folder.is_dir():

@@ -24,10 +24,12 @@ SMALL, LARGE = 2**10, 2**30
 
 
 def _problem(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace: bool,
-             engine: str | None):
+             engine: str | None, group: str | None = None, partition: str | None = None):
     from ..encodings.smt.encoding import SmtProblem
+    from ..topology_io import load_group
 
-    topology = load_topology(topo_spec, nodes)
+    topology = (load_group(topo_spec, nodes, group, partition)[0] if group or partition
+                else load_topology(topo_spec, nodes))
     collective = load_collective(coll_spec, topology.num_ranks, 1, root, inplace)
     return topology, collective, SmtProblem(topology, collective, engine=engine)
 
@@ -67,10 +69,17 @@ def _common(f):
               help="Memory budget (e.g. 8GB; default: half the machine's RAM): a model or a "
                    "frontier schedule estimated above it is refused or written without XML.")
 @click.option("-v", "--verbose", is_flag=True, help="Print every instance as it is decided.")
+@click.option("--group", "group_spec", default=None,
+              help="Process group (0,8,16 | stride:S | node:K | rail:R): the frontier on the "
+                   "machine it induces; <file>.ranks.json maps group ranks to global ranks.")
+@click.option("--concurrent", "partition", default=None,
+              help="With --group: the partition running at the same time (stride:S | rail | node "
+                   "| 0,1|2,3); shared ports and NICs count at the group's share.")
 def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace: bool,
            max_steps: int | None, max_chunks: int | None, time_limit: float, engine: str,
            sccl_walk: bool, out_dir: str, as_json: bool, plot_file: str | None,
-           calibration: str | None, max_memory: str | None, verbose: bool) -> None:
+           calibration: str | None, max_memory: str | None, verbose: bool,
+           group_spec: str | None, partition: str | None) -> None:
     """The latency/bandwidth Pareto frontier of SCCL's (steps, rounds, chunks) algorithms.
 
     Walks chunks C = 1, 2, ..., rounds R from the rounds-per-chunk bound and steps S from the
@@ -90,7 +99,8 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
         raise SynthError(f"--time-limit must be a positive number of seconds, got {time_limit:g}")
     if plot_file is not None:
         _check_plot_path(Path(plot_file))
-    topology, collective, problem = _problem(topo_spec, coll_spec, nodes, root, inplace, engine)
+    topology, collective, problem = _problem(topo_spec, coll_spec, nodes, root, inplace, engine,
+                                             group_spec, partition)
     costed = topology
     if calibration is not None:
         from ..calibrate.format import apply_calibration
@@ -136,6 +146,10 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
             written.notes.append(f"no XML: {exc.message}")
         for note in written.notes:
             err.print(f"(S{point.steps},R{point.rounds},C{point.chunks}) {note}")
+        if group_spec is not None:
+            from ..groups import group_of, write_rank_maps
+
+            written.files.extend(write_rank_maps(written.files, group_of(topology)))
         by = {p.bytes: p for p in costs}
         rows.append({"steps": point.steps, "rounds": point.rounds, "chunks": point.chunks,
                      "rounds_per_chunk": str(point.rpc),

@@ -28,6 +28,15 @@ from .console import err, out
 @click.option("--coll", "coll_spec", required=True,
               help=f"One of {', '.join(KINDS)}, or a custom collective file.")
 @click.option("--nodes", default=1, show_default=True, help="Join N copies through their NICs.")
+@click.option("--group", "group_spec", default=None,
+              help="Process group: 0,8,16 | stride:S | node:K | rail:R. Synthesizes on the "
+                   "machine the group induces (relays only through members); the XML's ngpus is "
+                   "the group size and <file>.ranks.json maps group ranks to global ranks.")
+@click.option("--concurrent", "partition", default=None,
+              help="A partition running all at once: stride:S | rail | node | 0,1|2,3. With "
+                   "--group (one of its groups): synthesize for it with the ports and NICs it "
+                   "shares at its share of their bandwidth; alone: every group, each into "
+                   "OUT/<group>/.")
 @click.option("--encoding", default="auto", show_default=True, help="auto | baseline | ...")
 @click.option("--algo", default=None, help="Baseline algorithm (ring, bidir_ring, direct, ...).")
 @click.option("--chunks", type=int, default=None, help="Chunks per rank (default: per algorithm).")
@@ -49,6 +58,9 @@ from .console import err, out
 @click.option("--proto", default="Simple", show_default=True,
               type=click.Choice(["Simple", "LL", "LL128"]))
 @click.option("--instances", default=1, show_default=True, help="XML instances (channels).")
+@click.option("--max-threadblocks", default=64, show_default=True,
+              help="Threadblocks per rank an XML may use (all run at once, one SM each); a "
+                   "candidate that needs more is passed over, with the count, in the notes.")
 @click.option("--min-bytes", default="0", show_default=True, help="XML minBytes (e.g. 1MB).")
 @click.option("--max-bytes", default="0", show_default=True,
               help="XML maxBytes, inclusive (legacy files get +1); 0 = unbounded.")
@@ -73,16 +85,24 @@ from .console import err, out
               show_default=True,
               help="Also time the written XML with the timed program model (program_us).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str | None,
+def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
+          partition: str | None, encoding: str, algo: str | None,
           chunks: int | None, root: int | None, inplace: bool | None, sizes: str | None,
           time_limit: float | None, steps: int | None, rounds: int | None, least_steps: bool,
           engine: str | None, sketch: str | None, solver: str | None, want_xml: bool,
-          xml_profile: str, proto: str, instances: int,
+          xml_profile: str, proto: str, instances: int, max_threadblocks: int,
           min_bytes: str, max_bytes: str, out_format: str, target: str, tensors: int,
           nbytes: str | None, calibration: str | None, out_dir: str, max_memory: str | None,
           want_program: bool, as_json: bool) -> None:
     """Synthesize a verified schedule and print its cost against the bound."""
+    if partition is not None and group_spec is None:
+        _solve_partition(click.get_current_context(), topo_spec, nodes, partition, coll_spec,
+                         out_dir, as_json)
+        return
     if target != "msccl":
+        if group_spec is not None:
+            raise SynthError("--group applies to --target msccl (a neuron/jax program runs on the "
+                             "framework's own groups)")
         _solve_closed(topo_spec, coll_spec, nodes, target, tensors, nbytes, calibration, out_dir,
                       as_json)
         return
@@ -101,13 +121,17 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
     if out_format == "mscclpp" and proto not in ("Simple", "LL"):
         raise SynthError(f"--format mscclpp emits the Simple or LL protocol, not {proto}")
     size_list = parse_sizes(sizes) if sizes else DEFAULT_SIZES
+    if max_threadblocks < 1:
+        raise SynthError(f"--max-threadblocks must be at least 1, got {max_threadblocks}")
     xml = XmlOptions(profile=xml_profile, proto=proto, instances=instances,
                      min_bytes=_bytes(min_bytes), max_bytes=_bytes(max_bytes),
-                     inplace=inplace) if want_xml else None
+                     inplace=inplace, max_threadblocks=max_threadblocks) if want_xml else None
     from ..guards import Budget, check_request
+    from ..topology_io import load_group
 
     budget = Budget.of(max_memory, None if out_format == "mscclpp" else xml)
-    topology = _with_calibration(load_topology(topo_spec, nodes), calibration)
+    base, group = load_group(topo_spec, nodes, group_spec, partition)
+    topology = _with_calibration(base, calibration)
     if coll_spec in KINDS:  # sized before the collective is built (10^9 chunks do not fit)
         check_request(coll_spec, topology.num_ranks, chunks, budget)
     collective = load_collective(coll_spec, topology.num_ranks, chunks or 1, root, bool(inplace))
@@ -140,6 +164,10 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, encoding: str, algo: str |
             written = write_winners(result, target, xml, tag=_calibration_tag(calibration))
             result.best = written.ranges[-1].candidate  # the one serving the largest size
     files = [str(f) for f in written.files]
+    if group is not None:
+        from ..groups import write_rank_maps
+
+        files += [str(f) for f in write_rank_maps(written.files, group)]
     from ..solve import compare_with_nccl
 
     runtime = _runtime(result, written, topology, size_list, proto, instances, calibration)
@@ -179,6 +207,40 @@ def _runtime(result: Any, written: Any, topology: Topology, sizes: list[int], pr
                              calibration) for r in written.ranges if r.sizes]
     return RuntimeProfile(proto, instances, parts[-1].max_bytes, parts[-1].source,
                           [p for part in parts for p in part.points])
+
+
+def _solve_partition(ctx: click.Context, topo_spec: str, nodes: int, partition: str,
+                     coll_spec: str, out_dir: str, as_json: bool) -> None:
+    """``solve --concurrent P`` without ``--group``: each group of P, into OUT/<group>/, after a
+    table of each group's bound alone and with the others running."""
+    from ..bounds import lower_bound
+    from ..collectives import make_collective
+    from ..groups import concurrent, induced, parse_partition
+
+    if as_json:
+        raise SynthError("--json with --concurrent needs --group (one JSON object per solve)")
+    whole = load_topology(topo_spec, nodes)
+    groups = parse_partition(partition, whole)
+    together, shares = concurrent(whole, groups)
+    table = Table(title=f"{len(groups)} concurrent groups ({partition}) on {whole.name}: "
+                        f"{coll_spec} bandwidth bound (µs per MB of buffer)")
+    for col in ("group", "ranks", "alone", "concurrent", "ratio"):
+        table.add_column(col)
+    for g, sub in zip(groups, together, strict=True):
+        if coll_spec not in KINDS:
+            break
+        coll = make_collective(coll_spec, len(g.members))
+        alone = lower_bound(induced(whole, g), coll).inv_bandwidth_us_per_byte * 1e6
+        both = lower_bound(sub, coll).inv_bandwidth_us_per_byte * 1e6
+        table.add_row(g.spec, str(len(g.members)), f"{alone:.4g}", f"{both:.4g}",
+                      f"{both / alone:.3g}x" if alone else "-")
+    out.print(table)
+    out.print(f"{len(shares)} port(s)/NIC(s) shared between groups"
+              + (f", e.g. {shares[0].resource} by {', '.join(shares[0].groups)}" if shares else ""))
+    for g in groups:
+        out.print(f"[bold]group {g.spec}[/bold]")
+        ctx.invoke(solve, **{**ctx.params, "group_spec": g.spec,
+                             "out_dir": str(Path(out_dir) / g.label)})
 
 
 def _program_times(written: Any, files: list[str], topology: Topology, sizes: list[int],

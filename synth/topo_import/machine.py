@@ -23,7 +23,7 @@ class Machine:
     source: str
     fmt: str
     ranks: int = 0
-    name_hint: str = "imported"
+    meta: dict[str, Any] = field(default_factory=dict)
     link_classes: dict[str, dict[str, Any]] = field(default_factory=dict)
     links: list[dict[str, Any]] = field(default_factory=list)
     switches: list[dict[str, Any]] = field(default_factory=list)
@@ -53,6 +53,6 @@ class Machine:
             data["switches"] = self.switches
         if self.nics:
             data["nics"] = self.nics
-        data["meta"] = {"imported_from": self.source, "format": self.fmt,
+        data["meta"] = {**self.meta, "imported_from": self.source, "format": self.fmt,
                         "assumed": self.assumed}
         return data

@@ -76,7 +76,8 @@ def parse_nccl_xml(text: str, source: str, assume_nvlink: str | None = None,
                    assume_nic_gbps: float | None = None) -> Machine:
     """Build a :class:`Machine` from the text of an NCCL topology XML.
 
-    ``assume_nvlink`` (a GPU generation: ``a100``, ``h100``, ``h200``, ``b200``; or ``none``) is
+    ``assume_nvlink`` (``--gpu``: a GPU generation ``a100``, ``h100``, ``h200``, ``b200``; or
+    ``none``) is
     needed for hint files whose GPUs have no ``<gpu>`` element; ``assume_nic_gbps`` for NICs that
     state no speed. Refuses what it cannot read with the file, line and element.
     """
@@ -145,7 +146,12 @@ def parse_nccl_xml(text: str, source: str, assume_nvlink: str | None = None,
     if not has_nvlink and len(gpus) > 1:
         _pcie_tree(source, root, gpus, cpus, ids, m)
     _nics(source, gpus, nets, assume_nic_gbps, m)
-    m.name_hint = f"{(gen.name if gen else 'gpu').split('/')[0].lower()}x{len(gpus)}"
+    if gen is not None:
+        model = next((hardware.PCI_DEVICES[g.device][0] for g in gpus
+                      if g.device in hardware.PCI_DEVICES), gen.name.split("/")[0])
+        m.meta["gpu"] = model
+        m.meta["nvlinks_per_gpu"] = gen.nvlinks
+        m.inferred.append(f"meta.gpu = {model} (NCCL's model is compared against it)")
     return m
 
 
@@ -216,10 +222,12 @@ def _hint_gpus(source: str, gpus: list[_Gpu], assume: str | None, m: Machine) ->
     lacks = "no <gpu> elements: no GPU model, no NVLink fabric"
     if assume is None:
         raise SynthError(f"{source}: a hint file ({len(gpus)} GPU PCI slots, {lacks}); pass "
-                         f"--assume-nvlink MODEL ({'|'.join(ASSUME_CHOICES)}) to import it with "
-                         "that GPU's NVSwitch board, or 'none' for PCIe only")
+                         f"--gpu MODEL ({'|'.join(c for c in ASSUME_CHOICES if c != 'none')}) to "
+                         "import it with that GPU's NVSwitch board, or --gpu none for PCIe only")
     m.read.append(f"hint file: {lacks}")
-    m.assumed.append(f"--assume-nvlink {assume}: " + (
+    if assume not in _ASSUME:
+        raise SynthError(f"--gpu {assume} is not an NVIDIA GPU ({'|'.join(ASSUME_CHOICES)})")
+    m.assumed.append(f"--gpu {assume}: " + (
         "no NVLink; GPUs talk over the PCIe tree" if assume == "none"
         else f"every GPU on one {assume.upper()} NVSwitch board"))
 
@@ -293,7 +301,7 @@ def _nvlinks(source: str, gpus: list[_Gpu], busids: dict[str, _Gpu],
 def _assumed_nvswitch(gpus: list[_Gpu], gen: hardware.GpuGeneration, m: Machine) -> None:
     sw_class = class_name(f"nvswitch_{gen.nvlink_class}")
     m.link_class(sw_class, hardware.NVLINK_ALPHA_US, gen.nvlink_GBps,
-                 f"one {gen.name} NVLink lane into NVSwitch (ASSUMED by --assume-nvlink), "
+                 f"one {gen.name} NVLink lane into NVSwitch (ASSUMED by --gpu), "
                  f"{gen.nvlink_GBps:g} GB/s per direction")
     m.switches.append({"name": "nvswitch", "class": sw_class, "ports": "per_rank",
                        "lanes": gen.nvlinks})
