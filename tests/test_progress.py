@@ -118,7 +118,7 @@ def test_cli_solve_prints_timestamped_lines_without_a_terminal(tmp_path):
     import subprocess
     import sys
 
-    env = {**os.environ, "SYNTH_PROGRESS_INTERVAL": "0.2"}
+    env = {**os.environ, "SYNTH_PROGRESS_INTERVAL": "0.02"}
     env.pop("SYNTH_PROGRESS", None)
     r = subprocess.run([sys.executable, "-m", "synth", "solve", "--topo", "ring:4", "--coll",
                         "allgather", "--encoding", "baseline", "--json", "--out", str(tmp_path)],
