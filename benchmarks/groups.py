@@ -11,7 +11,9 @@ synthesis for the shared machine recovers.
 Cases: 8 data-parallel groups on 8 DGX H100 (one per rail: no NIC shared); the same on a
 hypothetical DGX H100 variant whose 8 GPUs share ONE 400 Gb/s NIC (every group on the one rail);
 8 stride groups on 8 DGX-1 (a NIC serves 2 GPUs, so groups pair up on NICs); 8 tensor-parallel
-groups (one per node) on 8 DGX H100.
+groups (one per node) on 8 DGX H100; on 2 DGX-1, a 4-rank group {0,2,8,10} whose NIC ib0 (GPUs
+0-1) it shares with a group {1,9} while its NIC ib1 (GPUs 2-3) is its own: there a schedule
+synthesized for the shared machine can move its traffic onto the unshared NIC.
 
     python benchmarks/groups.py            # writes results/groups.{json,md}
 """
@@ -50,6 +52,7 @@ CASES = [  # (label, machine, partition)
     ("DP groups sharing one rail", lambda: multinode(one_rail_h100(), 8), "stride:8"),
     ("stride groups, NIC per 2 GPUs", lambda: load_topology("dgx1", 8), "stride:8"),
     ("TP groups, one per node", lambda: load_topology("dgx_h100", 8), "node"),
+    ("a group sharing one of its two NICs", lambda: load_topology("dgx1", 2), "0,2,8,10|1,9"),
 ]
 
 
@@ -79,7 +82,7 @@ def run() -> dict:
         rows.append({
             "case": label, "machine": whole.name, "partition": partition, "groups": len(groups),
             "shared_resources": len(shares),
-            "example_share": (f"{shares[0].resource}: {', '.join(shares[0].groups)}"
+            "example_share": (f"{shares[0].resource}: {' / '.join(shares[0].groups)}"
                               if shares else None),
             "bounds": bounds,
             "first_group": {
@@ -104,12 +107,13 @@ def write(data: dict) -> None:
              "machine a group induces; concurrent: ports/NICs shared by groups divided among "
              "them, rank-fair). Predictions, not measurements: no GPU was available.", "",
              "| case | machine | partition | groups | shared ports/NICs | bound alone (µs) | "
-             "bound concurrent (µs) | ratio |", "|---|---|---|---|---|---|---|---|"]
+             "bound concurrent (µs) | ratio (slowest group) |", "|---|---|---|---|---|---|---|---|"]
     for r in data["cases"]:
         a = sorted({b["alone_us"] for b in r["bounds"]})
         c = sorted({b["concurrent_us"] for b in r["bounds"]})
         fmt = lambda v: f"{v[0]:g}" if len(v) == 1 else f"{v[0]:g}..{v[-1]:g}"  # noqa: E731
-        lines.append(f"| {r['case']} | {r['machine']} | {r['partition']} | {r['groups']} | "
+        part = r['partition'].replace('|', '\\|')
+        lines.append(f"| {r['case']} | {r['machine']} | {part} | {r['groups']} | "
                      f"{r['shared_resources']} | {fmt(a)} | {fmt(c)} | {c[-1] / a[-1]:.3g}x |")
     lines += ["", "First group of each case: a schedule synthesized for the group alone vs one "
               "synthesized for its share of the concurrent machine (both costed there).", "",
