@@ -285,6 +285,7 @@ def _place(ir: P.Ir, max_steps: int, budget: int, m: int, cap: int, enforce: boo
         if need > 1:
             balance, spread = True, max(spread, min(budget, need))
     limit = MAX_TBS_PER_CHANNEL if enforce else 0
+    packing = enforce
     while True:
         per_rank, misfits = P.allocate(ir, spread, budget, balance=balance, side_limit=limit)
         if misfits:
@@ -292,11 +293,13 @@ def _place(ir: P.Ir, max_steps: int, budget: int, m: int, cap: int, enforce: boo
         longest = max(len(tb.ops) for tbs in per_rank for tb in tbs)
         if enforce and _side_excess(per_rank):
             longest = max(longest, max_steps + 1)   # not placed yet: more channels
-        elif enforce:
-            P.pack(per_rank, max_steps, tb_budget)
+        packed = P.pack(per_rank, max_steps, tb_budget) if packing and longest <= max_steps else 0
         tbs: list[list[Threadblock]] = []
         if not enforce or longest <= max_steps:
             bad = P.progress(ir, m, cap)
+            if bad and packed:      # a shared block can wait on its own send side: do not share
+                packing = False
+                continue
             if bad:
                 return [], [], bad
             tbs = P.dependencies(per_rank)
@@ -310,6 +313,9 @@ def _place(ir: P.Ir, max_steps: int, budget: int, m: int, cap: int, enforce: boo
         else:       # nothing fits: return what we have, the limit check names the overflow
             if not tbs:
                 bad = P.progress(ir, m, cap)
+                if bad and packed:
+                    packing = False
+                    continue
                 if bad:
                     return [], [], bad
                 tbs = P.dependencies(per_rank)
