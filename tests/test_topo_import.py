@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -42,19 +43,19 @@ def test_partial_h200_dump_imports_what_it_shows():
 
 
 def test_hint_file_is_refused_unless_assumptions_are_given():
-    with pytest.raises(SynthError, match=r"hint file .*no NVLink fabric.*--assume-nvlink"):
+    with pytest.raises(SynthError, match=r"hint file .*no NVLink fabric.*--gpu"):
         import_topology(str(DUMPS / "azure-ndv5-topo.xml"), "nccl-xml")
     with pytest.raises(SynthError, match=r"states no speed.*--assume-nic-gbps"):
-        import_topology(str(DUMPS / "azure-ndv5-topo.xml"), "nccl-xml", assume_nvlink="h100")
+        import_topology(str(DUMPS / "azure-ndv5-topo.xml"), "nccl-xml", gpu="h100")
     m, topo, _ = import_topology(str(DUMPS / "azure-ndv5-topo.xml"), "nccl-xml",
-                                 assume_nvlink="h100", assume_nic_gbps=400)
+                                 gpu="h100", assume_nic_gbps=400)
     assert topo.num_ranks == 8 and topo.switches[0].ports[0].lanes == 18
     assert len(m.assumed) >= 2 and all(abs(n.bandwidth_GBps - 50) < 1e-9 for n in topo.nics)
 
 
 def test_pcie_only_hint_models_the_pcie_tree():
     _m, topo, _ = import_topology(str(DUMPS / "azure-ndv4-topo.xml"), "nccl-xml",
-                                 assume_nvlink="none", assume_nic_gbps=200)
+                                 gpu="none", assume_nic_gbps=200)
     assert topo.num_ranks == 8 and not topo.links
     assert any(s.name == "sockets" for s in topo.switches)
     # every pair of GPUs is joined by exactly one switch: their lowest common PCIe ancestor
@@ -105,3 +106,64 @@ def test_imported_h100_two_nodes_allreduce_verified(synth_cli, tmp_path):
                   str(tmp_path / "s"))
     assert r.returncode == 0, r.stderr
     assert "XML verified by the interpreter" in r.stdout
+
+
+def test_nvidia_smi_matrix():
+    _, h100, _ = import_topology(str(DUMPS / "nvidia-smi-dgx-h100.txt"), "nvidia-smi", gpu="h100")
+    assert h100.num_ranks == 8 and h100.switches[0].ports[0].lanes == 18
+    shipped = _allgather_slope(load_topology("dgx_h100"))
+    assert _allgather_slope(h100) == pytest.approx(shipped)
+    with pytest.raises(SynthError, match="does not name the GPU"):
+        import_topology(str(DUMPS / "nvidia-smi-dgx-h100.txt"), "nvidia-smi")
+    m, pair, _ = import_topology(str(DUMPS / "nvidia-smi-2x5090-phb.txt"), "nvidia-smi")
+    assert pair.num_ranks == 2 and pair.switches[0].name.startswith("pcie_PHB")
+    assert any("PCIe ports x16" in a for a in m.assumed)
+
+
+def test_rocm_smi_matrices():
+    _, topo, _ = import_topology(str(DUMPS / "rocm-smi-4gpu-pcie.txt"), "rocm-smi")
+    assert topo.num_ranks == 4 and topo.switches[0].name.startswith("sockets")
+    assert all(topo.channel(a, b) for a in topo.ranks for b in topo.ranks if a != b)
+
+
+def test_rocm_smi_xgmi_needs_the_gpu(tmp_path):
+    rows = ["=== Weight between two GPUs ===", "  GPU0 GPU1 GPU2",
+            "GPU0 0 15 30", "GPU1 15 0 15", "GPU2 30 15 0",
+            "=== Link Type between two GPUs ===", "  GPU0 GPU1 GPU2",
+            "GPU0 0 XGMI XGMI", "GPU1 XGMI 0 XGMI", "GPU2 XGMI XGMI 0"]
+    path = tmp_path / "xgmi.txt"
+    path.write_text("\n".join(rows) + "\n")
+    with pytest.raises(SynthError, match="--gpu mi300x"):
+        import_topology(str(path), "rocm-smi")
+    _, topo, _ = import_topology(str(path), "rocm-smi", gpu="mi300x")
+    # weight 30 = two xGMI hops: 0 and 2 are not directly linked
+    assert sorted((lk.src, lk.dst) for lk in topo.links) == [(0, 1), (1, 0), (1, 2), (2, 1)]
+
+
+def test_neuron_ls_matches_shipped_trn2():
+    _, topo, _ = import_topology(str(DUMPS / "neuron-ls-trn2-48xl.json"), "neuron-ls")
+    shipped = load_topology("trn2_64")
+    assert topo.num_ranks == 64
+    assert sorted((lk.src, lk.dst) for lk in topo.links) == sorted(
+        (lk.src, lk.dst) for lk in shipped.links)
+    assert _allgather_slope(topo) == pytest.approx(_allgather_slope(shipped))
+
+
+@pytest.mark.parametrize("fmt, text, message", [
+    ("neuron-ls", "[{\"neuron_device\": 0, \"nc_count\": 2, \"connected_to\": [5]}]",
+     "connected_to 5"),
+    ("neuron-ls", "[\n  {\"neuron_device\": 0,\n ...\n]", ":3: not valid JSON"),
+    ("nvidia-smi", "hello\n", "no `nvidia-smi topo -m` header"),
+    ("nvidia-smi", "\tGPU0\tGPU1\nGPU0\t X \tQQQ\nGPU1\tPHB\t X\n", "unknown cell 'QQQ'"),
+    ("rocm-smi", "nothing here\n", "no 'Link Type between two GPUs'"),
+])
+def test_bad_tool_outputs(tmp_path, fmt, text, message):
+    path = tmp_path / "bad.txt"
+    path.write_text(text)
+    with pytest.raises(SynthError, match=re.escape(message)):
+        import_topology(str(path), fmt)
+
+
+def test_import_is_deterministic():
+    texts = {import_topology(str(DUMPS / "ibm-gx3d-8xh100.xml"), "nccl-xml")[2] for _ in range(2)}
+    assert len(texts) == 1

@@ -80,23 +80,28 @@ def topo_show(name: str, nodes: int, as_json: bool) -> None:
 
 @topo.command("import")
 @click.argument("file", type=click.Path())
-@click.option("--format", "fmt", required=True, type=click.Choice(["nccl-xml"]),
-              help="nccl-xml: an NCCL_TOPO_DUMP_FILE / NCCL_TOPO_FILE system XML.")
+@click.option("--format", "fmt", required=True,
+              type=click.Choice(["nccl-xml", "nvidia-smi", "rocm-smi", "neuron-ls"]),
+              help="nccl-xml: an NCCL_TOPO_DUMP_FILE / NCCL_TOPO_FILE system XML; nvidia-smi: "
+                   "`nvidia-smi topo -m`; rocm-smi: `rocm-smi --showtopo`; neuron-ls: "
+                   "`neuron-ls --json-output`.")
 @click.option("--out", "out_file", required=True, type=click.Path(),
               help="The topology YAML to write (then: --topo FILE).")
 @click.option("--name", default=None, help="Topology name (default: the file's stem).")
 @click.option("--nodes", default=1, show_default=True,
               help="Check that N copies join through their NICs and print that cluster's bound; "
                    "the file describes one node (use --topo FILE --nodes N).")
-@click.option("--assume-nvlink", default=None,
-              type=click.Choice(["none", "v100", "a100", "h100", "h200", "b200"]),
-              help="For hint files whose GPUs have no <gpu> element: the NVSwitch board to assume "
-                   "(or none: PCIe only). Never applied to a file that states its NVLinks.")
+@click.option("--gpu", "gpu", default=None,
+              type=click.Choice(["none", "v100", "a100", "h100", "h200", "b200", "mi250x",
+                                 "mi300x", "trn1", "trn2"]),
+              help="The device model where the file does not name it: nccl-xml hint files (the "
+                   "NVSwitch board to assume, or none: PCIe only; never applied to a file that "
+                   "states its GPUs), nvidia-smi NV# links, rocm-smi xGMI links, neuron-ls family.")
 @click.option("--assume-nic-gbps", type=float, default=None,
               help="For NICs that state no speed: their speed in Gbit/s.")
 def topo_import(file: str, fmt: str, out_file: str, name: str | None, nodes: int,
-                assume_nvlink: str | None, assume_nic_gbps: float | None) -> None:
-    """Build a topology FILE for --topo from what a machine reports (NCCL topology XML).
+                gpu: str | None, assume_nic_gbps: float | None) -> None:
+    """Build a topology FILE for --topo from what a machine reports about itself.
 
     Prints what it read, what it inferred and what it assumed; refuses a file it cannot read
     with the line and element.
@@ -109,9 +114,9 @@ def topo_import(file: str, fmt: str, out_file: str, name: str | None, nodes: int
     if assume_nic_gbps is not None and not 0 < assume_nic_gbps < 1e5:
         raise SynthError(f"--assume-nic-gbps must be a speed in Gbit/s, got {assume_nic_gbps:g}")
     target = check_output_file(Path(out_file), "--out")
-    machine, t, text = import_topology(file, fmt, name, assume_nvlink, assume_nic_gbps)
-    if assume_nvlink is not None and not any("--assume-nvlink" in a for a in machine.assumed):
-        raise SynthError("--assume-nvlink applies to hint files only; this file states its GPUs")
+    machine, t, text = import_topology(file, fmt, name, gpu, assume_nic_gbps)
+    if fmt == "nccl-xml" and gpu is not None and not any("--gpu" in a for a in machine.assumed):
+        raise SynthError("--gpu applies to nccl-xml hint files only; this file states its GPUs")
     cluster = load_topology_from_text(text, out_file, nodes) if nodes > 1 else t
     atomic_write(target, text)
     for title, items, style in (("read", machine.read, ""), ("inferred", machine.inferred, ""),

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from ..collectives import make_collective
 from ..errors import SynthError, VerificationError
 from ..schedule import Schedule
+from .compile import DEFAULT_MAX_THREADBLOCKS
 
 XML_KINDS = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce")
 """Collectives MSCCL-IR gives a buffer layout for (spec §3.3)."""
@@ -27,6 +28,8 @@ class XmlOptions:
     max_bytes: int = 0
     inplace: bool | None = None
     """None: one file for both modes where the runtime allows it."""
+    max_threadblocks: int = DEFAULT_MAX_THREADBLOCKS
+    """Threadblocks per rank the file may use (the default's reasons are at its definition)."""
 
 
 def xml_unsupported_reason(schedule: Schedule, options: XmlOptions) -> str | None:
@@ -54,7 +57,8 @@ def emit_verified_xml(schedule: Schedule, options: XmlOptions = XmlOptions()) ->
         raise SynthError(f"cannot emit XML: {reason}")
     text = emit_xml(schedule, profile=options.profile, proto=options.proto,
                     instances=options.instances, min_bytes=options.min_bytes,
-                    max_bytes=options.max_bytes, inplace=options.inplace)
+                    max_bytes=options.max_bytes, inplace=options.inplace,
+                    max_threadblocks=options.max_threadblocks)
     program = parse_program(text, f"{schedule.algorithm}.xml", options.profile)
     coll = schedule.collective
     expected = coll  # a custom collective: its own pre/postcondition (coll="custom" has none)

@@ -30,7 +30,24 @@ from ..errors import SynthError
 from ..schedule import Schedule
 from . import passes as P
 from .program import Gpu, Program, Threadblock
-from .xml_write import PROTOCOLS, check_limits, coll_name, get_limits, program_to_xml
+from .xml_write import (
+    MAX_TBS_PER_CHANNEL,
+    PROTOCOLS,
+    check_limits,
+    coll_name,
+    get_limits,
+    program_to_xml,
+)
+
+DEFAULT_MAX_THREADBLOCKS = 64
+"""Threadblocks per rank a file may use unless the caller says otherwise (``--max-threadblocks``).
+
+All of a rank's blocks run at once, one per SM, and spin while they wait (spec §5.1), so every
+block is an SM the training step's own kernels do not get while the collective runs. 64 is under
+half of an H100 SXM's 132 SMs and 59% of an A100's 108, it is twice NCCL's own ceiling of one block
+per channel over ``MAXCHANNELS`` = 32, and it is above every production MSCCL file we hold: the
+Azure/msccl-scheduler ND A100 v4 / ND H100 v5 algorithms in ``shared/reference/xml-corpus`` use at
+most 56 blocks per rank (their 8-GPU allgathers)."""
 
 MAX_ATTEMPTS = 12
 """Rebuilds that un-fuse ops before the driver gives up fusion entirely (always deadlock-free)."""
@@ -157,7 +174,8 @@ def _build(schedule: Schedule, **kw: Any) -> _Built:
 
 
 def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: int, min_bytes: int,
-                  max_bytes: int, inplace: bool | None, do_fuse: bool = True,
+                  max_bytes: int, inplace: bool | None,
+                  max_threadblocks: int = DEFAULT_MAX_THREADBLOCKS, do_fuse: bool = True,
                   do_aggregate: bool = True, enforce: bool = True) -> _Built:
     _check_args(schedule, profile, proto, instances, min_bytes, max_bytes)
     lim = get_limits(profile)
@@ -184,7 +202,8 @@ def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: in
             assert P.consistent_groups(ir)
         P.order(ir)
         P.hazards(ir, dag.alias)
-        tbs, misfits, bad = _place(ir, lim.max_steps, budget, m, cap, enforce)
+        tbs, misfits, bad = _place(ir, lim.max_steps, budget, m, cap, enforce,
+                                   max(1, max_threadblocks // instances))
         if misfits:
             _unfuse(dag, misfits)
             continue
@@ -209,16 +228,47 @@ def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: in
                       max_bytes=max_bytes, gpus=gpus)
     if enforce:
         check_limits(program, profile)
+        _check_budget(program, max_threadblocks)
     candidates = sum(1 for rv in dag.recvs if rv.last and rv.cands)
     unfused = candidates - fused if do_fuse else 0
     return _Built(program, fused, unfused)
 
 
-def _place(ir: P.Ir, max_steps: int, budget: int, m: int, cap: int, enforce: bool
-           ) -> tuple[list[list[Threadblock]], list[P.IOp], list[P.IOp]]:
+def _side_excess(per_rank: list[list[P.Tb]]) -> int:
+    """The most send-side (or receive-side) blocks one rank has on one channel, beyond the
+    runtime's ``MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL`` (0 when within it)."""
+    worst = 0
+    for tbs in per_rank:
+        count: dict[tuple[int, bool], int] = {}
+        for tb in tbs:
+            for is_send, peer in ((True, tb.send), (False, tb.recv)):
+                if peer >= 0:
+                    count[(tb.chan, is_send)] = count.get((tb.chan, is_send), 0) + 1
+        worst = max(worst, max(count.values(), default=0))
+    return max(0, worst - MAX_TBS_PER_CHANNEL)
+
+
+def _check_budget(program: Program, max_threadblocks: int) -> None:
+    """The threadblock budget per rank (:data:`DEFAULT_MAX_THREADBLOCKS`): over it is an error
+    that names the rank, the count and the excess."""
+    if max_threadblocks < 1:
+        raise SynthError(f"--max-threadblocks must be at least 1, got {max_threadblocks}")
+    worst = max(program.gpus, key=lambda g: (len(g.tbs), -g.id))
+    if len(worst.tbs) > max_threadblocks:
+        raise SynthError(f"threadblocks per rank is {len(worst.tbs)} (rank {worst.id}); the budget "
+                         f"(--max-threadblocks) is {max_threadblocks}: {len(worst.tbs) - max_threadblocks}"
+                         f" over")
+
+
+def _place(ir: P.Ir, max_steps: int, budget: int, m: int, cap: int, enforce: bool,
+           tb_budget: int = 1 << 20) -> tuple[list[list[Threadblock]], list[P.IOp], list[P.IOp]]:
     """Allocate, check progress, add dependencies; spread over more channels while a threadblock
-    is longer than ``max_steps``: chunk blocks first (keeps related routes together), then
-    load-balanced routes. Returns (step lists, fused ops that did not pair, blocked ops)."""
+    is longer than ``max_steps`` or a rank has more than 32 send-side (receive-side) blocks on a
+    channel: chunk blocks first (keeps related routes together), then load-balanced routes that
+    avoid opening a 33rd connection side on a channel. A rank with more than 32 peers on one side
+    starts balanced over ``ceil(peers / 32)`` channels. A rank over ``tb_budget`` blocks shares
+    blocks between a send side and a receive side (:func:`synth.emit.passes.pack`). Returns
+    (step lists, fused ops that did not pair, blocked ops)."""
     spread, balance = 1, False
     if enforce:     # a threadblock holds all ops of one (rank, peer, direction) of its channel
         side: dict[tuple[int, int], int] = {}
@@ -228,14 +278,28 @@ def _place(ir: P.Ir, max_steps: int, budget: int, m: int, cap: int, enforce: boo
             if op.recvp >= 0:
                 side[(op.rank, -1 - op.recvp)] = side.get((op.rank, -1 - op.recvp), 0) + 1
         spread = max(1, min(budget, ceil(max(side.values(), default=0) / max_steps)))
+        peers: dict[tuple[int, bool], int] = {}
+        for rank, key in side:
+            peers[(rank, key >= 0)] = peers.get((rank, key >= 0), 0) + 1
+        need = ceil(max(peers.values(), default=0) / MAX_TBS_PER_CHANNEL)
+        if need > 1:
+            balance, spread = True, max(spread, min(budget, need))
+    limit = MAX_TBS_PER_CHANNEL if enforce else 0
+    packing = enforce
     while True:
-        per_rank, misfits = P.allocate(ir, spread, budget, balance=balance)
+        per_rank, misfits = P.allocate(ir, spread, budget, balance=balance, side_limit=limit)
         if misfits:
             return [], misfits, []
         longest = max(len(tb.ops) for tbs in per_rank for tb in tbs)
+        if enforce and _side_excess(per_rank):
+            longest = max(longest, max_steps + 1)   # not placed yet: more channels
+        packed = P.pack(per_rank, max_steps, tb_budget) if packing and longest <= max_steps else 0
         tbs: list[list[Threadblock]] = []
         if not enforce or longest <= max_steps:
             bad = P.progress(ir, m, cap)
+            if bad and packed:      # a shared block can wait on its own send side: do not share
+                packing = False
+                continue
             if bad:
                 return [], [], bad
             tbs = P.dependencies(per_rank)
@@ -249,6 +313,9 @@ def _place(ir: P.Ir, max_steps: int, budget: int, m: int, cap: int, enforce: boo
         else:       # nothing fits: return what we have, the limit check names the overflow
             if not tbs:
                 bad = P.progress(ir, m, cap)
+                if bad and packed:
+                    packing = False
+                    continue
                 if bad:
                     return [], [], bad
                 tbs = P.dependencies(per_rank)
@@ -283,25 +350,28 @@ def _unfuse(dag: P.Dag, ops: list[P.IOp]) -> bool:
 
 def compile_schedule(schedule: Schedule, *, profile: str = "exec", proto: str = "Simple",
                      instances: int = 1, min_bytes: int = 0, max_bytes: int = 0,
-                     inplace: bool | None = None) -> Program:
+                     inplace: bool | None = None,
+                     max_threadblocks: int = DEFAULT_MAX_THREADBLOCKS) -> Program:
     """Lower ``schedule`` to an MSCCL-IR program for ``profile`` (``exec``, ``rccl``, ``legacy``).
 
     ``proto`` is Simple, LL or LL128; ``instances`` replicates the program on that many channel
     sets with every chunk split as many times; ``min_bytes``/``max_bytes`` bound the message sizes
     the file is selected for (0 = unbounded; the deadlock analysis uses the largest size);
     ``inplace`` as in the module docstring. Raises SynthError when the schedule cannot be emitted
-    or the program exceeds one of the profile's hard limits (the message names it).
+    or the program exceeds one of the profile's hard limits or ``max_threadblocks`` blocks per
+    rank (the message names the limit and the excess).
     """
     return _build(schedule, profile=profile, proto=proto, instances=instances, min_bytes=min_bytes,
-                  max_bytes=max_bytes, inplace=inplace).program
+                  max_bytes=max_bytes, inplace=inplace, max_threadblocks=max_threadblocks).program
 
 
 def emit_xml(schedule: Schedule, *, profile: str = "exec", proto: str = "Simple",
              instances: int = 1, min_bytes: int = 0, max_bytes: int = 0,
-             inplace: bool | None = None) -> str:
+             inplace: bool | None = None, max_threadblocks: int = DEFAULT_MAX_THREADBLOCKS) -> str:
     """:func:`compile_schedule` then :func:`~synth.emit.xml_write.program_to_xml`."""
     program = compile_schedule(schedule, profile=profile, proto=proto, instances=instances,
-                               min_bytes=min_bytes, max_bytes=max_bytes, inplace=inplace)
+                               min_bytes=min_bytes, max_bytes=max_bytes, inplace=inplace,
+                               max_threadblocks=max_threadblocks)
     return program_to_xml(program, profile)
 
 

@@ -855,18 +855,19 @@ class Tb:
 
 
 def allocate(ir: Ir, spread: int, max_channels: int, pair_sets: int | None = None,
-             balance: bool = False) -> tuple[list[list[Tb]], list[IOp]]:
+             balance: bool = False, side_limit: int = 0) -> tuple[list[list[Tb]], list[IOp]]:
     """Channels and threadblocks. Returns (tbs per rank ordered by id, fused ops that did not fit).
 
-    A route's ops share a channel. Its base channel is its block of chunk ids among ``spread``
-    blocks (so a long schedule spreads over channels and each threadblock stays within the step
-    limit) or, with ``balance``, the least loaded of ``spread`` channels for the ranks and peers it
-    touches (routes longest first). A route whose fused ops clash with the (receive peer, send
-    peer) pairs already on its channel moves to ``base + spread * j`` (``pair_sets`` choices), else
-    those ops are reported. A fused op pairs its receive peer Q and send peer P in one tb; a plain
-    send to P uses P's paired tb on that channel if there is one, else a send-only tb, and a plain
-    receive likewise (never one tb for both directions of an exchange). Copies go to their
-    anchor's tb, else to the rank's first tb.
+    A route's ops share a channel. Its base channel is its block of chunk ids among ``spread`` blocks (so
+    a long schedule spreads over channels and each threadblock stays within the step limit) or, with
+    ``balance``, the least loaded of ``spread`` channels for the ranks and peers it touches (routes
+    longest first; with ``side_limit``, the runtime's 32 send-side / receive-side blocks per channel, a
+    channel where the route would open a connection side beyond it on some rank ranks after every channel
+    where it would not). A route whose fused ops clash with the (receive peer, send peer) pairs already on
+    its channel moves to ``base + spread * j`` (``pair_sets`` choices), else those ops are reported. A
+    fused op pairs its receive peer Q and send peer P in one tb; a plain send to P uses P's paired tb on
+    that channel if there is one, else a send-only tb, and a plain receive likewise (never one tb for both
+    directions of an exchange). Copies go to their anchor's tb, else to the rank's first tb.
     """
     coll = ir.collective
     n, nch = coll.num_ranks, coll.num_chunks
@@ -890,6 +891,19 @@ def allocate(ir: Ir, spread: int, max_channels: int, pair_sets: int | None = Non
         return out
 
     load: dict[tuple[int, int, int], int] = defaultdict(int)   # (rank, chan, +-(peer+1)) -> ops
+    opened: dict[tuple[int, int, bool], set[int]] = defaultdict(set)  # (rank, chan, send?) -> peers
+
+    def overflow(chain: list[IOp], c: int) -> int:
+        """Connection sides the chain would open beyond ``side_limit`` on channel c."""
+        if not side_limit:
+            return 0
+        extra: dict[tuple[int, int, bool], set[int]] = defaultdict(set)
+        for op in chain:
+            for is_send, peer in ((True, op.sendp), (False, op.recvp)):
+                k = (op.rank, c, is_send)
+                if peer >= 0 and peer not in opened[k]:
+                    extra[k].add(peer)
+        return sum(max(0, len(opened[k]) + len(v) - side_limit) for k, v in extra.items())
 
     def sides(op: IOp, ch: int) -> list[tuple[int, int, int]]:
         out = []
@@ -906,7 +920,7 @@ def allocate(ir: Ir, spread: int, max_channels: int, pair_sets: int | None = Non
         fused = chain[1:-1]
         if balance:
             base = min(range(spread), key=lambda c: (
-                max(load[k] + 1 for op in chain for k in sides(op, c)), c))
+                overflow(chain, c), max(load[k] + 1 for op in chain for k in sides(op, c)), c))
         else:
             base = min(chain[0].chunks) * spread // nch
         chosen = -1
@@ -925,6 +939,10 @@ def allocate(ir: Ir, spread: int, max_channels: int, pair_sets: int | None = Non
             if balance:
                 for k in sides(op, chosen):
                     load[k] += 1
+                if op.sendp >= 0:
+                    opened[(op.rank, chosen, True)].add(op.sendp)
+                if op.recvp >= 0:
+                    opened[(op.rank, chosen, False)].add(op.recvp)
     if misfits:
         return [], misfits
 
@@ -965,6 +983,51 @@ def allocate(ir: Ir, spread: int, max_channels: int, pair_sets: int | None = Non
         for i, tb in enumerate(per_rank[r]):
             tb.id = i
     return per_rank, []
+
+
+def pack(per_rank: list[list[Tb]], max_steps: int, budget: int) -> int:
+    """Share blocks where a rank has more than ``budget``: a send-only block (send=P) and a
+    receive-only block (recv=Q) of one channel become one block (send=P, recv=Q) whose ops keep
+    the global order, while it stays within ``max_steps``. Each FIFO still has one owner per side
+    and channel (spec §5.2), so every message, chunk and connection is the schedule's; only the
+    two sides now share a block's threads. Only as many pairs as the excess are merged, the
+    fullest send side with the emptiest receive side first. Returns the blocks saved."""
+    saved = 0
+    for tbs in per_rank:
+        excess = len(tbs) - budget
+        if excess <= 0:
+            continue
+        chans = sorted({tb.chan for tb in tbs})
+        merged: list[Tb] = []
+        gone: set[int] = set()
+        for chan in chans:
+            sends = sorted((tb for tb in tbs if tb.chan == chan and tb.send >= 0 and tb.recv < 0),
+                           key=lambda tb: (-len(tb.ops), tb.send))
+            recvs = sorted((tb for tb in tbs if tb.chan == chan and tb.recv >= 0 and tb.send < 0),
+                           key=lambda tb: (len(tb.ops), tb.recv))
+            for st in sends:
+                if excess <= 0:
+                    break
+                rt = next((r for r in recvs if id(r) not in gone
+                           and len(st.ops) + len(r.ops) <= max_steps), None)
+                if rt is None:
+                    continue
+                tb = Tb(st.rank, chan, st.send, rt.recv)
+                tb.ops = sorted(st.ops + rt.ops, key=lambda op: op.ordinal)
+                for i, op in enumerate(tb.ops):
+                    op.tb, op.tbidx = tb, i
+                gone.update((id(st), id(rt)))
+                merged.append(tb)
+                excess -= 1
+                saved += 1
+        if merged:
+            n = max(max(tb.send, tb.recv) for tb in tbs) + 2
+            keep = [tb for tb in tbs if id(tb) not in gone] + merged
+            keep.sort(key=lambda tb: tb.sort_key(n))
+            tbs[:] = keep
+            for i, tb in enumerate(tbs):
+                tb.id = i
+    return saved
 
 
 # ================================================================================== progress

@@ -1,6 +1,8 @@
 """``synth topo import``: build a topology file from what a machine reports about itself.
 
-Formats: ``nccl-xml`` (NCCL_TOPO_DUMP_FILE / NCCL_TOPO_FILE, :mod:`.nccl_xml`). Each importer
+Formats: ``nccl-xml`` (NCCL_TOPO_DUMP_FILE / NCCL_TOPO_FILE, :mod:`.nccl_xml`), ``nvidia-smi``
+(``nvidia-smi topo -m``, :mod:`.nvidia_smi`), ``rocm-smi`` (``rocm-smi --showtopo``,
+:mod:`.rocm_smi`), ``neuron-ls`` (``neuron-ls --json-output``, :mod:`.neuron_ls`). Each importer
 returns a :class:`~.machine.Machine`; :func:`import_topology` validates it as a topology (the same
 checks as ``--topo FILE``) and renders the YAML; the CLI writes it atomically.
 """
@@ -12,33 +14,47 @@ from typing import Any
 
 import yaml
 
-from ..errors import SynthError, unknown_name
+from ..errors import unknown_name
 from ..files import read_input
 from ..topology import Topology
 from ..topology_io import parse_topology
 from .machine import Machine
 
-FORMATS = ("nccl-xml",)
+FORMATS = ("nccl-xml", "nvidia-smi", "rocm-smi", "neuron-ls")
+
+GPUS = ("none", "v100", "a100", "h100", "h200", "b200", "mi250x", "mi300x", "trn1", "trn2")
+"""``--gpu`` values: what a format that does not name its devices should assume."""
 
 
-def import_machine(path: str, fmt: str, assume_nvlink: str | None = None,
+def import_machine(path: str, fmt: str, gpu: str | None = None,
                    assume_nic_gbps: float | None = None) -> Machine:
     """Read ``path`` in format ``fmt`` into a :class:`Machine` (SynthError on anything unreadable)."""
     if fmt not in FORMATS:
         raise unknown_name("import format", fmt, FORMATS)
+    if gpu is not None and gpu not in GPUS:
+        raise unknown_name("--gpu", gpu, GPUS)
     text = read_input(path, "topology dump")
     if fmt == "nccl-xml":
         from .nccl_xml import parse_nccl_xml
 
-        return parse_nccl_xml(text, str(path), assume_nvlink, assume_nic_gbps)
-    raise AssertionError(fmt)
+        return parse_nccl_xml(text, str(path), gpu, assume_nic_gbps)
+    if fmt == "nvidia-smi":
+        from .nvidia_smi import parse_nvidia_smi
+
+        return parse_nvidia_smi(text, str(path), gpu, assume_nic_gbps)
+    if fmt == "rocm-smi":
+        from .rocm_smi import parse_rocm_smi
+
+        return parse_rocm_smi(text, str(path), gpu)
+    from .neuron_ls import parse_neuron_ls
+
+    return parse_neuron_ls(text, str(path), gpu)
 
 
-def import_topology(path: str, fmt: str, name: str | None = None,
-                    assume_nvlink: str | None = None,
+def import_topology(path: str, fmt: str, name: str | None = None, gpu: str | None = None,
                     assume_nic_gbps: float | None = None) -> tuple[Machine, Topology, str]:
     """Import ``path``: the machine and its log, the validated Topology, and the YAML text."""
-    machine = import_machine(path, fmt, assume_nvlink, assume_nic_gbps)
+    machine = import_machine(path, fmt, gpu, assume_nic_gbps)
     topo_name = name or _name_from(path)
     data = machine.to_data(topo_name, [f"{Path(path).name} ({fmt}), imported by synth topo import"])
     topology = parse_topology(data, f"{path} (imported)")
@@ -63,7 +79,3 @@ def render_yaml(data: dict[str, Any], machine: Machine) -> str:
     body = yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
     return "\n".join(lines) + "\n" + body
 
-
-def check_format(fmt: str) -> None:
-    if fmt not in FORMATS:
-        raise SynthError(f"unknown --format '{fmt}' (known: {', '.join(FORMATS)})")

@@ -1,0 +1,49 @@
+"""The compiler fits a schedule into the runtime's limits, or says which limit and by how much."""
+
+from __future__ import annotations
+
+import pytest
+
+from synth.collectives import make_collective
+from synth.emit import XmlOptions, emit_verified_xml
+from synth.emit.compile import DEFAULT_MAX_THREADBLOCKS, compile_schedule
+from synth.emit.xml_write import MAX_TBS_PER_CHANNEL
+from synth.encodings import Options, run_encoding
+from synth.errors import SynthError
+from synth.topology_io import load_topology
+
+
+@pytest.fixture(scope="module")
+def direct40():
+    """All-pairs allgather on 40 ranks: 39 send and 39 receive peers per rank."""
+    topo = load_topology("switch:40")
+    found = run_encoding("baseline", topo, make_collective("allgather", 40),
+                         Options(algorithm="direct"))
+    return found["direct"]
+
+
+def test_more_peers_than_a_channel_holds_spread_and_share_blocks(direct40):
+    prog = compile_schedule(direct40)
+    for g in prog.gpus:
+        assert len(g.tbs) <= DEFAULT_MAX_THREADBLOCKS
+        for chan in range(prog.nchannels):
+            assert sum(1 for tb in g.tbs if tb.chan == chan and tb.send >= 0) <= MAX_TBS_PER_CHANNEL
+            assert sum(1 for tb in g.tbs if tb.chan == chan and tb.recv >= 0) <= MAX_TBS_PER_CHANNEL
+        # every peer still has exactly one send side and one receive side
+        assert sorted(tb.send for tb in g.tbs if tb.send >= 0) == sorted(set(range(40)) - {g.id})
+        assert sorted(tb.recv for tb in g.tbs if tb.recv >= 0) == sorted(set(range(40)) - {g.id})
+    _, reports = emit_verified_xml(direct40, XmlOptions())
+    assert {r.mode for r in reports} == {"inplace", "outofplace"}
+
+
+def test_blocks_are_shared_only_past_the_budget(direct40):
+    roomy = compile_schedule(direct40, max_threadblocks=200)
+    assert max(len(g.tbs) for g in roomy.gpus) == 78     # one block per peer and side
+    tight = compile_schedule(direct40, max_threadblocks=50)
+    assert max(len(g.tbs) for g in tight.gpus) == 50
+
+
+def test_over_the_budget_names_the_count_and_the_excess(direct40):
+    with pytest.raises(SynthError) as exc:
+        compile_schedule(direct40, max_threadblocks=20)
+    assert "threadblocks per rank is 39" in exc.value.message and "is 20: 19 over" in exc.value.message
