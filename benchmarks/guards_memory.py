@@ -11,16 +11,12 @@ that would have fitted.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import tempfile
-import time
-from pathlib import Path
 
 import numpy as np
-
-from synth.files import atomic_write
+from harness import commit, cpus, load_average, stopwatch, write_results
 
 CHUNKS = (1, 250, 1000, 2000)
 RANKS = 8
@@ -34,14 +30,14 @@ def run(chunks: int, xml: bool) -> dict:
              "finally:\n    print('PEAK', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,"
              " file=sys.stderr)\n")
     with tempfile.TemporaryDirectory() as out:
-        start = time.perf_counter()
+        elapsed = stopwatch()
         done = subprocess.run([sys.executable, "-c", probe, "solve", "--topo", "dgx1", "--coll",
                                "allgather", "--algo", "ring", "--chunks", str(chunks),
                                "--xml" if xml else "--no-xml", "--json", "--out", out],
                               capture_output=True, text=True)
     peak_kb = int(done.stderr.rsplit("PEAK", 1)[1].split()[0])
     return {"chunks": chunks, "xml": xml, "transfers": RANKS * (RANKS - 1) * chunks,
-            "peak_rss_bytes": peak_kb * 1024, "seconds": round(time.perf_counter() - start, 2)}
+            "peak_rss_bytes": peak_kb * 1024, "seconds": round(elapsed(), 2)}
 
 
 def main() -> None:
@@ -55,9 +51,8 @@ def main() -> None:
         fits["xml" if xml else "schedule"] = {"bytes_per_transfer": round(float(slope), 1),
                                               "base_bytes": round(float(base))}
     data = {"command": "synth solve --topo dgx1 --coll allgather --algo ring --chunks K",
-            "runs": rows, "fit": fits}
-    root = Path(__file__).resolve().parents[1] / "results"
-    atomic_write(root / "guards_memory.json", json.dumps(data, indent=2) + "\n")
+            "runs": rows, "fit": fits, "cpus": cpus(), "load_average": load_average(2),
+            "commit": commit()}
     lines = ["# Memory per transfer (synth.guards)", "",
              f"`{data['command']}`, peak RSS per run (one process each).", "",
              "| chunks | XML | transfers | peak RSS MB | seconds |", "|---:|:--|---:|---:|---:|"]
@@ -68,7 +63,7 @@ def main() -> None:
               f"{fits['schedule']['bytes_per_transfer']:.0f} B/transfer; with XML (compiler and "
               f"interpreter included) {fits['xml']['bytes_per_transfer']:.0f} B/transfer in all.",
               ""]
-    atomic_write(root / "guards_memory.md", "\n".join(lines))
+    write_results("guards_memory", data, "\n".join(lines), indent=2)
 
 
 if __name__ == "__main__":
