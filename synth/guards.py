@@ -18,9 +18,10 @@ Checks, each before the phase it protects:
 
 Memory figures are per transfer of a schedule, measured by ``benchmarks/guards_memory.py``
 (peak RSS of ``synth solve --algo ring`` on dgx1 across chunk counts, ``results/guards_memory.json``):
-about 0.65 KB per transfer to build, verify and cost a schedule, about 1.7 KB per transfer in all
-when it is also compiled to XML and run in the interpreter. The guards use rounded-down figures,
-so they refuse only what is over budget with a margin.
+about 0.3 KB per transfer to build, verify and cost a schedule (0.3 to 0.7 KB over two runs: the
+allocator's arenas make small runs noisy), about 1.7 KB per transfer in all when it is also
+compiled to XML and run in the interpreter. The guards use rounded-down figures, so they refuse
+only what is over budget with a margin.
 """
 
 from __future__ import annotations
@@ -34,12 +35,12 @@ from .errors import SynthError
 MB = 2**20
 GB = 2**30
 
-SCHEDULE_BYTES_PER_TRANSFER = 500
-"""Build + verify + cost a schedule (measured ~0.65 KB per transfer; results/guards_memory.json)."""
+SCHEDULE_BYTES_PER_TRANSFER = 300
+"""Build + verify + cost a schedule (measured 323 B per transfer; results/guards_memory.json)."""
 XML_BYTES_PER_TRANSFER = 1000
-"""On top: compile to MSCCL-IR + parse + interpreter (measured ~1.7 KB per transfer in all)."""
+"""On top: compile to MSCCL-IR + parse + interpreter (measured 1698 B per transfer in all)."""
 BASE_BYTES = 64 * MB
-"""Python with synth and its libraries imported (measured 54 MB without XML, 92 MB with)."""
+"""Python with synth and its libraries imported (measured 54 to 94 MB)."""
 
 MAX_NODES = 4095
 """Tokenizer nodes per rank: 1 algo + ngpus gpu + tbs + steps (spec §6 ``MAX_NODES``=4096, one

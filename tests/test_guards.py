@@ -106,9 +106,9 @@ def test_solver_models_refused_before_they_are_built():
 
 def test_auto_steps_aside_and_says_so():
     topo = load_topology("ring:4")
-    coll = make_collective("allgather", 4, 3000)   # 36,000 transfers a schedule: ~18 MB
+    coll = make_collective("allgather", 4, 3000)   # 36,000 transfers a schedule: ~11 MB
     notes: list[str] = []
-    room_for_one = Budget(guards.BASE_BYTES + 24 * guards.MB, None)
+    room_for_one = Budget(guards.BASE_BYTES + 15 * guards.MB, None)
     found = run_encoding("auto", topo, coll, Options(chunks=3000, budget=room_for_one),
                          notes)
     assert len(found) == 1 and next(iter(found.values())).encoding == "baseline"
