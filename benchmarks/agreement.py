@@ -14,10 +14,7 @@ synth's timed program model (:mod:`synth.program_model`) on the case's topology.
 
 from __future__ import annotations
 
-import json
-import os
-import platform
-from pathlib import Path
+from harness import load_average, python_version, write_results
 
 from synth.collectives import make_collective
 from synth.emit import passes as P
@@ -28,7 +25,6 @@ from synth.encodings.baseline.algorithms import baseline
 from synth.program_model import program_times_us
 from synth.topology_io import load_topology
 
-ROOT = Path(__file__).resolve().parents[1]
 SIZES = (2**10, 2**20, 2**28)
 CASES = [  # (topology, collective, baseline algorithm, chunks per rank)
     ("dgx1", "allgather", "ring", 1),
@@ -82,10 +78,10 @@ def main() -> None:
             print(f"{topo:12s} {kind:10s} {algo:18s} {proto:6s} rcs "
                   f"{rows[-1]['rcs']['without_rule']:3d} -> {rows[-1]['rcs']['with_rule']:3d}  "
                   + "  ".join(f"{r:.3f}" for r in rows[-1]["ratio"].values()))
-    data = {"sizes": list(SIZES), "rows": rows, "load_average": list(os.getloadavg()),
-            "python": platform.python_version(),
+    data = {"sizes": list(SIZES), "rows": rows, "load_average": load_average(),
+            "python": python_version(),
             "model": "synth.program_model (uncalibrated), out-of-place files, profile exec"}
-    (ROOT / "results" / "agreement.json").write_text(json.dumps(data, indent=2) + "\n")
+    write_results("agreement", data, indent=2)
     lines = [
         "# The cost of message agreement (spec E2)",
         "",
@@ -115,7 +111,7 @@ def main() -> None:
               f"({best[1]['topology']} {best[1]['collective']} {best[1]['algorithm']} "
               f"{best[1]['proto']}); {sum(v == 1.0 for v, _ in cells)} of {len(cells)} cells "
               f"unchanged. Load average during the run: {data['load_average']}."]
-    (ROOT / "results" / "agreement.md").write_text("\n".join(lines) + "\n")
+    write_results("agreement", markdown="\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

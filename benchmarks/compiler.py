@@ -12,7 +12,7 @@
    modes), measured in the same run, against the issue's bars (compile <= 10 s, verify <= 2 min);
    XML size; determinism.
 
-Times are wall-clock on a shared machine: the load average (``os.getloadavg()``) is recorded
+Times are wall-clock on a shared machine: the load average (``harness.load_average``) is recorded
 before and after each measurement, and the results say so.
 
     python benchmarks/compiler.py            # writes results/compiler.{json,md}

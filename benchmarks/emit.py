@@ -27,11 +27,10 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from harness import RESULTS, commit, cpus, load_average, machine, python_version, write_results
+from harness import RESULTS, commit, cpus, load_average, machine, python_version, stopwatch, write_results
 
 from synth.collectives import make_collective
 from synth.errors import SynthError
@@ -67,7 +66,7 @@ def _why(best: str, written: str, notes: list[str]) -> str:
 
 def run_case(name: str, topo: str, nodes: int, coll: str) -> dict[str, Any]:
     row: dict[str, Any] = {"case": name, "topology": topo, "nodes": nodes, "collective": coll}
-    start = time.perf_counter()
+    start = stopwatch()
     topology = load_topology(topo, nodes)
     row["ranks"] = topology.num_ranks
     try:
@@ -94,7 +93,7 @@ def run_case(name: str, topo: str, nodes: int, coll: str) -> dict[str, Any]:
         row["status"] = "ok"
     except SynthError as exc:
         row.update({"status": "error", "error": exc.message})
-    row["wall_s"] = round(time.perf_counter() - start, 1)
+    row["wall_s"] = round(start(), 1)
     if name in BARS and row.get("status") == "ok":
         row["bar"] = BARS[name]
         row["meets_bar"] = row["written_pct"] >= BARS[name]

@@ -63,9 +63,11 @@ def timed_call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, 
 # ------------------------------------------------------------------------------------- environment
 def machine(style: str = "processor") -> str:
     """The machine in words: ``"x86_64 x86_64"`` (``style="processor"``: architecture and
-    processor) or ``"Linux x86_64"`` (``style="system"``)."""
+    processor), ``"Linux x86_64"`` (``style="system"``) or ``"x86_64"`` (``style="arch"``)."""
     if style == "system":
         return f"{platform.system()} {platform.machine()}"
+    if style == "arch":
+        return platform.machine()
     return f"{platform.machine()} {platform.processor() or ''}".strip()
 
 

@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness import (
+    RESULTS,
     ROOT,
     changed_since,
     commit,
@@ -885,7 +886,7 @@ def main() -> None:
     ap.add_argument("--time-scale", type=float, default=1.0, help="multiply every time limit")
     ap.add_argument("--solvers", default=",".join(SOLVERS[1:]),
                     help="solvers compared with HiGHS (default cbc,cpsat)")
-    ap.add_argument("--out", default=str(ROOT / "results"))
+    ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--render-only", action="store_true",
                     help="rewrite milp.md and milp.png from the existing milp.json (no runs)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)

@@ -11,10 +11,9 @@ recorded, with the simulated time, messages and grid iterations.
 
 from __future__ import annotations
 
-import platform
 import sys
 
-from harness import ROOT, stopwatch, write_results
+from harness import ROOT, machine, python_version, stopwatch, write_results
 
 from synth.collectives import make_collective
 from synth.emit import XmlOptions, emit_verified_xml
@@ -59,7 +58,7 @@ def to_markdown(rows: list[dict]) -> str:
         "# Timed program model: speed",
         "",
         f"Wall-clock seconds to simulate one 1 GiB call (goal: 64 ranks in <= {LIMIT_S:.0f} s), "
-        f"on {platform.machine()} with Python {platform.python_version()}, one process "
+        f"on {machine('arch')} with Python {python_version()}, one process "
         "(the machine is shared). Written by `python benchmarks/program_model.py`.",
         "",
         "| program | topology | ranks | proto | blocks | XML steps | simulated µs | busbw GB/s | "

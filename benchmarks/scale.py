@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import ROOT, cpus, machine, python_version, stopwatch, write_results
+from harness import RESULTS, ROOT, cpus, machine, python_version, stopwatch, write_results
 
 SIZE = 2**30
 GiB = 2**30
@@ -350,7 +350,7 @@ def main() -> None:
     ap.add_argument("--forestcoll", default=None, help="directory with ForestColl's Python code")
     ap.add_argument("--forestcoll-limit", type=float, default=1500.0)
     ap.add_argument("--no-xml", action="store_true")
-    ap.add_argument("--out", default=str(ROOT / "results"))
+    ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:

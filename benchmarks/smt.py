@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness import ROOT, cpus, platform_name, python_version, stopwatch, write_results
+from harness import RESULTS, ROOT, cpus, platform_name, python_version, stopwatch, write_results
 
 # ------------------------------------------------------------------------------ problems (the bars)
 PROBLEMS = [
@@ -296,7 +296,7 @@ def main() -> None:
     ap.add_argument("--sccl-python", default="/tmp/sccl-venv/bin/python")
     ap.add_argument("--sccl-timeout", type=float, default=600.0)
     ap.add_argument("--quick", action="store_true", help="no SCCL, no cross-check grid")
-    ap.add_argument("--out", default=str(ROOT / "results"))
+    ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args()
     sccl_py = None if args.quick else args.sccl_python
     out_dir = Path(args.out)

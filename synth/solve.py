@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from . import progress
 from .bounds import Bound, lower_bound
 from .catalog.select import BucketTuning, Config, Range, choose, make_buckets, runs_at
 from .collectives import Collective
@@ -24,6 +25,7 @@ from .emit import XmlOptions, emit_verified_xml, xml_unsupported_reason
 from .encodings import Options, run_encoding
 from .errors import SynthError
 from .files import atomic_write, ensure_writable_dir
+from .guards import Budget, TooBig, check_schedule
 from .mscclpp.emit import PlanOptions, emit_verified_plan, plan_unsupported_reason
 from .schedule import Schedule
 from .topology import Topology
@@ -98,30 +100,66 @@ class SolveResult:
     bound: Bound
     seconds: float
     files: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """Candidates passed over before verification (size guards), and why."""
 
 
 def solve(topology: Topology, collective: Collective, *, encoding: str = "auto",
           algorithm: str | None = None, sizes: Sequence[int] = DEFAULT_SIZES,
           time_limit_s: float | None = None, chunks: int | None = None,
-          extra: dict[str, Any] | None = None, nccl_calibration: Any = None) -> SolveResult:
-    """Produce, verify and rank schedules; the best is the one closest to the bound overall."""
+          extra: dict[str, Any] | None = None, nccl_calibration: Any = None,
+          budget: Budget | None = None) -> SolveResult:
+    """Produce, verify and rank schedules; the best is the one closest to the bound overall.
+
+    With a ``budget`` (:mod:`synth.guards`) every candidate is sized before it is verified: one
+    over the memory budget or, when XML is wanted, over the runtime's limits is passed over with a
+    note; when none is left the run is refused with every candidate's reason.
+    """
     if time_limit_s is not None and not (time_limit_s > 0 and math.isfinite(time_limit_s)):
         raise SynthError(f"--time-limit must be a positive number of seconds, got {time_limit_s:g}")
     start = time.perf_counter()
-    found = run_encoding(encoding, topology, collective,
-                         Options(algorithm=algorithm, chunks=chunks, time_limit_s=time_limit_s,
-                                 extra=dict(extra or {})))
+    notes: list[str] = []
+    extra = dict(extra or {})
+    with progress.phase(f"encoding {encoding}"):
+        found = run_encoding(encoding, topology, collective,
+                             Options(algorithm=algorithm, chunks=chunks, time_limit_s=time_limit_s,
+                                     extra=extra, budget=budget), notes)
+    if budget is not None:
+        found, passed = _within_budget(found, budget)
+        notes += passed
     bound = lower_bound(topology, collective)
     candidates = []
     for name in sorted(found):
         schedule = found[name]
-        report = verify(schedule, topology)
-        candidates.append(Candidate(name, schedule, report,
-                                    cost_profile(schedule, topology, sizes, bound,
-                                                 nccl_calibration)))
+        with progress.phase(f"verify and cost {name} ({schedule.num_transfers:,} transfers)"):
+            report = verify(schedule, topology)
+            candidates.append(Candidate(name, schedule, report,
+                                        cost_profile(schedule, topology, sizes, bound,
+                                                     nccl_calibration)))
     candidates.sort(key=lambda c: (-c.score, c.report.steps, c.name))
     return SolveResult(topology, collective, encoding, candidates[0], candidates, bound,
-                       time.perf_counter() - start)
+                       time.perf_counter() - start, notes=notes)
+
+
+def _within_budget(found: dict[str, Schedule], budget: Budget
+                   ) -> tuple[dict[str, Schedule], list[str]]:
+    """The candidates that fit ``budget`` (smallest first share the memory) and notes on the rest."""
+    kept: dict[str, Schedule] = {}
+    notes: list[str] = []
+    held = 0
+    with progress.phase("sizing candidates"):
+        for name in sorted(found, key=lambda k: (found[k].num_transfers, k)):
+            try:
+                check_schedule(found[name], budget, held)
+            except TooBig as exc:
+                notes.append(f"{name} passed over: {exc.message}")
+                progress.note(notes[-1])
+                continue
+            kept[name] = found[name]
+            held += found[name].num_transfers
+    if not kept:
+        raise TooBig("no candidate fits: " + "; ".join(notes))
+    return kept, notes
 
 
 @dataclass(frozen=True)
@@ -507,7 +545,9 @@ def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = DE
         if reason:
             notes.append(f"no XML: {reason}")
         else:
-            text, reports = emit_verified_xml(schedule, xml)
+            with progress.phase(f"compile {schedule.algorithm} to {xml.profile} XML and run "
+                                "the interpreter"):
+                text, reports = emit_verified_xml(schedule, xml)
             outputs.append((out_dir / xml_file_name(schedule, xml, tag), text))
     return Written(_write_all(out_dir, outputs), reports, notes)
 
@@ -531,13 +571,16 @@ def write_best(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFA
         try:
             written = write_outputs(candidate.schedule, out_dir, xml, plan, tag)
         except SynthError as exc:
-            if (xml is None and plan is None) or len(result.candidates) == 1:
+            if (xml is None and plan is None) or (len(result.candidates) == 1
+                                                   and not result.notes):
                 raise
             skipped.append(f"{candidate.name} passed over: {exc.message}")
+            progress.note(skipped[-1])
             continue
-        written.notes[:0] = skipped
+        written.notes[:0] = [*result.notes, *skipped]
         return candidate, written
-    raise SynthError("no candidate could be emitted: " + "; ".join(skipped))
+    raise SynthError("no candidate could be emitted: " + "; ".join([*result.notes, *skipped])
+                     + ("; --no-xml writes the schedule alone" if xml is not None else ""))
 
 
 def config_index(entries: Sequence[tuple[Path, int, int, str]]) -> str:

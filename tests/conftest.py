@@ -34,6 +34,14 @@ def run_synth(*args: str, cwd: Path | None = None) -> subprocess.CompletedProces
                           cwd=cwd, timeout=300)
 
 
+@pytest.fixture(autouse=True)
+def _no_progress_lines(monkeypatch):
+    """Commands run without a terminal print timestamped progress lines once they have lasted a
+    few seconds (synth.progress); tests read stderr for the one-line error, so the lines are off
+    unless a test turns them on (tests/test_progress.py)."""
+    monkeypatch.setenv("SYNTH_PROGRESS", "off")
+
+
 @pytest.fixture
 def synth_cli():
     return run_synth

@@ -161,3 +161,24 @@ def test_concurrent_without_a_group_is_refused_outside_solve():
 
     with pytest.raises(SynthError, match="--concurrent needs --group"):
         load_group("dgx1", 2, None, "stride:8")
+
+
+def test_synthesis_for_the_shared_machine_moves_traffic_off_a_shared_nic():
+    """Group {0,2,8,10} on 2 DGX-1 shares NIC ib0 (GPUs 0-1) with group {1,9}; its NIC ib1
+    (GPUs 2-3) is its own. Trees packed for its share of the machine beat trees packed for the
+    machine alone, both timed on the shared machine."""
+    from synth.cost import schedule_times_us
+    from synth.groups import concurrent
+    from synth.solve import solve
+
+    topo = load_topology("dgx1", 2)
+    groups = parse_partition("0,2,8,10|1,9", topo)
+    shared = concurrent(topo, groups)[0][0]
+    alone = induced(topo, groups[0])
+    coll, size = make_collective("allgather", 4), 2**30
+    naive = solve(alone, coll, encoding="trees", sizes=[size]).best.schedule
+    aware = solve(shared, coll, encoding="trees", sizes=[size]).best.schedule
+    (t_naive,) = schedule_times_us(naive, shared, [size])
+    (t_aware,) = schedule_times_us(aware, shared, [size])
+    bound = lower_bound(shared, coll).inv_bandwidth_us_per_byte * size
+    assert t_aware < 0.8 * t_naive and t_aware <= 1.02 * bound + 10

@@ -116,3 +116,15 @@ def test_tests_need_nothing_outside_the_repository() -> None:
             continue
         text = path.read_text()
         assert not [s for s in outside if s in text], path.name
+
+
+def test_benchmarks_share_one_harness() -> None:
+    """Every benchmark script times, captures its environment and writes results/ through
+    ``benchmarks/harness.py`` instead of repeating it."""
+    repeated = ('/ "results"', "os.getloadavg(", "platform.python_version(", "platform.platform(")
+    scripts = sorted(p for p in (ROOT / "benchmarks").glob("*.py") if p.name != "harness.py")
+    assert scripts
+    for path in scripts:
+        text = path.read_text()
+        assert "from harness import" in text, f"{path.name} does not use benchmarks/harness.py"
+        assert not [s for s in repeated if s in text], f"{path.name} repeats the harness"

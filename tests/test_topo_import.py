@@ -162,3 +162,8 @@ def test_bad_tool_outputs(tmp_path, fmt, text, message):
     path.write_text(text)
     with pytest.raises(SynthError, match=re.escape(message)):
         import_topology(str(path), fmt)
+
+
+def test_import_is_deterministic():
+    texts = {import_topology(str(DUMPS / "ibm-gx3d-8xh100.xml"), "nccl-xml")[2] for _ in range(2)}
+    assert len(texts) == 1

@@ -28,6 +28,7 @@ from ..calibrate.format import Calibration, apply_calibration, class_overrides
 from ..collectives import KINDS, make_collective
 from ..emit import XML_KINDS
 from ..errors import SynthError, unknown_name
+from ..guards import Budget
 from ..nccl_model import calibration_of
 from ..protocols import ProtocolModel, default_model, model_with_calibration
 from ..topology import Topology
@@ -123,8 +124,11 @@ def build_catalog(topology: Topology, *, topo_spec: str, nodes: int, kinds: Sequ
                   executor: str = "local", time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
                   cache_dir: Path, calibration: Calibration | None = None, seed: int = 0,
                   xml_cache: bool = True, progress: Progress | None = None,
-                  plans: bool = False) -> CatalogResult:
-    """Solve (or reuse), verify, tune and emit a catalog in memory (module docstring)."""
+                  plans: bool = False, budget: Budget | None = None) -> CatalogResult:
+    """Solve (or reuse), verify, tune and emit a catalog in memory (module docstring).
+
+    ``budget`` (:mod:`synth.guards`): a candidate estimated over its memory, or over the exec
+    runtime's XML limits, is rejected before it is verified."""
     from ..tuning import TUNERS
 
     start = time.perf_counter()
@@ -163,7 +167,8 @@ def build_catalog(topology: Topology, *, topo_spec: str, nodes: int, kinds: Sequ
     records += _resolve(second, cache, executor, workers, progress, counts, crashes)
     jobs = first + second
     results = [_collective(topology, kind, jobs, records, buckets, model, tuner, seed,
-                           progress, cache if xml_cache else None, plans) for kind in kinds]
+                           progress, cache if xml_cache else None, plans, budget)
+                for kind in kinds]
     return CatalogResult(topology, topo_spec, nodes, kinds, tuple(sorted(set(sizes))), buckets,
                          tuner, model, calibration.source if calibration is not None else None,
                          cal_notes, results, counts["solved"], counts["cached"], crashes,
@@ -196,10 +201,10 @@ def _resolve(jobs: list[SolveJob], cache: SolveCache, executor: str, workers: in
 
 def _collective(topology: Topology, kind: str, jobs: list[SolveJob], records: list[dict[str, Any]],
                 buckets: list[Bucket], model: ProtocolModel, tuner: str, seed: int,
-                progress: Progress, cache: SolveCache | None, plans: bool = False
-                ) -> CollectiveResult:
+                progress: Progress, cache: SolveCache | None, plans: bool = False,
+                budget: Budget | None = None) -> CollectiveResult:
     coll = make_collective(kind, topology.num_ranks)
-    cands, rejected = candidates_from(jobs, records, topology, coll)
+    cands, rejected = candidates_from(jobs, records, topology, coll, budget)
     if not cands:
         why = "; ".join(f"{r.encoding}: {r.message}" for r in rejected[:6])
         raise SynthError(f"no encoding produced a schedule for {kind} on '{topology.name}' ({why})")

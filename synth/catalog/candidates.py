@@ -25,6 +25,7 @@ from typing import Any
 from ..collectives import Collective, make_collective
 from ..encodings import ENCODINGS, Options
 from ..errors import NotApplicable, SynthError
+from ..guards import Budget, TooBig, check_schedule
 from ..protocols import StepProfile
 from ..schedule import Schedule
 from ..topology import Topology
@@ -147,7 +148,8 @@ class Rejected:
 
 
 def candidates_from(jobs: list[SolveJob], records: list[dict[str, Any]], topology: Topology,
-                    collective: Collective) -> tuple[list[Candidate], list[Rejected]]:
+                    collective: Collective, budget: Budget | None = None
+                    ) -> tuple[list[Candidate], list[Rejected]]:
     """Verified, de-duplicated candidates of one collective, in a fixed order.
 
     A cached schedule may come from a topology with other α/β (structural keys): it is re-bound to
@@ -169,6 +171,13 @@ def candidates_from(jobs: list[SolveJob], records: list[dict[str, Any]], topolog
             sched = replace(sched, topology=topology.name, topology_hash=topology.content_hash)
             if sched.collective.kind != collective.kind or sched.collective.custom is not None:
                 continue
+            if budget is not None:
+                try:  # sized before it is verified: memory, and the exec runtime's XML limits
+                    check_schedule(sched, Budget(budget.max_memory, "exec"))
+                except TooBig as exc:
+                    rejected.append(Rejected(job.kind, job.encoding, job.chunks, "too big",
+                                             exc.message))
+                    continue
             try:
                 report = verify(sched, topology)
             except SynthError as exc:

@@ -45,6 +45,31 @@ class _Bars:
             self.p.update(self.overall, total=(over.total or 0) + count)
 
 
+class _Lines:
+    """Catalog progress without a terminal: counts in the heartbeat lines of :mod:`synth.progress`."""
+
+    def __init__(self) -> None:
+        self.done: dict[str, int] = {}
+        self.total: dict[str, int] = {}
+
+    def _show(self, kind: str, what: str) -> None:
+        from .. import progress
+
+        progress.detail(f"{kind} {what}: {sum(self.done.values())}/{sum(self.total.values())} "
+                        "units done")
+
+    def planned(self, totals: dict[str, int]) -> None:
+        self.total = dict(totals)
+        self.done = dict.fromkeys(totals, 0)
+
+    def advance(self, kind: str, what: str, count: int = 1) -> None:
+        self.done[kind] = self.done.get(kind, 0) + count
+        self._show(kind, what)
+
+    def more(self, kind: str, count: int) -> None:
+        self.total[kind] = self.total.get(kind, 0) + count
+
+
 @click.command()
 @click.option("--topo", "topo_spec", required=True, help="Shipped name, builder (ring:8) or file.")
 @click.option("--nodes", default=1, show_default=True, help="Join N copies through their NICs.")
@@ -74,6 +99,9 @@ class _Bars:
 @click.option("--no-xml-cache", "no_xml_cache", is_flag=True,
               help="Compile and run the interpreter on every file again, even when an identical "
                    "file was verified before.")
+@click.option("--max-memory", default=None,
+              help="Memory budget (e.g. 8GB; default: half the machine's RAM): candidates "
+                   "estimated above it, or over the runtime's XML limits, are passed over.")
 @click.option("--format", "out_format", default="msccl", show_default=True,
               type=click.Choice(["msccl", "mscclpp"]),
               help="mscclpp: also write each selected file as a verified MSCCL++ execution plan "
@@ -84,7 +112,7 @@ def catalog(topo_spec: str, nodes: int, group_spec: str | None, partition: str |
             calibration: str | None,
             tuner: str, workers: int | None, executor: str, out_dir: str | None,
             cache_dir: str | None, time_limit: float, seed: int, no_xml_cache: bool,
-            out_format: str, quiet: bool) -> None:
+            out_format: str, max_memory: str | None, quiet: bool) -> None:
     """Regenerate the per-cluster catalog: best verified algorithm per collective and size range."""
     from ..calibrate.format import load_calibration
     from ..catalog import build_catalog, check_collectives
@@ -110,15 +138,24 @@ def catalog(topo_spec: str, nodes: int, group_spec: str | None, partition: str |
     cal = load_calibration(calibration) if calibration else None
     target = check_out_dir(Path(out_dir) if out_dir else Path("results") / "catalogs" / topology.name)
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err, disable=quiet, transient=False) as bars:
-        result = build_catalog(topology, topo_spec=spec_with_group(topo_spec, group, partition),
-                               nodes=nodes,
-                               kinds=kinds,
-                               sizes=size_list, tuner=tuner, workers=workers, executor=executor,
-                               time_limit_s=time_limit, cache_dir=cache, calibration=cal, seed=seed,
-                               xml_cache=not no_xml_cache, progress=_Bars(bars),
-                               plans=out_format == "mscclpp")
+    from .. import progress
+    from ..guards import Budget
+
+    budget = Budget.of(max_memory, None)
+    mode = "off" if quiet else progress.choose_mode()
+    kw = dict(topo_spec=spec_with_group(topo_spec, group, partition), nodes=nodes, kinds=kinds,
+              sizes=size_list, tuner=tuner, workers=workers, executor=executor,
+              time_limit_s=time_limit, cache_dir=cache,
+              calibration=cal, seed=seed, xml_cache=not no_xml_cache, budget=budget,
+              plans=out_format == "mscclpp")
+    if mode == "rich":
+        with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=err, transient=False) as bars:
+            result = build_catalog(topology, progress=_Bars(bars), **kw)
+    else:  # CI, logs, nohup: timestamped lines, a heartbeat at least every 10 s
+        with progress.activate(mode, console=err), \
+                progress.phase(f"catalog {topology.name} ({', '.join(kinds)})"):
+            result = build_catalog(topology, progress=_Lines(), **kw)
     files = write_catalog(result, target)
     if group is not None:
         from ..groups import write_rank_maps

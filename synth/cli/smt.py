@@ -65,6 +65,9 @@ def _common(f):
 @click.option("--calibration", default=None, type=click.Path(),
               help="Calibration JSON from `synth calibrate` (measured α/β per link class): the "
                    "frontier's times use it. The frontier itself (steps, rounds) does not depend on it.")
+@click.option("--max-memory", default=None,
+              help="Memory budget (e.g. 8GB; default: half the machine's RAM): a model or a "
+                   "frontier schedule estimated above it is refused or written without XML.")
 @click.option("-v", "--verbose", is_flag=True, help="Print every instance as it is decided.")
 @click.option("--group", "group_spec", default=None,
               help="Process group (0,8,16 | stride:S | node:K | rail:R): the frontier on the "
@@ -75,8 +78,8 @@ def _common(f):
 def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace: bool,
            max_steps: int | None, max_chunks: int | None, time_limit: float, engine: str,
            sccl_walk: bool, out_dir: str, as_json: bool, plot_file: str | None,
-           calibration: str | None, verbose: bool, group_spec: str | None,
-           partition: str | None) -> None:
+           calibration: str | None, max_memory: str | None, verbose: bool,
+           group_spec: str | None, partition: str | None) -> None:
     """The latency/bandwidth Pareto frontier of SCCL's (steps, rounds, chunks) algorithms.
 
     Walks chunks C = 1, 2, ..., rounds R from the rounds-per-chunk bound and steps S from the
@@ -104,13 +107,25 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
         costed = apply_calibration(topology, calibration)
     target = check_writable_dir(Path(out_dir))  # created when the first schedule is written
 
+    from .. import progress
+    from ..emit import XmlOptions
+    from ..guards import Budget, TooBig, check_encoding, check_schedule
+
+    budget = Budget.of(max_memory, XmlOptions())
+    if collective.custom is None:  # the walk's largest model, sized before it is built
+        check_encoding("smt", collective.kind, topology.num_ranks, len(topology.links),
+                       max_chunks, Budget(budget.max_memory, None))
+
     def show(res) -> None:
+        progress.detail(f"last: {res.describe()} {res.status} ({res.seconds:.1f} s)")
         if verbose:
             err.print(f"  {res.describe()}: {res.status} ({res.how}, {res.seconds:.2f} s)")
 
     search = pareto_sccl if sccl_walk else walk
-    report = search(problem, max_steps=max_steps, max_chunks=max_chunks, time_limit_s=time_limit,
-                    on_instance=show)
+    with progress.activate(console=err, quiet_on_terminal=as_json), \
+            progress.phase(f"pareto walk: {collective.name} on {topology.name}"):
+        report = search(problem, max_steps=max_steps, max_chunks=max_chunks,
+                        time_limit_s=time_limit, on_instance=show)
     from ..bounds import lower_bound
 
     bound = lower_bound(costed, collective) if report.points else None
@@ -121,7 +136,11 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
         verify(sched, topology)
         costs = cost_profile(sched, costed, _sizes(), bound)
         try:
+            check_schedule(sched, budget)  # sized before compiling (memory, runtime limits)
             written = write_outputs(sched, target)  # schedule JSON + interpreter-verified XML
+        except TooBig as exc:
+            written = write_outputs(sched, target, None)
+            written.notes.append(f"no XML: {exc.message}")
         except SynthError as exc:
             written = write_outputs(sched, target, None)
             written.notes.append(f"no XML: {exc.message}")

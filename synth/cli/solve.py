@@ -12,6 +12,7 @@ from typing import Any
 import click
 from rich.table import Table
 
+from .. import progress
 from ..collectives import KINDS, load_collective
 from ..cost import DEFAULT_SIZES, format_size, parse_size, parse_sizes
 from ..errors import SynthError
@@ -77,6 +78,9 @@ from .console import err, out
                    "class (`--format nccl-tests`); neuron/jax its closed-stack fit.")
 @click.option("--out", "out_dir", default="out", show_default=True, type=click.Path(),
               help="Folder for the schedule files.")
+@click.option("--max-memory", default=None,
+              help="Memory budget (e.g. 8GB; default: half the machine's RAM): requests and "
+                   "candidates estimated above it are refused before the work starts.")
 @click.option("--program-model/--no-program-model", "want_program", default=True,
               show_default=True,
               help="Also time the written XML with the timed program model (program_us).")
@@ -88,8 +92,8 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
           engine: str | None, sketch: str | None, solver: str | None, want_xml: bool,
           xml_profile: str, proto: str, instances: int, max_threadblocks: int,
           min_bytes: str, max_bytes: str, out_format: str, target: str, tensors: int,
-          nbytes: str | None, calibration: str | None, out_dir: str, want_program: bool,
-          as_json: bool) -> None:
+          nbytes: str | None, calibration: str | None, out_dir: str, max_memory: str | None,
+          want_program: bool, as_json: bool) -> None:
     """Synthesize a verified schedule and print its cost against the bound."""
     if partition is not None and group_spec is None:
         _solve_partition(click.get_current_context(), topo_spec, nodes, partition, coll_spec,
@@ -122,14 +126,18 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
     xml = XmlOptions(profile=xml_profile, proto=proto, instances=instances,
                      min_bytes=_bytes(min_bytes), max_bytes=_bytes(max_bytes),
                      inplace=inplace, max_threadblocks=max_threadblocks) if want_xml else None
+    from ..guards import Budget, check_request
     from ..topology_io import load_group
 
+    budget = Budget.of(max_memory, None if out_format == "mscclpp" else xml)
     base, group = load_group(topo_spec, nodes, group_spec, partition)
     topology = _with_calibration(base, calibration)
+    if coll_spec in KINDS:  # sized before the collective is built (10^9 chunks do not fit)
+        check_request(coll_spec, topology.num_ranks, chunks, budget)
     collective = load_collective(coll_spec, topology.num_ranks, chunks or 1, root, bool(inplace))
     target = check_writable_dir(Path(out_dir))  # created when the first file is written
-    with err.status(f"solving {collective.name} on {topology.name} ({encoding})",
-                    spinner="dots") if not as_json else _nullcontext():
+    with progress.activate(console=err, quiet_on_terminal=as_json), \
+            progress.phase(f"solving {collective.name} on {topology.name} ({encoding})"):
         extra = {k: v for k, v in (("steps", steps), ("rounds", rounds), ("engine", engine),
                                    ("sketch", sketch), ("solver", solver)) if v is not None}
         if least_steps:
@@ -141,12 +149,14 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
         nccl_cal = _nccl_calibration(calibration)
         result = run_solve(topology, collective, encoding=encoding, algorithm=algo,
                            sizes=size_list, time_limit_s=time_limit, chunks=chunks, extra=extra,
-                           nccl_calibration=nccl_cal)
+                           nccl_calibration=nccl_cal, budget=budget)
         plan = None
         if out_format == "mscclpp":
+            from ..catalog.emit import sm_count
             from ..solve import PlanOptions, PlanTarget
 
             plan = PlanTarget(topology, PlanOptions(proto=proto, instances=instances,
+                                                    max_threadblocks=sm_count(topology),
                                                     min_bytes=_bytes(min_bytes),
                                                     max_bytes=_bytes(max_bytes)))
         if plan is not None:
@@ -514,7 +524,9 @@ def verify_cmd(file: str, topo_spec: str | None, mode: str, xml_profile: str, ro
         _verify_mscclpp(file, as_json)
         return
     schedule, topology = _load_schedule(file, topo_spec, calibration)
-    report = verify(schedule, topology)
+    with progress.activate(console=err, quiet_on_terminal=as_json), \
+            progress.phase(f"verify {file} ({schedule.num_transfers:,} transfers)"):
+        report = verify(schedule, topology)
     if as_json:
         click.echo(dumps_json({"file": file, "verified": True, "steps": report.steps,
                                "rounds": report.rounds, "transfers": report.transfers}, indent=2))
@@ -560,7 +572,9 @@ def _verify_xml(file: str, mode: str, profile: str, root: int | None, as_json: b
         chunks = program.nchunksperloop
         expected = load_collective(kind, program.ngpus, chunks, root)
     modes = MODES if mode == "both" else (mode,)
-    reports = verify_program(program, modes, collective=expected, profile=profile)
+    with progress.activate(console=err, quiet_on_terminal=as_json), \
+            progress.phase(f"interpreter: {file} ({', '.join(modes)})"):
+        reports = verify_program(program, modes, collective=expected, profile=profile)
     if as_json:
         click.echo(dumps_json({"file": file, "verified": True, "profile": profile,
                                "modes": [r.mode for r in reports],
@@ -605,8 +619,10 @@ def simulate(file: str, topo_spec: str | None, nodes: int, sizes: str | None,
     topology = _with_calibration(base, calibration)
     # a schedule solved without the calibration is checked on the file's figures, then costed
     # with the measured ones; one solved with it names the calibrated topology itself
-    verify(schedule, base if schedule.topology_hash == base.content_hash else topology)
-    points = cost_profile(schedule, topology, parse_sizes(sizes) if sizes else DEFAULT_SIZES)
+    with progress.activate(console=err, quiet_on_terminal=as_json), \
+            progress.phase(f"simulate {file} ({schedule.num_transfers:,} transfers)"):
+        verify(schedule, base if schedule.topology_hash == base.content_hash else topology)
+        points = cost_profile(schedule, topology, parse_sizes(sizes) if sizes else DEFAULT_SIZES)
     if as_json:
         click.echo(dumps_json({"file": file, "costs": [p.to_dict() for p in points]}, indent=2))
         return

@@ -121,6 +121,23 @@ def auto_reason(topology: Topology, collective: Collective) -> str:
     return f"{topology.num_ranks} ranks: baselines + {chosen} ({why})"
 
 
+def _guard(name: str, topology: Topology, collective: Collective, options: Options,
+           held: int) -> None:
+    """Size ``name`` against the run's budget before it starts (:mod:`synth.guards`)."""
+    if options.budget is None or collective.custom is not None:
+        return
+    from ..guards import check_encoding
+
+    check_encoding(name, collective.kind, topology.num_ranks, len(topology.links), options.chunks,
+                   options.budget, held)
+
+
+def _held(found: dict[str, Schedule]) -> int:
+    from ..guards import SCHEDULE_BYTES_PER_TRANSFER
+
+    return sum(s.num_transfers for s in found.values()) * SCHEDULE_BYTES_PER_TRANSFER
+
+
 def _own_options(options: Options, encoding: Encoding, auto: bool) -> Options:
     """``options`` with only the encoding-specific options ``encoding`` takes."""
     names = set(encoding.options.names())
@@ -134,26 +151,44 @@ def _check_auto_options(options: Options) -> None:
         raise unknown_name("encoding option", key, known)
 
 
-def run_encoding(name: str, topology: Topology, collective: Collective,
-                 options: Options) -> dict[str, Schedule]:
-    """Run encoding ``name`` (or ``auto``) and return its candidates by name."""
+def run_encoding(name: str, topology: Topology, collective: Collective, options: Options,
+                 notes: list[str] | None = None) -> dict[str, Schedule]:
+    """Run encoding ``name`` (or ``auto``) and return its candidates by name.
+
+    With ``options.budget`` (:mod:`synth.guards`) each encoding is sized before it starts: one
+    that does not fit is refused (:class:`synth.guards.TooBig`) or, under ``auto``, steps aside
+    with a line in ``notes``."""
+    from .. import progress
+    from ..guards import TooBig
+
     if name == "auto":
         _check_auto_options(options)
         if options.algorithm:  # --algo names a baseline algorithm
+            _guard("baseline", topology, collective, options, 0)
             return ENCODINGS["baseline"](topology, collective,
                                          _own_options(options, ENCODINGS["baseline"], False))
         found: dict[str, Schedule] = {}
         for enc in _auto_encodings(topology, collective):
             try:
-                found.update(ENCODINGS[enc](topology, collective,
-                                            _own_options(options, ENCODINGS[enc], True)))
+                _guard(enc, topology, collective, options, _held(found))
+            except TooBig as exc:
+                if notes is not None:
+                    notes.append(f"{enc} stepped aside: {exc.message}")
+                progress.note(f"{enc} stepped aside: {exc.message}")
+                continue
+            try:
+                with progress.phase(enc):
+                    own = replace(_own_options(options, ENCODINGS[enc], True), held=_held(found))
+                    found.update(ENCODINGS[enc](topology, collective, own))
             except NotApplicable:
                 continue
         if not found:
-            raise SynthError(f"no encoding produced a schedule for {collective.name} on '{topology.name}'")
+            raise SynthError(f"no encoding produced a schedule for {collective.name} on "
+                             f"'{topology.name}'" + (f" ({'; '.join(notes)})" if notes else ""))
         return found
     if name not in ENCODINGS:
         raise unknown_name("encoding", name, [*ENCODINGS, "auto"])
+    _guard(name, topology, collective, options, 0)
     return ENCODINGS[name](topology, collective, options)
 
 

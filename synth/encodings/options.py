@@ -42,6 +42,10 @@ class Options:
     time_limit_s: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
     auto: bool = False
+    budget: Any = None
+    """A :class:`synth.guards.Budget`: encodings are sized against it before they start."""
+    held: int = 0
+    """Bytes the candidates already built hold (they share the budget)."""
 
 
 # ------------------------------------------------------------------------------- value converters

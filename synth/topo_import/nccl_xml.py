@@ -129,7 +129,7 @@ def parse_nccl_xml(text: str, source: str, assume_nvlink: str | None = None,
     m.read.append(f"{len(cpus)} CPU/NUMA node(s), {len(gpus)} GPU(s), {len(nets)} NIC port(s)")
     if ignored:
         m.read.append(f"ignored elements: {', '.join(sorted(ignored))} (not modelled)")
-    _order_ranks(source, gpus, m)
+    _order_ranks(gpus, m)
     hints = [g for g in gpus if g.hint]
     if hints and len(hints) != len(gpus):
         raise _fail(source, hints[0].el, "a GPU slot without <gpu> beside GPUs with one; the file "
@@ -144,7 +144,7 @@ def parse_nccl_xml(text: str, source: str, assume_nvlink: str | None = None,
         _assumed_nvswitch(gpus, gen, m)
         has_nvlink = True
     if not has_nvlink and len(gpus) > 1:
-        _pcie_tree(source, root, gpus, cpus, ids, m)
+        _pcie_tree(gpus, cpus, ids, m)
     _nics(source, gpus, nets, assume_nic_gbps, m)
     if gen is not None:
         model = next((hardware.PCI_DEVICES[g.device][0] for g in gpus
@@ -189,7 +189,7 @@ def _read_gpu(source: str, pci: etree._Element, chain: tuple[int, ...]) -> _Gpu:
     return g
 
 
-def _order_ranks(source: str, gpus: list[_Gpu], m: Machine) -> None:
+def _order_ranks(gpus: list[_Gpu], m: Machine) -> None:
     """Number the GPUs: by NCCL ``rank`` when every GPU has a distinct one, else by file order."""
     ranks = [g.rank for g in gpus]
     if all(r is not None for r in ranks) and len(set(ranks)) == len(ranks):
@@ -309,8 +309,8 @@ def _assumed_nvswitch(gpus: list[_Gpu], gen: hardware.GpuGeneration, m: Machine)
                      f"({gen.source})")
 
 
-def _pcie_tree(source: str, root: etree._Element, gpus: list[_Gpu], cpus: dict[int, etree._Element],
-               ids: dict[etree._Element, int], m: Machine) -> None:
+def _pcie_tree(gpus: list[_Gpu], cpus: dict[int, etree._Element], ids: dict[etree._Element, int],
+               m: Machine) -> None:
     """GPUs without NVLink talk through PCIe: each bridge or CPU root complex above two or more
     GPU subtrees is a switch whose ports are those subtrees (their uplink's bandwidth); GPUs under
     different CPUs meet in a ``sockets`` switch at the CPU interconnect's bandwidth."""
@@ -323,9 +323,9 @@ def _pcie_tree(source: str, root: etree._Element, gpus: list[_Gpu], cpus: dict[i
         node = by_id[node_id]
         if node.tag == "cpu" or len(below[node_id]) < 2:
             continue
-        _pcie_switch(source, node, node_id, gpus, by_id, m)
+        _pcie_switch(node, node_id, gpus, by_id, m)
     for cpu_id in sorted(set(below) & set(cpus)):
-        _pcie_switch(source, cpus[cpu_id], cpu_id, gpus, by_id, m)
+        _pcie_switch(cpus[cpu_id], cpu_id, gpus, by_id, m)
     sockets = [cpu_id for cpu_id in sorted(cpus) if below.get(cpu_id)]
     if len(sockets) > 1:
         vendor = cpus[sockets[0]].get("vendor", "")
@@ -342,7 +342,7 @@ def _pcie_tree(source: str, root: etree._Element, gpus: list[_Gpu], cpus: dict[i
                       "complex above two or more GPUs)")
 
 
-def _pcie_switch(source: str, node: etree._Element, node_id: int, gpus: list[_Gpu],
+def _pcie_switch(node: etree._Element, node_id: int, gpus: list[_Gpu],
                  by_id: dict[int, etree._Element], m: Machine) -> None:
     """One switch at ``node``: a port per child subtree holding GPUs, lanes = its link width."""
     groups: dict[int, list[int]] = {}

@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 
 from ..errors import SynthError
-from . import hardware
 from .levels import pcie_switches
 from .machine import Machine
 
@@ -100,5 +99,4 @@ def parse_rocm_smi(text: str, source: str, gpu: str | None) -> Machine:
     m.read.append("rocm-smi lists no NICs: the machine cannot be joined across nodes (--nodes)")
     if not xgmi and not level:
         raise SynthError(f"{source}: no GPU pair is connected")
-    _ = hardware
     return m

@@ -442,6 +442,17 @@ def baseline_encoding(topology: Topology, collective: Collective, options: Optio
             # ring alltoall moves O(n^3) chunk-hops: minutes to build and verify at 128 ranks and
             # never competitive with direct there; it stays available with --algo ring
             continue
+        if not options.algorithm and options.budget is not None and collective.custom is None:
+            from ...guards import SCHEDULE_BYTES_PER_TRANSFER, TooBig, check_encoding
+
+            held = options.held + SCHEDULE_BYTES_PER_TRANSFER * sum(
+                s.num_transfers for s in found.values())
+            try:  # each algorithm's schedule shares the budget with the ones already built
+                check_encoding("baseline", collective.kind, topology.num_ranks,
+                               len(topology.links), options.chunks, options.budget, held)
+            except TooBig as exc:
+                reasons.append(f"{name}: {exc.message}")
+                continue
         coll = collective
         if options.chunks is None and collective.custom is None:
             k = preferred_chunks(name, collective.kind, collective.num_ranks, topology)

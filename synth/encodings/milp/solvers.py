@@ -245,7 +245,10 @@ class Progress:
         """A solve starts."""
         self._incumbent = self._bound = None
         self._last_update = 0.0
-        if not self.enabled:
+        if not self.enabled:  # plain progress (CI, logs): the stage shows in the heartbeat
+            from ... import progress
+
+            progress.detail(f"milp {stage or 'solve'} ({solver})")
             return
         if self._live is None and not self._lines_only:
             self._open()
@@ -260,6 +263,13 @@ class Progress:
             self._incumbent = incumbent
         if bound is not None:
             self._bound = bound
+        if not self.enabled:
+            from ... import progress
+
+            info = _progress_info(self._incumbent, self._bound)
+            if info:
+                progress.detail(info)
+            return
         if self._live is None or self._task is None:
             return
         now = time.perf_counter()
@@ -272,6 +282,9 @@ class Progress:
     def end(self, result: MilpResult) -> None:
         """The solve finished: its live row becomes a permanent line with the final result."""
         if not self.enabled:
+            from ... import progress
+
+            progress.note(result.summary())
             return
         mark = {"optimal": "[green]✓[/]", "feasible": "[yellow]~[/]"}.get(result.status, "[red]✗[/]")
         if self._live is not None and self._task is not None:

@@ -524,6 +524,9 @@ class SmtProblem:
         cached = self._cache.get(key)
         if cached is not None and cached.status != UNKNOWN:
             return cached
+        from ... import progress
+
+        progress.detail(f"smt instance S{steps} R{rounds} C{chunks}")
         start = time.perf_counter()
         deadline = None if time_limit_s is None else start + time_limit_s
         if self.mode == "allreduce":

@@ -39,6 +39,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from ... import progress
 from ...collectives import Collective, make_collective
 from ...cost import format_size, step_from_arrays
 from ...errors import NotApplicable, SynthError
@@ -249,8 +250,9 @@ def trees_encoding(topology: Topology, collective: Collective, options: Options)
     else:
         group = rank_group(topology, enabled=opts.symmetry, nodes_only=stripes)
         roots = group.reps
-    phases = pack_phases(topology, kind, group, roots, time_limit_s=0.5 * time_limit,
-                         stripes=stripes)
+    with progress.phase(f"trees: packing ({n} ranks, symmetry {group.describe()})"):
+        phases = pack_phases(topology, kind, group, roots, time_limit_s=0.5 * time_limit,
+                             stripes=stripes)
     n_phases = len(phases)
     roots = tuple(roots)
     # pieces per root: bounded by the transfers the schedule may hold and the tasks we plan
@@ -273,8 +275,10 @@ def trees_encoding(topology: Topology, collective: Collective, options: Options)
         targets.append((f"trees_{format_size(small)}", small))
     for name, target in targets:
         cands = ks if name == "trees" else sorted({k for k in (1, 2, 4, *ks) if k <= min(kmax, 4)})
-        sched = _schedule_for(topology, kind, collective, phases, group, roots, cands, target,
-                              rooted, name)
+        with progress.phase(f"trees: planning {name} (pieces per root: "
+                            f"{', '.join(map(str, cands))})"):
+            sched = _schedule_for(topology, kind, collective, phases, group, roots, cands,
+                                  target, rooted, name)
         if name != "trees" and sched.collective.chunks_per_rank == out["trees"].collective.chunks_per_rank \
                 and sched.num_steps == out["trees"].num_steps:
             continue  # same plan as the main candidate
@@ -290,6 +294,7 @@ def _schedule_for(topology: Topology, kind: str, collective: Collective, phases:
     buffer_of = (lambda k: k) if rooted else (lambda k: n * k)
     trials = []
     for k in ks:
+        progress.detail(f"{k} pieces per root")
         chunk_mb = size / buffer_of(k) / MB
         plans = plan_phases(phases, k, chunk_mb, grid="coarse", refine=0)
         trials.append((sum(p.plan.cost_us for p in plans), k, [p.phase for p in plans]))

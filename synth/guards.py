@@ -1,0 +1,338 @@
+"""Size guards: estimate a request before an expensive phase and refuse, in seconds, what cannot fit.
+
+Checks, each before the phase it protects:
+
+* :func:`check_request` -- before any encoding runs, from the request alone (collective, ranks,
+  chunks per rank): every schedule of the collective moves at least :func:`min_transfers` chunks,
+  so its memory has a floor, and when XML is asked for every chunk of the buffer must be
+  addressable (spec §6: offsets are int16, at most 32767). A request over either is refused with
+  the estimate and the fix named.
+* :func:`check_encoding` -- before each encoding starts, with explicit chunks: its schedule's
+  memory floor and, for the solver encodings (smt, milp), their model's (chunk, link) variables.
+  Under ``auto`` an encoding that does not fit steps aside (the run says so).
+* :func:`check_schedule` -- after an encoding, before verification, costing and compilation: the
+  candidate's exact transfer count against the memory budget and, for XML, an estimate of the
+  program's per-rank node count (receives and non-fusable sends after aggregation, one node per
+  peer's threadblock) against the tokenizer limit. ``synth solve`` passes over a candidate that
+  does not fit (and says so); when none fits it refuses, naming ``--no-xml``.
+
+Memory figures are per transfer of a schedule, measured by ``benchmarks/guards_memory.py``
+(peak RSS of ``synth solve --algo ring`` on dgx1 across chunk counts, ``results/guards_memory.json``):
+about 0.3 KB per transfer to build, verify and cost a schedule (0.3 to 0.7 KB over two runs: the
+allocator's arenas make small runs noisy), about 1.7 KB per transfer in all when it is also
+compiled to XML and run in the interpreter. The guards use rounded-down figures, so they refuse
+only what is over budget with a margin.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import SynthError
+
+MB = 2**20
+GB = 2**30
+
+SCHEDULE_BYTES_PER_TRANSFER = 300
+"""Build + verify + cost a schedule (measured 323 B per transfer; results/guards_memory.json)."""
+XML_BYTES_PER_TRANSFER = 1000
+"""On top: compile to MSCCL-IR + parse + interpreter (measured 1698 B per transfer in all)."""
+BASE_BYTES = 64 * MB
+"""Python with synth and its libraries imported (measured 54 to 94 MB)."""
+
+MAX_NODES = 4095
+"""Tokenizer nodes per rank: 1 algo + ngpus gpu + tbs + steps (spec §6 ``MAX_NODES``=4096, one
+kept for the root)."""
+MAX_COUNT = 71
+"""``cnt`` of one step (spec §6 ``MSCCL_MAX_COUNT`` = 72, exclusive)."""
+MAX_OFFSET = 32767
+"""``srcoff``/``dstoff`` are int16 (spec §6 field widths): no addressed chunk index above this."""
+DEFAULT_MEMORY_FRACTION = 0.5
+"""``--max-memory`` defaults to this share of the machine's physical memory."""
+
+
+class TooBig(SynthError):
+    """A request or candidate that exceeds the memory budget or a runtime limit (exit code 2)."""
+
+
+def physical_memory() -> int | None:
+    """The machine's physical memory in bytes (None where ``os.sysconf`` cannot tell)."""
+    try:
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None
+    return pages * size if pages > 0 and size > 0 else None
+
+
+def default_max_memory() -> int:
+    """Half the machine's RAM (8 GiB where it cannot be read)."""
+    total = physical_memory()
+    return int(total * DEFAULT_MEMORY_FRACTION) if total else 8 * GB
+
+
+def parse_memory(text: str | None) -> int:
+    """``--max-memory``: ``8GB``, ``512MB``, ``1.5GB`` (binary units); None: the default."""
+    if text is None:
+        return default_max_memory()
+    from .cost import parse_size
+
+    value = parse_size(text)
+    if value < 64 * MB:
+        raise SynthError(f"--max-memory {text} is below 64MB; synth alone needs about 100MB")
+    return value
+
+
+def fmt_bytes(nbytes: float) -> str:
+    return f"{nbytes / GB:.1f} GB" if nbytes >= GB else f"{nbytes / MB:.0f} MB"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What a run may use: memory, and (when XML is wanted) the runtime profile and instances."""
+
+    max_memory: int
+    xml_profile: str | None = "exec"
+    """None: no XML is written (``--no-xml``)."""
+    instances: int = 1
+
+    @classmethod
+    def of(cls, max_memory: str | None, xml: Any = None) -> Budget:
+        """From ``--max-memory`` and the solve's XmlOptions (None: ``--no-xml``)."""
+        return cls(parse_memory(max_memory), None if xml is None else xml.profile,
+                   1 if xml is None else xml.instances)
+
+    def memory_per_transfer(self) -> int:
+        return SCHEDULE_BYTES_PER_TRANSFER + (XML_BYTES_PER_TRANSFER if self.xml_profile else 0)
+
+
+# ------------------------------------------------------------------------------------- request
+def min_transfers(kind: str, n: int, chunks: int) -> int:
+    """Chunk transfers every schedule of a standard collective needs (each missing chunk, or each
+    reduction partner, arrives at least once)."""
+    if kind in ("allgather", "reducescatter", "alltoall"):
+        return n * (n - 1) * chunks
+    if kind == "allreduce":
+        return 2 * n * (n - 1) * chunks
+    return (n - 1) * chunks        # broadcast, reduce, gather, scatter (root to/from each rank)
+
+
+def buffer_chunks(kind: str, n: int, chunks: int) -> int:
+    """Chunks in the largest buffer a rank addresses (collectives.make_collective's layout)."""
+    if kind == "alltoall":
+        return n * chunks
+    if kind in ("broadcast", "reduce"):
+        return chunks
+    return n * chunks
+
+
+def _max_chunks_for(limit: float, per_chunk: float) -> int:
+    return max(0, int(limit // per_chunk)) if per_chunk > 0 else 0
+
+
+def check_request(kind: str, n: int, chunks: int | None, budget: Budget) -> None:
+    """Refuse a standard collective whose every schedule is over the budget or the XML limits.
+
+    Runs before the collective is even built (a 10^9-chunk collective does not fit in memory)."""
+    if chunks is None or n < 2:
+        return
+    moves = min_transfers(kind, n, chunks)
+    need = BASE_BYTES + moves * budget.memory_per_transfer()
+    if need > budget.max_memory:
+        per_chunk = min_transfers(kind, n, 1) * budget.memory_per_transfer()
+        fit = _max_chunks_for(budget.max_memory - BASE_BYTES, per_chunk)
+        raise TooBig(f"{kind} with {chunks} chunks per rank on {n} ranks moves at least "
+                     f"{moves:,} chunks: about {fmt_bytes(need)} "
+                     f"{'with XML ' if budget.xml_profile else ''}against --max-memory "
+                     f"{fmt_bytes(budget.max_memory)}; use fewer --chunks (at most {fit})"
+                     + (" or --no-xml" if budget.xml_profile else "")
+                     + " or raise --max-memory")
+    if budget.xml_profile is None:
+        return
+    inst = budget.instances
+    cells = buffer_chunks(kind, n, chunks) * inst
+    if cells - 1 > MAX_OFFSET:
+        fit = _max_chunks_for(MAX_OFFSET + 1, buffer_chunks(kind, n, 1) * inst)
+        raise TooBig(f"MSCCL-IR addresses chunks with int16 offsets (at most {MAX_OFFSET}, spec §6) "
+                     f"but {kind} with {chunks} chunks per rank on {n} ranks"
+                     f"{f' x {inst} instances' if inst > 1 else ''} has {cells:,} chunks in one "
+                     f"buffer; use --no-xml, or --chunks {fit} or fewer")
+    # (the tokenizer's 4095 nodes cannot bind first: at most 71 chunks per instruction and at most
+    # 32768 chunks in a buffer keep every standard collective's receive floor below ~930 nodes)
+
+
+# ------------------------------------------------------------------------------------- schedule
+@dataclass(frozen=True)
+class XmlEstimate:
+    """Per-rank size of the MSCCL-IR program a schedule compiles to (before compiling it)."""
+
+    nodes: int
+    """Largest estimated node count of a rank: 1 + ngpus + threadblocks + steps."""
+    rank: int
+    receives: int
+    sends: int
+    peers: int
+
+    def describe(self) -> str:
+        return (f"about {self.nodes:,} MSCCL-IR nodes on rank {self.rank} (1 + gpus + "
+                f"{self.peers} peer threadblocks + {self.receives:,} receives + {self.sends:,} "
+                f"unfused sends, after aggregation)")
+
+
+def schedule_arrays(schedule: Any) -> Any:
+    """(step, src, dst, chunk) int64 columns of every transfer."""
+    import numpy as np
+
+    total = schedule.num_transfers
+    out = np.empty((4, total), dtype=np.int64)
+    i = 0
+    for t, step in enumerate(schedule.steps):
+        m = len(step.transfers)
+        if not m:
+            continue
+        out[0, i:i + m] = t
+        out[1:, i:i + m] = np.array([(tr.src, tr.dst, tr.chunk) for tr in step.transfers],
+                                    dtype=np.int64).T
+        i += m
+    return out
+
+
+def _runs(group: Any, chunk: Any, span: int) -> Any:
+    """Group ids of the aggregated ops: runs of consecutive chunks (at most MAX_COUNT) per group."""
+    import numpy as np
+
+    if group.size == 0:
+        return group
+    key = np.sort(group * span + chunk)
+    g, c = key // span, key % span
+    brk = np.ones(key.size, dtype=bool)
+    brk[1:] = (g[1:] != g[:-1]) | (c[1:] != c[:-1] + 1)
+    starts = np.flatnonzero(brk)
+    pos = np.arange(key.size) - starts[np.cumsum(brk) - 1]
+    brk |= pos % MAX_COUNT == 0
+    return g[brk]
+
+
+def _distinct(values: Any) -> Any:
+    """Sorted distinct values (by sorting: numpy's hash-based ``unique`` is far slower here)."""
+    import numpy as np
+
+    v = np.sort(values)
+    keep = np.ones(v.size, dtype=bool)
+    keep[1:] = v[1:] != v[:-1]
+    return v[keep]
+
+
+def xml_estimate(schedule: Any, instances: int = 1) -> XmlEstimate:
+    """Estimate the compiled program's largest per-rank node count from the schedule alone.
+
+    Mirrors the compiler's counting rules (synth.emit.passes): a receive of a (step, peer) group
+    aggregates consecutive chunks, at most 71 per instruction; a send fuses with a receive of the
+    same chunk one step earlier (one send per receive), other sends are instructions of their own;
+    a rank has a threadblock per peer at least. Nops, copies and channel spreading come on top, so
+    this is an under-estimate: a schedule over the limit by it cannot be emitted.
+    """
+    import numpy as np
+
+    n = schedule.collective.num_ranks
+    arr = schedule_arrays(schedule)
+    step, src, dst, chunk = arr
+    if step.size == 0:
+        return XmlEstimate(1 + n, 0, 0, 0, 0)
+    steps = int(step.max()) + 1
+    span = int(chunk.max()) + 2
+    recv_g = _runs((dst * steps + step) * n + src, chunk, span)
+    receives = np.bincount(recv_g // (steps * n), minlength=n)
+    got = _distinct((dst * steps + step) * span + chunk)
+    sent = (src * steps + step) * span + chunk
+    at = np.minimum(np.searchsorted(got, sent - span), got.size - 1)
+    fusable = (step > 0) & (got[at] == sent - span)
+    order = np.argsort(sent, kind="stable")
+    first = np.ones(order.size, dtype=bool)
+    first[1:] = sent[order][1:] != sent[order][:-1]
+    fused = np.zeros(order.size, dtype=bool)
+    fused[order] = first & fusable[order]
+    plain = ~fused
+    send_g = _runs(((src * steps + step) * n + dst)[plain], chunk[plain], span)
+    sends = np.bincount(send_g // (steps * n), minlength=n)
+    pairs = _distinct(np.concatenate([dst * n + src, src * n + dst]))
+    peers = np.bincount(pairs // n, minlength=n)
+    nodes = 1 + n + instances * (peers + receives + sends)
+    r = int(np.argmax(nodes))
+    return XmlEstimate(int(nodes[r]), r, int(receives[r]), int(sends[r]), int(peers[r]))
+
+
+def check_schedule(schedule: Any, budget: Budget, held: int = 0) -> None:
+    """Refuse one candidate schedule before it is verified, costed or compiled.
+
+    ``held``: transfers of the candidates already kept (they share the memory budget)."""
+    moves = schedule.num_transfers
+    need = BASE_BYTES + (moves + held) * SCHEDULE_BYTES_PER_TRANSFER
+    if budget.xml_profile:
+        need += moves * XML_BYTES_PER_TRANSFER
+    if need > budget.max_memory:
+        raise TooBig(f"{schedule.algorithm}: {moves:,} transfers need about {fmt_bytes(need)} "
+                     f"{'with XML ' if budget.xml_profile else ''}against --max-memory "
+                     f"{fmt_bytes(budget.max_memory)}"
+                     + ("; use --no-xml" if budget.xml_profile else "")
+                     + ", fewer --chunks or raise --max-memory")
+    if budget.xml_profile is None:
+        return
+    coll = schedule.collective
+    if coll.custom is None:
+        cells = coll.buffer_chunks * budget.instances
+        if cells - 1 > MAX_OFFSET:
+            raise TooBig(f"{schedule.algorithm}: {cells:,} chunks in one buffer exceed MSCCL-IR's "
+                         f"int16 offsets (at most {MAX_OFFSET + 1}, spec §6); use --no-xml or "
+                         "fewer --chunks")
+    est = xml_estimate(schedule, budget.instances)
+    if est.nodes > MAX_NODES:
+        raise TooBig(f"{schedule.algorithm} ({coll.chunks_per_rank} chunks per rank, "
+                     f"{schedule.num_steps} steps) needs {est.describe()}; the runtime's tokenizer "
+                     f"holds {MAX_NODES} per rank (spec §6 MAX_NODES): use --no-xml, fewer "
+                     "--chunks, or another --encoding")
+
+
+# ------------------------------------------------------------------------------------- encodings
+MODEL_BYTES_PER_VARIABLE = 200
+"""A solver variable with its constraints' share, in the SMT and MILP models (an estimate: CP-SAT
+and HiGHS keep tens to hundreds of bytes per variable and its rows)."""
+MODEL_MAX_VARIABLES = 1_000_000
+"""Beyond this many (chunk, link) variables the SMT and MILP models are not worth building: SCCL's
+dgx1 instances that CP-SAT decides in about a second have a few hundred (ARCHITECTURE.md)."""
+MODEL_ENCODINGS = ("smt", "milp")
+"""Encodings whose model has a variable per (chunk, link) at least (SCCL, TACCL)."""
+
+
+def encoding_memory(encoding: str, kind: str, n: int, links: int, chunks: int) -> int:
+    """Estimated bytes an encoding needs for ``chunks`` chunks per rank (floors, not forecasts):
+    the schedule it builds, and for the solver encodings their model's (chunk, link) variables."""
+    moves = min_transfers(kind, n, chunks)
+    need = moves * SCHEDULE_BYTES_PER_TRANSFER
+    if encoding in MODEL_ENCODINGS:
+        need += buffer_chunks(kind, n, chunks) * max(links, 1) * MODEL_BYTES_PER_VARIABLE
+    return need
+
+
+def check_encoding(encoding: str, kind: str, n: int, links: int, chunks: int | None,
+                   budget: Budget, held: int = 0) -> None:
+    """Refuse to start ``encoding`` when its floor does not fit what is left of the budget.
+
+    ``held``: bytes the candidates already produced hold. Only requests with explicit chunks are
+    sized here; an encoding choosing its own chunking keeps itself small (and every candidate is
+    sized again by :func:`check_schedule`)."""
+    if chunks is None or n < 2:
+        return
+    variables = buffer_chunks(kind, n, chunks) * max(links, 1)
+    if encoding in MODEL_ENCODINGS and variables > MODEL_MAX_VARIABLES:
+        fit = max(1, MODEL_MAX_VARIABLES // (buffer_chunks(kind, n, 1) * max(links, 1)))
+        raise TooBig(f"{encoding} with {chunks} chunks per rank would build a model of at least "
+                     f"{variables:,} (chunk, link) variables (practical up to "
+                     f"{MODEL_MAX_VARIABLES:,}); use --chunks {fit} or fewer, or another --encoding")
+    need = encoding_memory(encoding, kind, n, links, chunks)
+    if BASE_BYTES + held + need > budget.max_memory:
+        raise TooBig(f"{encoding} with {chunks} chunks per rank needs about {fmt_bytes(need)}"
+                     f"{f' besides the {fmt_bytes(held)} held by other candidates' if held else ''}"
+                     f", over --max-memory {fmt_bytes(budget.max_memory)}; use fewer --chunks, "
+                     "another --encoding or raise --max-memory")

@@ -1,0 +1,298 @@
+"""Progress of long phases on stderr: a rich spinner on a terminal, timestamped lines elsewhere.
+
+Library code marks its long phases and says what it is doing inside them::
+
+    from synth import progress
+
+    with progress.phase("trees: packing"):
+        ...
+        progress.detail("LP round 12, T=0.81")
+
+and the command line decides how that is shown (:func:`activate`). Three modes:
+
+* ``rich`` (stderr is a terminal): one transient spinner whose text is the open phases, innermost
+  last, with the latest detail -- what ``synth solve`` always showed;
+* ``plain`` (stderr is not a terminal: CI, log files, ``nohup``): once a run has lasted one
+  heartbeat period, a timestamped line when a phase starts, a heartbeat line at least every
+  :data:`INTERVAL_S` seconds while any phase is open (a daemon thread: the work itself never has to
+  call back), and a line when a phase that lasted a while ends. A run that ends sooner prints
+  nothing, so a quick answer or a refusal stays the one line it is;
+* ``off``: nothing (the library's default, so tests and programs that import synth stay quiet).
+
+``SYNTH_PROGRESS`` (``rich`` | ``plain`` | ``off``) overrides the choice and
+``SYNTH_PROGRESS_INTERVAL`` the heartbeat period in seconds (the tests use a fraction of one).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+MODES = ("rich", "plain", "off")
+INTERVAL_S = 10.0
+"""The longest a long phase stays silent in plain mode (issue 12: at least every 10 s)."""
+HEARTBEAT_S = 5.0
+"""Heartbeat period in plain mode: half the promise, so a busy machine still keeps it."""
+DONE_AFTER_S = 2.0
+"""Plain mode prints a phase's end only when it lasted at least this long (less is noise)."""
+
+
+@dataclass
+class _Open:
+    label: str
+    start: float
+    detail: str = ""
+
+
+@dataclass
+class Reporter:
+    """Where progress goes. Thread-safe: solvers report from their own threads."""
+
+    mode: str = "off"
+    stream: IO[str] | None = None
+    """Plain mode's output (stderr when None)."""
+    console: Any = None
+    """Rich mode's console (a stderr console when None)."""
+    heartbeat_s: float = HEARTBEAT_S
+    _stack: list[_Open] = field(default_factory=list)
+    _lock: threading.RLock = field(default_factory=threading.RLock)
+    _wake: threading.Condition | None = None
+    _thread: threading.Thread | None = None
+    _status: Any = None
+    _last_line: float = 0.0
+    _born: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"progress mode must be one of {MODES}, got {self.mode!r}")
+        self._wake = threading.Condition(self._lock)
+
+    # ---------------------------------------------------------------------------- the interface
+    @contextmanager
+    def phase(self, label: str) -> Iterator[None]:
+        """A long phase: shown while it runs (nested phases show as ``outer › inner``)."""
+        if self.mode == "off":
+            yield
+            return
+        entry = _Open(label, time.monotonic())
+        with self._lock:
+            self._stack.append(entry)
+            if self.mode == "plain":
+                if self._long():
+                    self._line(f"{self._path()} ...")
+                self._ensure_heartbeat()
+            else:
+                self._show()
+        try:
+            yield
+        finally:
+            with self._lock:
+                if entry in self._stack:
+                    self._stack.remove(entry)
+                took = time.monotonic() - entry.start
+                if self.mode == "plain":
+                    if took >= DONE_AFTER_S and self._long():
+                        self._line(f"{self._path(entry)} done in {_secs(took)}")
+                    assert self._wake is not None
+                    self._wake.notify_all()
+                else:
+                    self._show()
+
+    def detail(self, text: str) -> None:
+        """What the innermost open phase is doing now (shown by the next redraw or heartbeat)."""
+        if self.mode == "off":
+            return
+        with self._lock:
+            if self._stack:
+                self._stack[-1].detail = text
+            if self.mode == "rich":
+                self._show()
+
+    def note(self, text: str) -> None:
+        """A one-off event worth a line of its own (a stage finished, a candidate set aside)."""
+        if self.mode == "off":
+            return
+        with self._lock:
+            if self.mode == "plain":
+                if self._long():
+                    self._line(text)
+            else:
+                self._console().print(text, markup=False, highlight=False)
+
+    def close(self) -> None:
+        """Stop the heartbeat thread and the spinner (phases still open are abandoned)."""
+        with self._lock:
+            self._stack.clear()
+            if self._wake is not None:
+                self._wake.notify_all()
+            self._stop_status()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+        self._thread = None
+
+    # ---------------------------------------------------------------------------- plain mode
+    def _path(self, upto: _Open | None = None) -> str:
+        names = []
+        for e in self._stack:
+            names.append(e.label)
+            if e is upto:
+                break
+        if upto is not None and upto not in self._stack:
+            names.append(upto.label)
+        return " › ".join(names)
+
+    def _long(self) -> bool:
+        """Whether this run has lasted a heartbeat period (before that plain mode is silent)."""
+        return time.monotonic() - self._born >= self.heartbeat_s
+
+    def _line(self, text: str) -> None:
+        stream = self.stream if self.stream is not None else sys.stderr
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        self._last_line = time.monotonic()
+        try:
+            stream.write(f"{stamp} synth: {text}\n")
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream must not break the work
+            pass
+
+    def _ensure_heartbeat(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._thread = threading.Thread(target=self._beat, name="synth-progress", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        """Heartbeat: a line whenever plain mode has been silent for ``heartbeat_s``."""
+        assert self._wake is not None
+        with self._lock:
+            while self._stack:
+                remaining = max(self._last_line, self._born) + self.heartbeat_s - time.monotonic()
+                if remaining > 0:
+                    self._wake.wait(remaining)
+                    continue
+                inner, outer = self._stack[-1], self._stack[0]
+                now = time.monotonic()
+                msg = f"{self._path()}: still running, {_secs(now - inner.start)}"
+                if outer is not inner:
+                    msg += f" ({_secs(now - outer.start)} in all)"
+                if inner.detail:
+                    msg += f"; {inner.detail}"
+                self._line(msg)
+            self._thread = None
+
+    # ---------------------------------------------------------------------------- rich mode
+    def _console(self) -> Any:
+        if self.console is None:
+            from rich.console import Console
+
+            self.console = Console(stderr=True, highlight=False)
+        return self.console
+
+    def _show(self) -> None:
+        if not self._stack:
+            self._stop_status()
+            return
+        from rich.markup import escape
+
+        text = escape(self._path())
+        if self._stack[-1].detail:
+            text += f" [dim]{escape(self._stack[-1].detail)}[/dim]"
+        if self._status is None:
+            from rich.errors import LiveError
+
+            status = self._console().status(text, spinner="dots")
+            try:
+                status.start()
+            except LiveError:  # another live display (progress bars) owns the terminal
+                return
+            self._status = status
+        else:
+            self._status.update(text)
+
+    def _stop_status(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+
+def _secs(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
+    minutes, sec = divmod(int(seconds), 60)
+    return f"{minutes} min {sec:02d} s"
+
+
+_current = Reporter("off")
+
+
+def current() -> Reporter:
+    """The reporter library code reports to (``off`` unless a command line activated one)."""
+    return _current
+
+
+def phase(label: str) -> AbstractContextManager[None]:
+    """:meth:`Reporter.phase` of the current reporter."""
+    return _current.phase(label)
+
+
+def detail(text: str) -> None:
+    """:meth:`Reporter.detail` of the current reporter."""
+    _current.detail(text)
+
+
+def note(text: str) -> None:
+    """:meth:`Reporter.note` of the current reporter."""
+    _current.note(text)
+
+
+def choose_mode(stream: IO[str] | None = None, *, quiet_on_terminal: bool = False) -> str:
+    """``SYNTH_PROGRESS`` if set, else ``rich`` on a terminal and ``plain`` elsewhere.
+
+    ``quiet_on_terminal``: ``off`` instead of ``rich`` (a command whose terminal output is a
+    document, such as ``--json``, or that draws its own progress bars).
+    """
+    forced = os.environ.get("SYNTH_PROGRESS", "").strip().lower()
+    if forced in MODES:
+        return forced
+    stream = stream if stream is not None else sys.stderr
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    if tty:
+        return "off" if quiet_on_terminal else "rich"
+    return "plain"
+
+
+def _interval() -> float:
+    raw = os.environ.get("SYNTH_PROGRESS_INTERVAL")
+    if raw:
+        try:
+            value = float(raw)
+        except ValueError:
+            value = HEARTBEAT_S
+        if 0 < value <= INTERVAL_S:
+            return value
+    return HEARTBEAT_S
+
+
+@contextmanager
+def activate(mode: str | None = None, *, console: Any = None, stream: IO[str] | None = None,
+             quiet_on_terminal: bool = False) -> Iterator[Reporter]:
+    """Make a reporter current for the duration of a command (the CLI's job, not the library's)."""
+    global _current
+    chosen = mode or choose_mode(stream, quiet_on_terminal=quiet_on_terminal)
+    reporter = Reporter(chosen, stream=stream, console=console, heartbeat_s=_interval())
+    previous, _current = _current, reporter
+    try:
+        yield reporter
+    finally:
+        reporter.close()
+        _current = previous

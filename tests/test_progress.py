@@ -1,0 +1,130 @@
+"""Progress everywhere (issue 12): timestamped heartbeat lines when stderr is not a terminal."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import re
+import time
+
+import pytest
+
+from synth import progress
+
+STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d synth: ")
+
+
+def _lines(buf: io.StringIO) -> list[str]:
+    return [line for line in buf.getvalue().splitlines() if line]
+
+
+def test_fake_slow_phase_gets_heartbeats_in_plain_mode():
+    buf = io.StringIO()
+    reporter = progress.Reporter("plain", stream=buf, heartbeat_s=0.1)
+    with reporter.phase("fake slow phase"):
+        reporter.detail("step 3 of 7")
+        time.sleep(0.65)  # silent work: only the heartbeat thread can speak
+    reporter.close()
+    lines = _lines(buf)
+    assert all(STAMP.match(line) for line in lines), lines
+    beats = [line for line in lines if "still running" in line]
+    assert len(beats) >= 3, lines
+    assert all("step 3 of 7" in b for b in beats)
+    # never silent longer than the heartbeat period (plus scheduling slack)
+    stamps = [time.mktime(time.strptime(line[:19], "%Y-%m-%d %H:%M:%S")) for line in lines]
+    assert max(b - a for a, b in itertools.pairwise(stamps)) <= 2
+
+
+def test_nested_phases_and_end_line():
+    buf = io.StringIO()
+    reporter = progress.Reporter("plain", stream=buf, heartbeat_s=0.05)
+    with reporter.phase("outer"):
+        time.sleep(0.1)
+        with reporter.phase("inner"):
+            time.sleep(0.2)
+    reporter.close()
+    text = buf.getvalue()
+    assert "outer › inner ..." in text and "outer › inner: still running" in text
+    assert "in all)" in text  # the outer phase's elapsed time is reported too
+
+
+def test_a_quick_run_prints_nothing():
+    """Before one heartbeat period nothing is printed: a quick answer or refusal stays one line."""
+    buf = io.StringIO()
+    reporter = progress.Reporter("plain", stream=buf, heartbeat_s=5)
+    with reporter.phase("quick"):
+        reporter.note("a note")
+        time.sleep(0.05)
+    reporter.close()
+    assert buf.getvalue() == ""
+
+
+def test_heartbeat_stops_with_the_phase():
+    buf = io.StringIO()
+    reporter = progress.Reporter("plain", stream=buf, heartbeat_s=0.05)
+    with reporter.phase("short"):
+        pass
+    time.sleep(0.2)
+    assert "still running" not in buf.getvalue()
+    assert reporter._thread is None or not reporter._thread.is_alive()
+
+
+def test_off_by_default_and_module_functions_follow_activate(monkeypatch):
+    assert progress.current().mode == "off"
+    buf = io.StringIO()
+    monkeypatch.setenv("SYNTH_PROGRESS_INTERVAL", "0.05")
+    with progress.activate("plain", stream=buf) as rep:
+        assert progress.current() is rep and rep.heartbeat_s == 0.05
+        time.sleep(0.06)
+        with progress.phase("library phase"):
+            progress.note("a stage finished")
+            time.sleep(0.15)
+    assert progress.current().mode == "off"
+    text = buf.getvalue()
+    assert "library phase ..." in text and "a stage finished" in text and "still running" in text
+
+
+@pytest.mark.parametrize("env,tty,quiet,mode", [
+    ("", False, False, "plain"), ("", True, False, "rich"), ("", True, True, "off"),
+    ("off", False, False, "off"), ("plain", True, False, "plain"), ("rich", False, False, "rich"),
+])
+def test_mode_choice(monkeypatch, env, tty, quiet, mode):
+    monkeypatch.setenv("SYNTH_PROGRESS", env)
+
+    class Stream(io.StringIO):
+        def isatty(self) -> bool:
+            return tty
+
+    assert progress.choose_mode(Stream(), quiet_on_terminal=quiet) == mode
+
+
+def test_rich_mode_draws_on_a_terminal_console():
+    from rich.console import Console
+
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, width=80)
+    reporter = progress.Reporter("rich", console=console)
+    with reporter.phase("solving"):
+        reporter.detail("trees")
+        time.sleep(0.2)
+    reporter.close()
+    assert "solving" in buf.getvalue()
+
+
+def test_cli_solve_prints_timestamped_lines_without_a_terminal(tmp_path):
+    """stderr captured (not a TTY), as in CI or a log file: plain lines, stdout untouched."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "SYNTH_PROGRESS_INTERVAL": "0.02"}
+    env.pop("SYNTH_PROGRESS", None)
+    r = subprocess.run([sys.executable, "-m", "synth", "solve", "--topo", "ring:4", "--coll",
+                        "allgather", "--encoding", "baseline", "--json", "--out", str(tmp_path)],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    json.loads(r.stdout)
+    lines = [line for line in r.stderr.splitlines() if line]
+    assert lines and all(STAMP.match(line) for line in lines), r.stderr
+    assert any("solving allgather on ring:4 (baseline)" in line for line in lines)
