@@ -127,8 +127,7 @@ def markdown(data: dict[str, Any]) -> str:
         bar = ""
         if "bar" in r:
             bar = f"≥ {r['bar']:g}: {'meets' if r['meets_bar'] else 'misses'}"
-        why = r["why"].replace("|", "/") if r["lost"] > 1 else (r["why"] and "(<= 1 point) "
-                                                                 + r["why"].replace("|", "/"))
+        why = "" if r["lost"] <= 0 else r["why"].replace("|", "/")  # 0: a tie at 1 GiB
         lines.append(f"| {r['case']} | {r['ranks']} | {r['best']} | {r['best_pct']} | "
                      f"{r['written']} | {r['written_pct']} | {r['lost']} | {bar} | {r['ranges']} | "
                      f"{r['wall_s']} | {why} |")
