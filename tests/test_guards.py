@@ -133,3 +133,29 @@ def test_cli_refuses_100000_chunks_in_seconds(synth_cli, tmp_path, extra):
     assert ("--no-xml" in line) != ("--no-xml" in extra)
     assert "--chunks" in line
     assert not (tmp_path / "o").exists()
+
+
+def test_solve_notes_what_the_guards_passed_over(tmp_path):
+    """The notes of passed-over candidates reach the written result, and a refusal names them."""
+    from synth.solve import solve, write_winners
+
+    topo = load_topology("fully_connected:2")
+    coll = make_collective("allgather", 2)
+    result = solve(topo, coll, encoding="baseline", budget=BIG)
+    result.notes.append("big passed over: (a stand-in note)")
+    written = write_winners(result, tmp_path)
+    assert written.notes[0] == "big passed over: (a stand-in note)"
+    # when no range can be emitted either, the refusal names what was passed over and --no-xml
+    import synth.solve as S
+
+    def fail(*_a, **_k):
+        raise SynthError("no configuration can be emitted for sizes 0..1")
+
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(S, "choose_ranges", fail)
+    try:
+        with pytest.raises(SynthError, match=r"passed over before: big passed over.*--no-xml"):
+            write_winners(result, tmp_path / "again")
+    finally:
+        monkey.undo()
+    assert not (tmp_path / "again").exists()
