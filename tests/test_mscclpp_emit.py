@@ -140,3 +140,13 @@ def test_catalog_format_mscclpp_writes_verified_plans(synth_cli, tmp_path):
                 ranges.append((obj["min_message_size"], obj["max_message_size"]))
         ranges.sort()
         assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(ranges))
+
+
+def test_plan_needing_more_blocks_than_sms_is_refused():
+    topology = load_topology("dgx_a100", 1)
+    coll = make_collective("alltoall", topology.num_ranks, 1)
+    schedule = solve(topology, coll, encoding="baseline", algorithm="direct").best.schedule
+    text, _ = emit_verified_plan(schedule, topology, PlanOptions(instances=1))
+    most = max(len(g["threadblocks"]) for g in json.loads(text)["gpus"])
+    with pytest.raises(SynthError, match="co-resident"):
+        emit_verified_plan(schedule, topology, PlanOptions(max_threadblocks=most - 1))

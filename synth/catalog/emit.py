@@ -163,7 +163,8 @@ class Emitter:
         try:
             text, _ = emit_verified_plan(cand.schedule, self.topology,
                                          PlanOptions(proto=cfg.proto, instances=cfg.instances,
-                                                     min_bytes=r.lo, max_bytes=r.hi))
+                                                     min_bytes=r.lo, max_bytes=r.hi,
+                                                     max_threadblocks=self.sms))
         except SynthError as exc:
             return None, f"no MSCCL++ plan: {exc.message}"
         return text, ""

@@ -152,9 +152,11 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
                            nccl_calibration=nccl_cal, budget=budget)
         plan = None
         if out_format == "mscclpp":
+            from ..catalog.emit import sm_count
             from ..solve import PlanOptions, PlanTarget
 
             plan = PlanTarget(topology, PlanOptions(proto=proto, instances=instances,
+                                                    max_threadblocks=sm_count(topology),
                                                     min_bytes=_bytes(min_bytes),
                                                     max_bytes=_bytes(max_bytes)))
         if plan is not None:

@@ -286,8 +286,11 @@ def _place(ir: P.Ir, max_steps: int, budget: int, m: int, cap: int, enforce: boo
             balance, spread = True, max(spread, min(budget, need))
     limit = MAX_TBS_PER_CHANNEL if enforce else 0
     packing = enforce
+    fill = 0
+    fallback: list[list[Threadblock]] | None = None
     while True:
-        per_rank, misfits = P.allocate(ir, spread, budget, balance=balance, side_limit=limit)
+        per_rank, misfits = P.allocate(ir, spread, budget, balance=balance, side_limit=limit,
+                                       fill=fill)
         if misfits:
             return [], misfits, []
         longest = max(len(tb.ops) for tbs in per_rank for tb in tbs)
@@ -305,7 +308,16 @@ def _place(ir: P.Ir, max_steps: int, budget: int, m: int, cap: int, enforce: boo
             tbs = P.dependencies(per_rank)
             longest = max(len(tb.steps) for row in tbs for tb in row)
             if not enforce or longest <= max_steps:
-                return tbs, [], []
+                if fill or max(len(row) for row in tbs) <= tb_budget:
+                    return tbs, [], []
+                # over the block budget: first fit, each side on as few channels as it needs;
+                # a block may hold a send side and a receive side (fused ops pair them), so each
+                # side gets half a block, less an eighth for the dependency nops
+                fallback, fill, spread = tbs, (max_steps - max_steps // 8) // 2, budget
+                packing = True
+                continue
+        if fill and fallback is not None:
+            return fallback, [], []
         if spread < budget:
             spread = min(budget, max(spread + 1, ceil(spread * longest / max_steps)))
         elif not balance:

@@ -855,7 +855,8 @@ class Tb:
 
 
 def allocate(ir: Ir, spread: int, max_channels: int, pair_sets: int | None = None,
-             balance: bool = False, side_limit: int = 0) -> tuple[list[list[Tb]], list[IOp]]:
+             balance: bool = False, side_limit: int = 0, fill: int = 0
+             ) -> tuple[list[list[Tb]], list[IOp]]:
     """Channels and threadblocks. Returns (tbs per rank ordered by id, fused ops that did not fit).
 
     A route's ops share a channel. Its base channel is its block of chunk ids among ``spread`` blocks (so
@@ -868,6 +869,10 @@ def allocate(ir: Ir, spread: int, max_channels: int, pair_sets: int | None = Non
     fused op pairs its receive peer Q and send peer P in one tb; a plain send to P uses P's paired tb on
     that channel if there is one, else a send-only tb, and a plain receive likewise (never one tb for both
     directions of an exchange). Copies go to their anchor's tb, else to the rank's first tb.
+
+    With ``fill`` (a step count) a route goes to the first of ``spread`` channels where every
+    connection side it touches holds fewer than ``fill`` ops (first fit, routes in order), so each
+    side opens as few channels, hence blocks, as its length needs.
     """
     coll = ir.collective
     n, nch = coll.num_ranks, coll.num_chunks
@@ -918,7 +923,13 @@ def allocate(ir: Ir, spread: int, max_channels: int, pair_sets: int | None = Non
         chains = sorted(chains, key=lambda ch: (-len(ch) * ch[0].cnt, ch[0].ordinal))
     for chain in chains:
         fused = chain[1:-1]
-        if balance:
+        if fill:
+            base = next((c for c in range(spread) if not overflow(chain, c) and all(
+                load[k] + 1 <= fill for op in chain for k in sides(op, c))), None)
+            if base is None:
+                base = min(range(spread), key=lambda c: (
+                    overflow(chain, c), max(load[k] + 1 for op in chain for k in sides(op, c)), c))
+        elif balance:
             base = min(range(spread), key=lambda c: (
                 overflow(chain, c), max(load[k] + 1 for op in chain for k in sides(op, c)), c))
         else:
@@ -936,7 +947,7 @@ def allocate(ir: Ir, spread: int, max_channels: int, pair_sets: int | None = Non
             pair_s.setdefault((op.rank, chosen, op.sendp), op.recvp)
         for op in chain:
             op.chan = chosen
-            if balance:
+            if balance or fill:
                 for k in sides(op, chosen):
                     load[k] += 1
                 if op.sendp >= 0:

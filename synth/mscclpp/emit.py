@@ -61,6 +61,10 @@ class PlanOptions:
     max_bytes: int = 0
     """0: unbounded."""
     num_threads_per_block: int = 1024
+    max_threadblocks: int | None = None
+    """Threadblocks one rank may use: the GPU's SMs. The executor's blocks synchronise with each
+    other (semaphores, barriers, LL flags), so all of a rank's blocks must be resident at once;
+    a plan needing more would hang. None: not checked (unknown GPU)."""
 
 
 def plan_unsupported_reason(schedule: Schedule) -> str | None:
@@ -91,6 +95,10 @@ def emit_verified_plan(schedule: Schedule, topology: Topology,
                                instances=options.instances, min_bytes=options.min_bytes,
                                max_bytes=options.max_bytes, inplace=False)
     obj = _Lowering(program, topology.node_of, options).plan(schedule)
+    most = max(len(g["threadblocks"]) for g in obj["gpus"])
+    if options.max_threadblocks is not None and most > options.max_threadblocks:
+        raise SynthError(f"the MSCCL++ plan needs {most} threadblocks per rank; all must be "
+                         f"co-resident and the GPU has {options.max_threadblocks} SMs")
     text = json.dumps(obj, indent=1) + "\n"
     report = verify_plan(load_plan(text, f"{obj['name']}.json"))
     if not report.postcondition:  # pragma: no cover - POSTCONDITIONS gate above
