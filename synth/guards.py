@@ -78,7 +78,7 @@ def parse_memory(text: str | None) -> int:
         return default_max_memory()
     from .cost import parse_size
 
-    value = parse_size(text)
+    value = parse_size(text, most=None)  # host memory, not a message size
     if value < 64 * MB:
         raise SynthError(f"--max-memory {text} is below 64MB; synth alone needs about 100MB")
     return value
