@@ -159,3 +159,19 @@ def test_solve_notes_what_the_guards_passed_over(tmp_path):
     finally:
         monkey.undo()
     assert not (tmp_path / "again").exists()
+
+
+def test_threadblock_budget_floor():
+    """Every peer a rank receives from (or sends to) needs a threadblock of its own: a schedule
+    with more peers than --max-threadblocks is passed over before it is compiled."""
+    topo = load_topology("switch:12")
+    sched = baseline(topo, make_collective("allgather", 12), "direct")   # 11 peers each way
+    est = guards.xml_estimate(sched)
+    assert est.threadblocks == 11
+    prog = compile_schedule(sched)
+    assert min(len(g.tbs) for g in prog.gpus) >= est.threadblocks  # a floor of what is emitted
+    guards.check_schedule(sched, Budget(64 * guards.GB, "exec", 1, 11))
+    with pytest.raises(TooBig, match=r"11 peers in one direction.*--max-threadblocks is 8"):
+        guards.check_schedule(sched, Budget(64 * guards.GB, "exec", 1, 8))
+    with pytest.raises(TooBig, match=r"at least 22 threadblocks"):
+        guards.check_schedule(sched, Budget(64 * guards.GB, "exec", 2, 16))
