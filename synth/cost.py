@@ -13,6 +13,7 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from fractions import Fraction
 
 import numpy as np
 
@@ -27,14 +28,26 @@ _UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20, "MB"
           "MIB": 2**20, "G": 2**30, "GB": 2**30, "GIB": 2**30}
 
 
-def parse_size(text: str) -> int:
-    """'64KB' -> 65536. Sizes are binary, as nccl-tests prints them."""
+MAX_SIZE_BYTES = 2**40
+"""The largest message size synth accepts (1 TiB): a collective's buffer lives in one accelerator's
+memory, and the largest that synth ships holds 192 GB (AMD Instinct MI300X data sheet: 192 GB
+HBM3). A bigger size is a typo; past 2^63 it no longer fits the runtimes' 64-bit byte ranges and
+the timed program model would walk billions of slices."""
+
+
+def parse_size(text: str, most: int | None = MAX_SIZE_BYTES) -> int:
+    """'64KB' -> 65536. Sizes are binary, as nccl-tests prints them; read exactly (a float would
+    turn 99999999999999999999999 into 99999999999999991611392). ``most``: the largest accepted
+    (None: no limit, for amounts that are not message sizes such as host memory)."""
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", text)
     if not m or m.group(2).upper() not in _UNITS:
         raise SynthError(f"cannot read size '{text}' (examples: 1024, 64KB, 1MB, 4GB)")
-    value = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+    value = int(Fraction(m.group(1)) * _UNITS[m.group(2).upper()])
     if value < 1:
         raise SynthError(f"size '{text}' must be at least 1 byte")
+    if most is not None and value > most:
+        raise SynthError(f"size '{text}' is {value:,} bytes; synth handles at most {most:,} "
+                         "(MAX_SIZE_BYTES, 1 TiB: more than any accelerator's memory)")
     return value
 
 

@@ -78,7 +78,7 @@ def parse_memory(text: str | None) -> int:
         return default_max_memory()
     from .cost import parse_size
 
-    value = parse_size(text)
+    value = parse_size(text, most=None)  # host memory, not a message size
     if value < 64 * MB:
         raise SynthError(f"--max-memory {text} is below 64MB; synth alone needs about 100MB")
     return value
@@ -96,12 +96,15 @@ class Budget:
     xml_profile: str | None = "exec"
     """None: no XML is written (``--no-xml``)."""
     instances: int = 1
+    max_threadblocks: int | None = None
+    """Threadblocks per rank the XML may use (``--max-threadblocks``); None: the runtime's limit."""
 
     @classmethod
     def of(cls, max_memory: str | None, xml: Any = None) -> Budget:
         """From ``--max-memory`` and the solve's XmlOptions (None: ``--no-xml``)."""
         return cls(parse_memory(max_memory), None if xml is None else xml.profile,
-                   1 if xml is None else xml.instances)
+                   1 if xml is None else xml.instances,
+                   None if xml is None else getattr(xml, "max_threadblocks", None))
 
     def memory_per_transfer(self) -> int:
         return SCHEDULE_BYTES_PER_TRANSFER + (XML_BYTES_PER_TRANSFER if self.xml_profile else 0)
@@ -173,6 +176,10 @@ class XmlEstimate:
     receives: int
     sends: int
     peers: int
+    threadblocks: int = 0
+    """Fewest threadblocks a rank needs: one per peer it sends to (resp. receives from), at least,
+    on every instance (a threadblock has one send peer and one receive peer); its rank below."""
+    tb_rank: int = 0
 
     def describe(self) -> str:
         return (f"about {self.nodes:,} MSCCL-IR nodes on rank {self.rank} (1 + gpus + "
@@ -258,9 +265,14 @@ def xml_estimate(schedule: Any, instances: int = 1) -> XmlEstimate:
     sends = np.bincount(send_g // (steps * n), minlength=n)
     pairs = _distinct(np.concatenate([dst * n + src, src * n + dst]))
     peers = np.bincount(pairs // n, minlength=n)
+    recv_peers = np.bincount(_distinct(dst * n + src) // n, minlength=n)
+    send_peers = np.bincount(_distinct(src * n + dst) // n, minlength=n)
+    tbs = instances * np.maximum(recv_peers, send_peers)
     nodes = 1 + n + instances * (peers + receives + sends)
     r = int(np.argmax(nodes))
-    return XmlEstimate(int(nodes[r]), r, int(receives[r]), int(sends[r]), int(peers[r]))
+    t = int(np.argmax(tbs))
+    return XmlEstimate(int(nodes[r]), r, int(receives[r]), int(sends[r]), int(peers[r]),
+                       int(tbs[t]), t)
 
 
 def check_schedule(schedule: Any, budget: Budget, held: int = 0) -> None:
@@ -287,6 +299,13 @@ def check_schedule(schedule: Any, budget: Budget, held: int = 0) -> None:
                          f"int16 offsets (at most {MAX_OFFSET + 1}, spec §6); use --no-xml or "
                          "fewer --chunks")
     est = xml_estimate(schedule, budget.instances)
+    if budget.max_threadblocks is not None and est.threadblocks > budget.max_threadblocks:
+        raise TooBig(f"{schedule.algorithm}: rank {est.tb_rank} exchanges with "
+                     f"{est.threadblocks // budget.instances} peers in one direction, so its program "
+                     f"needs at least {est.threadblocks} threadblocks (one peer per direction "
+                     f"each{f', x {budget.instances} instances' if budget.instances > 1 else ''}); "
+                     f"--max-threadblocks is {budget.max_threadblocks}: raise it, use --no-xml, "
+                     "or another --encoding")
     if est.nodes > MAX_NODES:
         raise TooBig(f"{schedule.algorithm} ({coll.chunks_per_rank} chunks per rank, "
                      f"{schedule.num_steps} steps) needs {est.describe()}; the runtime's tokenizer "

@@ -636,7 +636,15 @@ def write_winners(result: SolveResult, out_dir: Path, xml: XmlOptions | None = D
     written atomically. Names are :func:`schedule_file_name` and :func:`xml_file_name` (which
     carries the byte range of each file); ``tag`` as there.
     """
-    ranges, notes = choose_ranges(result, xml, model)
+    try:
+        ranges, notes = choose_ranges(result, xml, model)
+    except SynthError as exc:
+        if not result.notes:
+            raise
+        raise SynthError(f"{exc.message}; passed over before: {'; '.join(result.notes)}"
+                         + ("; --no-xml writes the schedule alone" if xml is not None else ""),
+                         exit_code=exc.exit_code) from None
+    notes = [*result.notes, *notes]  # candidates the size guards passed over, first
     outputs: dict[Path, str] = {}
     range_files: list[str | None] = []
     reports: list[Any] = []

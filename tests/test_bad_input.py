@@ -97,3 +97,48 @@ def test_cli_bad_schedule_file(synth_cli, tmp_path):
     path = write(tmp_path, "{not json", "s.json")
     result = synth_cli("verify", path)
     assert result.returncode == 2 and "not valid JSON" in result.stderr
+
+
+@pytest.mark.parametrize("text", ["99999999999999999999999GB", "2048GB", "1099511627777"])
+def test_size_past_the_limit_is_refused(text):
+    """Past 1 TiB a size is a typo: before this limit 10^23 GB reached numpy's int64 (OverflowError)
+    and 2^62 bytes the program model (MemoryError), both as tracebacks."""
+    from synth.cost import MAX_SIZE_BYTES, parse_size, parse_sizes
+
+    assert parse_size(f"{MAX_SIZE_BYTES}") == MAX_SIZE_BYTES
+    with pytest.raises(SynthError) as info:
+        parse_sizes(f"1KB:{text}")
+    assert "MAX_SIZE_BYTES" in info.value.message
+
+
+def test_size_is_read_exactly():
+    from synth.cost import parse_size
+
+    assert parse_size("1099511627775") == 2**40 - 1  # exact, not through a float
+    assert parse_size("1.5KB") == 1536
+
+
+def test_huge_size_on_the_command_line_is_one_line(synth_cli, tmp_path):
+    result = synth_cli("solve", "--topo", "ring:4", "--coll", "allgather", "--algo", "ring",
+                       "--sizes", "99999999999999999999999GB", "--json", "--out", str(tmp_path / "o"))
+    assert result.returncode == 2 and "MAX_SIZE_BYTES" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "o").exists()
+
+
+def test_byte_range_outside_the_sweep_is_refused_before_solving(monkeypatch, tmp_path):
+    """--min-bytes past every swept size: refused before the solver runs (it used to solve for
+    minutes first, then refuse)."""
+    from click.testing import CliRunner
+
+    import synth.solve
+    from synth.cli import cli
+
+    def no_solve(*args, **kwargs):
+        raise AssertionError("solved before refusing the byte range")
+
+    monkeypatch.setattr(synth.solve, "solve", no_solve)
+    result = CliRunner().invoke(cli, ["solve", "--topo", "ring:4", "--coll", "allgather",
+                                       "--algo", "ring", "--min-bytes", "2GB", "--out",
+                                       str(tmp_path / "o")])
+    assert isinstance(result.exception, SynthError), result.output  # main() turns it into exit 2
+    assert "no size of the sweep" in result.exception.message and not (tmp_path / "o").exists()

@@ -351,7 +351,8 @@ def test_yaml_exponent_without_a_dot_is_a_number(tmp_path):
     (["--topo", "fully_connected:100000"], "MAX_RANKS"),
     (["--topo", "fully_connected:2000"], "MAX_LINKS"),
     (["--topo", "switch:1000000"], "MAX_RANKS"),
-    (["--topo", "ring:4", "--chunks", "1000000000"], "MAX_GLOBAL_CHUNKS"),
+    # the memory guard (synth.guards) answers before the parse-time cap; either names the fix
+    (["--topo", "ring:4", "--chunks", "1000000000"], ("MAX_GLOBAL_CHUNKS", "use fewer --chunks")),
     (["--topo", "ring:" + "9" * 5000], "too large"),
     (["--topo", "ring:4", "--time-limit", "nan"], "positive number of seconds"),
     (["--topo", "ring:4", "--encoding", "smt", "--steps", "1000000000"], "MAX_STEPS"),
@@ -363,7 +364,8 @@ def test_absurd_sizes_are_refused_at_once(tmp_path, args, needle):
     start = time.perf_counter()
     result = run_inprocess("solve", *args, "--coll", "allgather", "--out", str(tmp_path / "o"))
     assert_one_line_error(result, tmp_path / "o")
-    assert needle in result.stderr
+    needles = needle if isinstance(needle, tuple) else (needle,)
+    assert any(n in result.stderr for n in needles), result.stderr
     assert time.perf_counter() - start < 5
 
 

@@ -133,3 +133,45 @@ def test_cli_refuses_100000_chunks_in_seconds(synth_cli, tmp_path, extra):
     assert ("--no-xml" in line) != ("--no-xml" in extra)
     assert "--chunks" in line
     assert not (tmp_path / "o").exists()
+
+
+def test_solve_notes_what_the_guards_passed_over(tmp_path):
+    """The notes of passed-over candidates reach the written result, and a refusal names them."""
+    from synth.solve import solve, write_winners
+
+    topo = load_topology("fully_connected:2")
+    coll = make_collective("allgather", 2)
+    result = solve(topo, coll, encoding="baseline", budget=BIG)
+    result.notes.append("big passed over: (a stand-in note)")
+    written = write_winners(result, tmp_path)
+    assert written.notes[0] == "big passed over: (a stand-in note)"
+    # when no range can be emitted either, the refusal names what was passed over and --no-xml
+    import synth.solve as S
+
+    def fail(*_a, **_k):
+        raise SynthError("no configuration can be emitted for sizes 0..1")
+
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(S, "choose_ranges", fail)
+    try:
+        with pytest.raises(SynthError, match=r"passed over before: big passed over.*--no-xml"):
+            write_winners(result, tmp_path / "again")
+    finally:
+        monkey.undo()
+    assert not (tmp_path / "again").exists()
+
+
+def test_threadblock_budget_floor():
+    """Every peer a rank receives from (or sends to) needs a threadblock of its own: a schedule
+    with more peers than --max-threadblocks is passed over before it is compiled."""
+    topo = load_topology("switch:12")
+    sched = baseline(topo, make_collective("allgather", 12), "direct")   # 11 peers each way
+    est = guards.xml_estimate(sched)
+    assert est.threadblocks == 11
+    prog = compile_schedule(sched)
+    assert min(len(g.tbs) for g in prog.gpus) >= est.threadblocks  # a floor of what is emitted
+    guards.check_schedule(sched, Budget(64 * guards.GB, "exec", 1, 11))
+    with pytest.raises(TooBig, match=r"11 peers in one direction.*--max-threadblocks is 8"):
+        guards.check_schedule(sched, Budget(64 * guards.GB, "exec", 1, 8))
+    with pytest.raises(TooBig, match=r"at least 22 threadblocks"):
+        guards.check_schedule(sched, Budget(64 * guards.GB, "exec", 2, 16))

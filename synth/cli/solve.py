@@ -126,6 +126,12 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
     xml = XmlOptions(profile=xml_profile, proto=proto, instances=instances,
                      min_bytes=_bytes(min_bytes), max_bytes=_bytes(max_bytes),
                      inplace=inplace, max_threadblocks=max_threadblocks) if want_xml else None
+    if xml is not None and out_format == "msccl" and not any(
+            s >= xml.min_bytes and (not xml.max_bytes or s <= xml.max_bytes) for s in size_list):
+        # refused before solving (rank_sizes would refuse it after): no XML could serve any size
+        raise SynthError(f"no size of the sweep ({size_list[0]}..{size_list[-1]} bytes) lies in the "
+                         f"XML's byte range {xml.min_bytes}..{xml.max_bytes or 'unbounded'} "
+                         "(--min-bytes/--max-bytes)")
     from ..guards import Budget, check_request
     from ..topology_io import load_group
 
