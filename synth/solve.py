@@ -337,6 +337,17 @@ def xml_file_name(schedule: Schedule, xml: XmlOptions, tag: str = "") -> str:
     return "_".join(parts) + f".{xml.profile}.xml"
 
 
+def plan_file_name(schedule: Schedule, options: PlanOptions, tag: str = "") -> str:
+    """The schedule's stem plus every plan option that changes the file (protocol, instances, the
+    byte range when one is set), as :func:`xml_file_name` does for the XML: ``--proto LL`` no
+    longer overwrites the Simple plan."""
+    parts = [schedule_stem(schedule, tag), options.proto, f"x{options.instances}"]
+    if options.min_bytes or options.max_bytes:
+        parts.append(f"{_exact_size(options.min_bytes)}-"
+                     f"{_exact_size(options.max_bytes) if options.max_bytes else 'max'}")
+    return "_".join(parts) + ".mscclpp.json"
+
+
 def write_schedule(schedule: Schedule, out_dir: Path, tag: str = "") -> Path:
     """Write the (already verified) schedule's canonical JSON atomically."""
     ensure_writable_dir(out_dir)
@@ -531,14 +542,13 @@ def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = DE
                                         schedule.to_json())]
     reports: list[Any] = []
     notes: list[str] = []
-    stem = schedule_stem(schedule, tag)
     if plan is not None:
         reason = plan_unsupported_reason(schedule)
         if reason:
             notes.append(f"no MSCCL++ plan: {reason}")
             return Written(_write_all(out_dir, outputs), [], notes)
         text, report = emit_verified_plan(schedule, plan.topology, plan.options)
-        outputs.append((out_dir / f"{stem}.mscclpp.json", text))
+        outputs.append((out_dir / plan_file_name(schedule, plan.options, tag), text))
         return Written(_write_all(out_dir, outputs), [], notes, [report])
     if xml is not None:
         reason = xml_unsupported_reason(schedule, xml)
