@@ -148,3 +148,11 @@ def test_readme_tour_reads_files_that_exist() -> None:
     for name in read:
         assert name.startswith("out/") or (ROOT / name).is_file(), f"README tour reads {name}"
     assert not any(re.search(r"\.\./", line) for args in tour for line in args)
+
+
+def test_sources_cite_files_inside_the_repository() -> None:
+    """A source a user sees (``topo show``, docstrings) never names the project's private notes
+    folder (``shared/reference/...``), which a clone does not have: the notes live in docs/reference/."""
+    paths = [*PACKAGE.rglob("*.py"), *(ROOT / "topologies").glob("*.yaml")]
+    offenders = [p.relative_to(ROOT).as_posix() for p in paths if "shared/reference" in p.read_text()]
+    assert not offenders, offenders
