@@ -137,7 +137,8 @@ def solve(topology: Topology, collective: Collective, *, encoding: str = "auto",
                                         cost_profile(schedule, topology, sizes, bound,
                                                      nccl_calibration)))
     candidates.sort(key=lambda c: (-c.score, c.report.steps, c.name))
-    return SolveResult(topology, collective, encoding, candidates[0], candidates, bound,
+    ran = "baseline" if encoding == "auto" and algorithm else encoding  # --algo: baseline only
+    return SolveResult(topology, collective, ran, candidates[0], candidates, bound,
                        time.perf_counter() - start, notes=notes)
 
 
