@@ -285,7 +285,9 @@ def _pair_bw(topology: Topology, a: int, b: int) -> float:
 def _ring_channels(s: float, g: int, nodes: int, gpu_bw: float, nics: int, nic_bw: float) -> int:
     """Channels of speed ``s`` that fit: NVLink per GPU, and NICs across nodes."""
     per_gpu = s if nodes == 1 else s * (g - 1) / g
-    n = math.floor(gpu_bw / per_gpu + 1e-9) if per_gpu > 0 else 0
+    # one GPU per node (a --group of one rank per node): its ring runs NIC to NIC and loads no
+    # NVLink, so only the NICs limit the channels (0 here fell back to one 0.1 GB/s channel)
+    n = math.floor(gpu_bw / per_gpu + 1e-9) if per_gpu > 0 else RING_MAX_CHANNELS
     if nodes > 1:
         n = min(n, nics * math.floor(nic_bw / s + 1e-9))
     return min(n, RING_MAX_CHANNELS)

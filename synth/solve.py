@@ -137,7 +137,8 @@ def solve(topology: Topology, collective: Collective, *, encoding: str = "auto",
                                         cost_profile(schedule, topology, sizes, bound,
                                                      nccl_calibration)))
     candidates.sort(key=lambda c: (-c.score, c.report.steps, c.name))
-    return SolveResult(topology, collective, encoding, candidates[0], candidates, bound,
+    ran = "baseline" if encoding == "auto" and algorithm else encoding  # --algo: baseline only
+    return SolveResult(topology, collective, ran, candidates[0], candidates, bound,
                        time.perf_counter() - start, notes=notes)
 
 
@@ -337,6 +338,17 @@ def xml_file_name(schedule: Schedule, xml: XmlOptions, tag: str = "") -> str:
     return "_".join(parts) + f".{xml.profile}.xml"
 
 
+def plan_file_name(schedule: Schedule, options: PlanOptions, tag: str = "") -> str:
+    """The schedule's stem plus every plan option that changes the file (protocol, instances, the
+    byte range when one is set), as :func:`xml_file_name` does for the XML: ``--proto LL`` no
+    longer overwrites the Simple plan."""
+    parts = [schedule_stem(schedule, tag), options.proto, f"x{options.instances}"]
+    if options.min_bytes or options.max_bytes:
+        parts.append(f"{_exact_size(options.min_bytes)}-"
+                     f"{_exact_size(options.max_bytes) if options.max_bytes else 'max'}")
+    return "_".join(parts) + ".mscclpp.json"
+
+
 def write_schedule(schedule: Schedule, out_dir: Path, tag: str = "") -> Path:
     """Write the (already verified) schedule's canonical JSON atomically."""
     ensure_writable_dir(out_dir)
@@ -531,14 +543,13 @@ def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = DE
                                         schedule.to_json())]
     reports: list[Any] = []
     notes: list[str] = []
-    stem = schedule_stem(schedule, tag)
     if plan is not None:
         reason = plan_unsupported_reason(schedule)
         if reason:
             notes.append(f"no MSCCL++ plan: {reason}")
             return Written(_write_all(out_dir, outputs), [], notes)
         text, report = emit_verified_plan(schedule, plan.topology, plan.options)
-        outputs.append((out_dir / f"{stem}.mscclpp.json", text))
+        outputs.append((out_dir / plan_file_name(schedule, plan.options, tag), text))
         return Written(_write_all(out_dir, outputs), [], notes, [report])
     if xml is not None:
         reason = xml_unsupported_reason(schedule, xml)

@@ -142,3 +142,26 @@ def test_byte_range_outside_the_sweep_is_refused_before_solving(monkeypatch, tmp
                                        str(tmp_path / "o")])
     assert isinstance(result.exception, SynthError), result.output  # main() turns it into exit 2
     assert "no size of the sweep" in result.exception.message and not (tmp_path / "o").exists()
+
+
+PLAN = Path(__file__).parent / "data" / "mscclpp-plans" / "single_node" / "allgather.json"
+
+
+@pytest.mark.parametrize(("extra", "needle"), [
+    (("--topo", "ring:4"), "--topo does not apply to an MSCCL-IR XML"),
+    (("--calibration", "cal.json"), "--calibration does not apply to an MSCCL-IR XML"),
+])
+def test_verify_refuses_options_an_xml_ignores(synth_cli, extra, needle):
+    """An 8-rank XML "verified" with --topo ring:4 reads as a check on ring:4 that never ran."""
+    from tests.conftest import xml_corpus_file
+
+    result = synth_cli("verify", str(xml_corpus_file("ndv4__ag-1m.xml")), *extra)
+    assert result.returncode == 2 and needle in result.stderr, result.stderr
+    assert "verified" not in result.stdout
+
+
+def test_verify_refuses_options_a_plan_ignores(synth_cli):
+    result = synth_cli("verify", str(PLAN), "--topo", "dgx_h100")
+    assert result.returncode == 2 and "--topo does not apply to an MSCCL++ plan" in result.stderr
+    result = synth_cli("verify", str(PLAN), "--root", "0")
+    assert result.returncode == 2 and "--root applies to an MSCCL-IR XML" in result.stderr

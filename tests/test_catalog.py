@@ -424,3 +424,18 @@ def test_protocol_size_limit_and_calibration():
     got = predict_times_us(sched, topo, [1024], "LL", calibration=cal)[0]
     steps = sched.num_steps
     assert got == pytest.approx(base - 6.6 + 1.0 + steps * (2.7 - 0.7), rel=1e-6)
+
+
+def test_missing_ray_names_an_install_that_works(monkeypatch):
+    """synth is not on a package index: the hint installs Ray itself (or the source folder's
+    extra), never 'synth[ray]', which would fetch an unrelated package of that name."""
+    import sys
+
+    from synth.catalog.executor import check_executor
+    from synth.errors import SynthError
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    with pytest.raises(SynthError) as info:
+        check_executor("ray", 2)
+    assert "pip install 'ray>=2.9'" in info.value.message
+    assert "synth[ray]" not in info.value.message

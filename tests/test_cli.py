@@ -64,6 +64,8 @@ def test_solve_table_and_algo(synth_cli, tmp_path):
                   "ring", "--chunks", "4", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr
     assert "verified" in r.stdout and "% of bound" in r.stdout
+    # --algo runs the baseline encoding alone: no claim that auto ran every encoding
+    assert "auto:" not in r.stdout and "every encoding" not in r.stdout
 
 
 def test_topo_list_shows_shipped(synth_cli):

@@ -128,3 +128,31 @@ def test_benchmarks_share_one_harness() -> None:
         text = path.read_text()
         assert "from harness import" in text, f"{path.name} does not use benchmarks/harness.py"
         assert not [s for s in repeated if s in text], f"{path.name} repeats the harness"
+
+
+def test_readme_tour_reads_files_that_exist() -> None:
+    """Every file the README's tour feeds to ``verify``, ``simulate``, ``calibrate`` or ``topo
+    import`` is in the repository or written by an earlier tour command (``out/``): a user who
+    copies the tour line by line never meets 'does not exist' (it named all_gather_perf.log,
+    plan.json and system.xml, which no one had)."""
+    import re
+    import shlex
+
+    text = (ROOT / "README.md").read_text().replace("\\\n", " ")
+    tour = [shlex.split(line.split("#")[0]) for line in text.splitlines()
+            if line.startswith("    synth ")]
+    read = [args[2] if args[1] in ("verify", "simulate", "calibrate") else args[3]
+            for args in tour if args[1] in ("verify", "simulate", "calibrate")
+            or args[1:3] == ["topo", "import"]]
+    assert len(read) >= 5
+    for name in read:
+        assert name.startswith("out/") or (ROOT / name).is_file(), f"README tour reads {name}"
+    assert not any(re.search(r"\.\./", line) for args in tour for line in args)
+
+
+def test_sources_cite_files_inside_the_repository() -> None:
+    """A source a user sees (``topo show``, docstrings) never names the project's private notes
+    folder (``shared/reference/...``), which a clone does not have: the notes live in docs/reference/."""
+    paths = [*PACKAGE.rglob("*.py"), *(ROOT / "topologies").glob("*.yaml")]
+    offenders = [p.relative_to(ROOT).as_posix() for p in paths if "shared/reference" in p.read_text()]
+    assert not offenders, offenders

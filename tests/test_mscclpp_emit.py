@@ -150,3 +150,22 @@ def test_plan_needing_more_blocks_than_sms_is_refused():
     most = max(len(g["threadblocks"]) for g in json.loads(text)["gpus"])
     with pytest.raises(SynthError, match="co-resident"):
         emit_verified_plan(schedule, topology, PlanOptions(max_threadblocks=most - 1))
+
+
+def test_plan_file_names_carry_the_options(tmp_path):
+    """--proto, --instances and the byte range change the plan, so they are in its name: an LL
+    plan is written beside the Simple one, not over it (README: file names carry every option)."""
+    from synth.solve import PlanTarget, write_outputs
+
+    topology = load_topology("dgx_a100")
+    schedule = solve(topology, make_collective("allgather", 8), encoding="baseline",
+                     algorithm="ring").best.schedule
+    names = set()
+    for options in (PlanOptions(), PlanOptions(proto="LL"), PlanOptions(instances=2),
+                    PlanOptions(min_bytes=1024, max_bytes=2**20)):
+        written = write_outputs(schedule, tmp_path, plan=PlanTarget(topology, options))
+        plan = [f.name for f in written.files if f.name.endswith(".mscclpp.json")]
+        assert len(plan) == 1
+        names.add(plan[0])
+    assert len(names) == 4, names
+    assert any("_LL_x1" in n for n in names) and any("_1KB-1MB" in n for n in names)

@@ -299,3 +299,20 @@ def test_catalog_speedup_prefers_the_timed_program():
     assert _vs_nccl(10.0, 5.0, float("inf")) == {"speedup_vs_nccl": 2.0,
                                                  "speedup_timed_by": "model"}
     assert _vs_nccl(None, 5.0, 4.0)["speedup_vs_nccl"] is None
+
+
+def test_one_gpu_per_node_rings_run_at_nic_speed():
+    """A group of one rank per node (``--group stride:8``) loads no NVLink: its rings are limited
+    by the NIC alone. They fell back to one 0.1 GB/s channel, a 1 GiB allreduce over 8 x H100 took
+    18.8 s in the model and `solve` printed 308x "vs NCCL"."""
+    from synth.nccl_model import choose, machine_of
+    from synth.topology_io import load_group
+
+    topology, _ = load_group("dgx_h100", 8, "stride:8", None)
+    m = machine_of(topology)
+    assert m.gpus_per_node == 1 and m.nics_per_node == 1
+    ring_bw = m.ring.channels * m.ring.bw_inter
+    assert 0.5 * m.nic_bw <= ring_bw <= m.nic_bw  # NIC-bound, as search.cc's NET->GPU->NET ring
+    big = choose(m, "allreduce", 2**30)
+    busbw = 2 * 7 / 8 * 2**30 / (big.time_us * 1e3)  # GB/s, nccl-tests convention
+    assert 0.5 * m.nic_bw <= busbw <= m.nic_bw

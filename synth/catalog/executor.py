@@ -34,8 +34,11 @@ def check_executor(name: str, workers: int) -> None:
         try:
             import ray  # noqa: F401
         except ImportError:
-            raise SynthError("--executor ray needs Ray, which is not installed: "
-                             "pip install 'synth[ray]' (or use --executor local)") from None
+            # synth is installed from its source folder, not an index: 'synth[ray]' would fetch
+            # an unrelated package of that name
+            raise SynthError("--executor ray needs Ray, which is not installed: pip install "
+                             "'ray>=2.9' (or '.[ray]' in synth's source folder), or use "
+                             "--executor local") from None
 
 
 def run_jobs(jobs: Sequence[SolveJob], *, executor: str = "local", workers: int = 1,

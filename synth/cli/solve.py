@@ -523,10 +523,25 @@ def verify_cmd(file: str, topo_spec: str | None, mode: str, xml_profile: str, ro
     """Verify a schedule JSON, MSCCL-IR XML or MSCCL++ plan JSON: exit 0 if correct, 1 if not."""
     from ..verify import verify
 
+    # options that do not apply to the file are refused, not ignored: "verified" after
+    # `--topo ring:4` on an 8-rank XML read as a check against ring:4 that never happened
+    ignored = [name for name, value in (("--topo", topo_spec), ("--calibration", calibration))
+               if value is not None]
+    verb = "do" if len(ignored) > 1 else "does"
     if file.endswith(".xml"):
+        if ignored:
+            raise SynthError(f"{' and '.join(ignored)} {verb} not apply to an MSCCL-IR XML: the "
+                             "interpreter checks it against the runtime's rules, not a topology "
+                             "(time it on one with `synth simulate FILE --topo T`)")
         _verify_xml(file, mode, xml_profile, root, as_json)
         return
+    if root is not None:
+        raise SynthError("--root applies to an MSCCL-IR XML (a schedule JSON or MSCCL++ plan "
+                         "states its root)")
     if _is_mscclpp_plan(file):
+        if ignored:
+            raise SynthError(f"{' and '.join(ignored)} {verb} not apply to an MSCCL++ plan: the "
+                             "plan interpreter checks it per rank, not against a topology")
         _verify_mscclpp(file, as_json)
         return
     schedule, topology = _load_schedule(file, topo_spec, calibration)

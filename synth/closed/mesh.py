@@ -204,7 +204,7 @@ def tpu_v5e(dims: Sequence[int] = (4, 4)) -> Topology:
     return Topology(
         name=f"tpu_v5e_{spec}", num_ranks=base.num_ranks, links=links, nodes=base.nodes,
         description=f"TPU v5e {spec} slice: 2D torus of ICI links (50 GB/s per link per direction)",
-        sources=("shared/reference/hardware.md: TPU v5e is a 2D torus, 4 ICI ports per chip, "
+        sources=("docs/reference/closed-stacks.md: TPU v5e is a 2D torus, 4 ICI ports per chip, "
                  "400 GB/s bidirectional per chip",),
         meta=(("chips", base.num_ranks), ("hbm_GBps", 819.0), ("platform", "tpu"),
               ("ranks_per_chip", 1), ("torus", list(dims))),

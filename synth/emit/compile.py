@@ -46,8 +46,8 @@ All of a rank's blocks run at once, one per SM, and spin while they wait (spec Â
 block is an SM the training step's own kernels do not get while the collective runs. 64 is under
 half of an H100 SXM's 132 SMs and 59% of an A100's 108, it is twice NCCL's own ceiling of one block
 per channel over ``MAXCHANNELS`` = 32, and it is above every production MSCCL file we hold: the
-Azure/msccl-scheduler ND A100 v4 / ND H100 v5 algorithms in ``shared/reference/xml-corpus`` use at
-most 56 blocks per rank (their 8-GPU allgathers)."""
+Azure/msccl-scheduler ND A100 v4 / ND H100 v5 algorithms in ``tests/data/xml-corpus`` and
+``tests/data/msccl_ndv5`` use at most 56 blocks per rank (their 8-GPU allgathers)."""
 
 MAX_ATTEMPTS = 12
 """Rebuilds that un-fuse ops before the driver gives up fusion entirely (always deadlock-free)."""
