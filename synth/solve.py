@@ -123,7 +123,7 @@ def solve(topology: Topology, collective: Collective, *, encoding: str = "auto",
     with progress.phase(f"encoding {encoding}"):
         found = run_encoding(encoding, topology, collective,
                              Options(algorithm=algorithm, chunks=chunks, time_limit_s=time_limit_s,
-                                     extra=extra, budget=budget), notes)
+                                     extra=extra, budget=budget, notes=notes), notes)
     if budget is not None:
         found, passed = _within_budget(found, budget)
         notes += passed

@@ -15,6 +15,7 @@ from synth.encodings import Options, run_encoding
 from synth.encodings.smt.encoding import NoAlgorithm, SmtProblem, least_steps, pareto, smt_encoding
 from synth.encodings.smt.model import ModelBuilder, demand_of, network
 from synth.encodings.smt.search import pareto_sccl
+from synth.encodings.work import WorkBudget
 from synth.errors import NotApplicable, SynthError
 from synth.schedule import Schedule
 from synth.topology_io import load_topology
@@ -86,7 +87,7 @@ def test_symmetry_breaking_keeps_answers():
                     verdicts = []
                     for name in ("plain", "full"):
                         status, _sol, _m = problem._run(part, steps, rounds, name, 30,
-                                                        det_budget=False)
+                                                        WorkBudget(30))
                         verdicts.append(status)
                     assert verdicts[0] == verdicts[1], (topo, kind, steps, rounds, verdicts)
 

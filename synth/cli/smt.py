@@ -52,7 +52,8 @@ def _common(f):
 @click.option("--max-steps", type=int, default=None, help="Consider at most this many steps.")
 @click.option("--max-chunks", type=int, default=None, help="Consider at most this many chunks.")
 @click.option("--time-limit", type=float, default=600.0, show_default=True,
-              help="Seconds for the whole walk.")
+              help="Work budget for the whole walk, in deterministic seconds (CP-SAT's clock; z3: "
+                   "wall-clock): the same walk on any machine.")
 @click.option("--engine", default="auto", show_default=True, help="auto (= cpsat), cpsat or z3.")
 @click.option("--sccl-walk", is_flag=True,
               help="Reproduce msccl-tools' walk literally, with its unproven monotonicity "
@@ -126,6 +127,8 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
             progress.phase(f"pareto walk: {collective.name} on {topology.name}"):
         report = search(problem, max_steps=max_steps, max_chunks=max_chunks,
                         time_limit_s=time_limit, on_instance=show)
+    for note in report.safety_notes:
+        err.print(f"note: {note}")
     from ..bounds import lower_bound
 
     bound = lower_bound(costed, collective) if report.points else None

@@ -44,7 +44,10 @@ from .console import err, out
 @click.option("--inplace/--outofplace", default=None,
               help="Buffer layout; XML defaults to one file valid for both where allowed.")
 @click.option("--sizes", default=None, help="Message sizes: 1KB:1GB (powers of 2) or 1KB,1MB.")
-@click.option("--time-limit", type=float, default=None, help="Solver time limit (seconds).")
+@click.option("--time-limit", type=float, default=None,
+              help="Solver work budget in deterministic seconds (smt, milp): the same effort and "
+                   "answer on any machine; a wall-clock safety net of 10x only stops runaway "
+                   "solves, and the notes say when it did.")
 @click.option("--steps", type=int, default=None, help="SMT: number of steps S.")
 @click.option("--rounds", type=int, default=None, help="SMT: total rounds R (default: S).")
 @click.option("--least-steps", is_flag=True, help="SMT: the latency-optimal algorithm.")

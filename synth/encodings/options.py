@@ -40,12 +40,18 @@ class Options:
     chunks: int | None = None
     """Chunks per rank the user fixed; None lets each algorithm use its natural count."""
     time_limit_s: float | None = None
+    """The solver-backed encodings' (smt, milp) work budget, in deterministic seconds (see
+    :mod:`synth.encodings.work`): the same effort, and so the same answer, on any machine; a
+    wall-clock safety net of ten times as long only stops a runaway solve."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     auto: bool = False
     budget: Any = None
     """A :class:`synth.guards.Budget`: encodings are sized against it before they start."""
     held: int = 0
     """Bytes the candidates already built hold (they share the budget)."""
+    notes: list[str] | None = field(default=None, compare=False)
+    """Where an encoding appends what the caller must know about the run (e.g. that a wall-clock
+    safety net, not the deterministic work budget, stopped a solve); ``synth solve`` prints them."""
 
 
 # ------------------------------------------------------------------------------- value converters

@@ -20,6 +20,14 @@ reductions); allreduce is that reducescatter followed by the allgather. Solvers 
 :class:`..options.MilpOptions`: ``sketch`` (name or file; default the shipped sketch fitting the topology),
 ``solver``, ``size`` (bytes the plan is tuned for, default 1 GiB), ``window`` (stage-3 slack in
 steps, default 2), ``max_extra_hops``, ``mip_gap``, ``symmetry``.
+
+Time limits are deterministic work budgets (:mod:`synth.encodings.work`): ``--time-limit S`` (or
+the sketch's ``time_limit_s`` hint, or :data:`AUTO_TIME_LIMIT_S` under auto) is S work units, of
+which the routing MILPs share :data:`ROUTING_SHARE` (as node limits for HiGHS/CBC/Gurobi, CP-SAT
+deterministic seconds) and each scheduling MILP gets :data:`STAGE3_NODES` nodes / a quarter of it.
+So which chunkings are routed, and each solve's incumbent, are the same on any machine; the
+wall-clock limit (ten times the budget) is only a safety net, noted in ``synth solve``'s notes
+when it is what stopped a solve.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from ...errors import NotApplicable, SynthError
 from ...schedule import Schedule, Step
 from ...topology import MB, Topology
 from ..options import MilpOptions, Options
+from ..work import NODES_PER_UNIT, WorkBudget
 from .problem import MILP_KINDS, LogicalLinks, MilpProblem, all_links, build_problem, reversed_links
 from .route import InfeasibleSketch, PeerPolicy, Routes, route
 from .schedule import Tasks, make_tasks, order, outcome, schedule_tasks, step_arrays
@@ -43,8 +52,9 @@ DEFAULT_WINDOW = MilpOptions.window
 AUTO_MAX_RANKS = 80
 """``--encoding auto`` tries milp up to this many ranks (TACCL's reach); above, trees/flow."""
 AUTO_TIME_LIMIT_S = 60.0
+"""Work budget (work units, :mod:`synth.encodings.work`) of the milp encoding under auto."""
 STAGE3_MAX_S = MilpOptions.stage3_time_limit
-"""Default cap on each scheduling MILP: measured, it rarely improves on the ordering heuristic by
+"""Default cap on each scheduling MILP's work units: measured, it rarely improves on the ordering heuristic by
 more than ~1% (stage-2 plans are within the routing's integrality of the busiest orbit), so its
 time is better spent elsewhere; ``stage3_time_limit`` raises it."""
 SMALL_SIZE = 2**20
@@ -90,7 +100,8 @@ def _replicate(problem: MilpProblem, tasks: Tasks, steps: list[int], topology: T
 
 
 ROUTING_SHARE = 0.6
-"""Of ``--time-limit``, the part the routing MILPs share (stage 3 gets min(1/4, STAGE3_MAX_S))."""
+"""Of ``--time-limit``'s work budget, the part the routing MILPs share (stage 3 gets
+min(1/4, STAGE3_MAX_S) each)."""
 MAX_TREE_DEEPENING = 2
 """Hops beyond the sketch's slack that broadcast trees may take when the sketch is otherwise
 infeasible (a peer cap of k through a switch needs depth about log_k of the ranks)."""
@@ -110,10 +121,13 @@ class _Phase:
     """One routed allgather (forward, or reversed for a reduction) with ``k`` chunks per rank."""
 
     def __init__(self, topology: Topology, routed: Collective, links: LogicalLinks, policies, *,
-                 reverse: bool, opts: MilpOptions, solver: str, time_limit: float | None,
-                 progress) -> None:
-        """Route it; ``time_limit`` is this phase's share of the routing budget (per model)."""
+                 reverse: bool, opts: MilpOptions, solver: str, work: float | None,
+                 safety: WorkBudget, progress) -> None:
+        """Route it; ``work`` is this phase's share of the routing work budget (per model);
+        ``safety`` the run's wall-clock safety net. :attr:`work_used` is what the models used
+        (deterministic: nodes explored, or the whole share where a backend does not say)."""
         t0 = time.perf_counter()
+        self.work_used = 0.0
         hops = (opts.max_extra_hops if opts.max_extra_hops is not None
                 else 1 if routed.kind == "alltoall" else 0)
         logical = reversed_links(links) if reverse else links
@@ -138,16 +152,19 @@ class _Phase:
                                     reverse=reverse, tree_extra_hops=tree_hops)
             try:
                 routes = route(problem, policies, solver=solver,
-                               time_limit_s=time_limit, mip_gap=opts.mip_gap,
-                               progress=progress, diagnose=(tree_hops, path_hops) == last)
+                               time_limit_s=_wall(safety), mip_gap=opts.mip_gap,
+                               progress=progress, diagnose=(tree_hops, path_hops) == last,
+                               work=work, safety=safety)
+                self.work_used += _used(routes.result, work)
             except InfeasibleSketch:
                 if (tree_hops, path_hops) == last:
                     raise
                 continue
             except SynthError:
+                self.work_used += work or 0.0
                 if best is None:
                     raise
-                break  # the detour model found nothing in time: keep the DAG's routing
+                break  # the detour model found nothing in its budget: keep the DAG's routing
             if best is None or routes.objective_us_per_mb < best[0] - 1e-9:
                 best = (routes.objective_us_per_mb, problem, routes)
         assert best is not None
@@ -159,9 +176,10 @@ class _Phase:
         return order(self.tasks, chunk_mb)
 
     def finish(self, initial: list[int], rate: float, chunk_mb: float, *, window: int, solver: str,
-               time_limit: float | None, progress) -> tuple[list[Step], dict]:
+               work: float, safety: WorkBudget, progress) -> tuple[list[Step], dict]:
         steps, report = schedule_tasks(self.tasks, initial, chunk_mb, window=window, solver=solver,
-                                       time_limit_s=time_limit, progress=progress)
+                                       time_limit_s=_wall(safety), progress=progress, work=work,
+                                       safety=safety)
         report["stage2_steps_per_load"] = round(1.0 / rate, 3) if rate else None
         return _replicate(self.problem, self.tasks, steps, self.problem.topology), report
 
@@ -176,6 +194,19 @@ class _Phase:
                                  "constraints": res.constraints},  # type: ignore[attr-defined]
                 "routing_gap": res.gap,  # type: ignore[attr-defined]
                 "routing_busiest_us_per_mb": round(self.routes.objective_us_per_mb, 6)}
+
+
+def _wall(safety: WorkBudget) -> float | None:
+    """The safety net's seconds left for one solve (a solver needs a positive limit)."""
+    left = safety.wall_left()
+    return None if left is None else max(0.01, left)
+
+
+def _used(result, work: float | None) -> float:
+    """Work units a routing solve used: its nodes where the backend counts them, else its share."""
+    if result.nodes is not None:
+        return result.nodes / NODES_PER_UNIT
+    return work or 0.0
 
 
 CHUNK_MULTIPLES = (1, 2, 3, 4, 6, 8, 16)
@@ -226,12 +257,16 @@ def milp_encoding(topology: Topology, collective: Collective, options: Options) 
     targets = [("milp", main_ks, size)]
     if not options.chunks and size > SMALL_SIZE:
         targets.append((f"milp_{format_size(SMALL_SIZE)}", [1], SMALL_SIZE))
-    stage3_limit = min(0.25 * time_limit if time_limit is not None else STAGE3_MAX_S,
-                       opts.stage3_time_limit)
+    stage3_work = min(0.25 * time_limit if time_limit is not None else STAGE3_MAX_S,
+                      opts.stage3_time_limit)
+    # the wall-clock safety net: ten times the whole budget (or the stage-3 budgets' when unlimited)
+    safety = WorkBudget(time_limit)
+    if time_limit is None:
+        safety = WorkBudget(stage3_work * 2 * len(directions) * (len(targets) + 1))
     phases: dict[tuple[int, bool], _Phase] = {}
     failed: dict[int, str] = {}
     to_route = sorted({(k, r) for _, ks, _ in targets for k in ks for r in directions})
-    deadline = None if time_limit is None else time.perf_counter() + ROUTING_SHARE * time_limit
+    routing_left = None if time_limit is None else ROUTING_SHARE * time_limit
     out: dict[str, Schedule] = {}
     for name, ks, target in sorted(targets, key=lambda t: t[1]):  # fewest chunks first: cheapest
         best: tuple[float, int, list] | None = None
@@ -245,14 +280,22 @@ def milp_encoding(topology: Topology, collective: Collective, options: Options) 
             try:
                 for reverse in directions:
                     if (k, reverse) not in phases:
-                        # the routing budget is shared by the chunkings still to route
+                        # the routing work budget is shared by the chunkings still to route
                         left = [key for key in to_route if key not in phases]
-                        share = (None if deadline is None
-                                 else max(1.0, (deadline - time.perf_counter()) / len(left)))
+                        share = (None if routing_left is None
+                                 else max(1.0, routing_left / len(left)))
                         routed = make_collective("alltoall" if kind == "alltoall" else "allgather", n, k)
-                        phases[(k, reverse)] = _Phase(topology, routed, links, policies,
-                                                      reverse=reverse, opts=opts, solver=solver,
-                                                      time_limit=share, progress=progress)
+                        try:
+                            phase = _Phase(topology, routed, links, policies, reverse=reverse,
+                                           opts=opts, solver=solver, work=share, safety=safety,
+                                           progress=progress)
+                        except SynthError:
+                            if routing_left is not None and share is not None:
+                                routing_left = max(0.0, routing_left - share)
+                            raise
+                        if routing_left is not None:
+                            routing_left = max(0.0, routing_left - phase.work_used)
+                        phases[(k, reverse)] = phase
                     phase = phases[(k, reverse)]
                     initial, cost, rate = phase.order(chunk_mb)
                     plans.append((phase, initial, rate, reverse))
@@ -260,7 +303,7 @@ def milp_encoding(topology: Topology, collective: Collective, options: Options) 
             except InfeasibleSketch:
                 raise
             except SynthError as exc:
-                failed[k] = exc.message  # no routing in its share of the time: try other chunkings
+                failed[k] = exc.message  # no routing in its share of the work: try other chunkings
                 to_route = [key for key in to_route if key[0] != k]
                 continue
             if best is None or total < best[0] - 1e-9:
@@ -268,6 +311,8 @@ def milp_encoding(topology: Topology, collective: Collective, options: Options) 
         if best is None:
             if name != "milp":
                 continue  # the latency-lean extra candidate is optional
+            if options.notes is not None:
+                options.notes.extend(n for n in safety.safety_notes if n not in options.notes)
             raise SynthError("milp: no chunking could be routed within the time limit ("
                              + "; ".join(f"{k} chunks: {m}" for k, m in sorted(failed.items()))
                              + "); raise --time-limit", exit_code=3)
@@ -278,7 +323,7 @@ def milp_encoding(topology: Topology, collective: Collective, options: Options) 
         reports = []
         for phase, initial, rate, reverse in plans:
             part, report = phase.finish(initial, rate, chunk_mb, window=window, solver=solver,
-                                        time_limit=stage3_limit, progress=progress)
+                                        work=stage3_work, safety=safety, progress=progress)
             steps.extend(part)
             reports.append({**phase.describe(), **report,
                             "direction": "reduce (reversed allgather)" if reverse else "forward"})
@@ -290,4 +335,6 @@ def milp_encoding(topology: Topology, collective: Collective, options: Options) 
                 "chunkings_not_routed_in_time": sorted(x for x in ks if x in failed),
                 "stages": reports}
         out[name] = Schedule(coll, topology.name, topology.content_hash, tuple(steps), name, "milp", meta)
+    if options.notes is not None:
+        options.notes.extend(n for n in safety.safety_notes if n not in options.notes)
     return out

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import SynthError
+from ..work import WorkBudget
 from .problem import Edge, MilpProblem
 from .solvers import pulp  # OR-Tools must load before PuLP: see milp.solvers
 
@@ -166,13 +167,19 @@ def build_routing_model(problem: MilpProblem, policies: Sequence[PeerPolicy] = (
 
 def route(problem: MilpProblem, policies: Sequence[PeerPolicy], *, solver: str,
           time_limit_s: float | None, mip_gap: float | None, progress=None,
-          diagnose: bool = True) -> Routes:
-    """Solve stage 1 and read each chunk's tree/path back (BFS from its origin)."""
+          diagnose: bool = True, work: float | None = None,
+          safety: WorkBudget | None = None) -> Routes:
+    """Solve stage 1 and read each chunk's tree/path back (BFS from its origin).
+
+    ``work`` bounds the solve deterministically (:mod:`synth.encodings.work`); ``time_limit_s``
+    is the wall-clock safety net, and ``safety`` records when it is what stopped the solve."""
     from .solvers import diagnose_infeasible, solve_milp
 
     model, var = build_routing_model(problem, policies)
     result = solve_milp(model, solver, time_limit_s=time_limit_s, mip_gap=mip_gap,
-                        stage="routing", progress=progress)
+                        stage="routing", progress=progress, work=work)
+    if result.stopped_by == "wall" and safety is not None:
+        safety.note_safety_stop(f"milp routing ({solver})")
     if result.status == "infeasible" and not diagnose:
         raise InfeasibleSketch("the sketch is infeasible: the routing model has no solution")
     if result.status == "infeasible":

@@ -21,12 +21,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..work import WorkBudget
 from .problem import Edge, MilpProblem
 from .solvers import pulp  # OR-Tools must load before PuLP: see milp.solvers
 
 STAGE3_NODES = 300
-"""Branch-and-bound nodes the scheduling MILP may explore (HiGHS): a deterministic budget, so the
-plan it returns does not depend on the machine's speed; the wall-clock limit is only a backstop."""
+"""Branch-and-bound nodes the scheduling MILP may explore (HiGHS, CBC, Gurobi): a deterministic
+budget, so the plan it returns does not depend on the machine's speed; the wall-clock limit is only
+a safety net (:mod:`synth.encodings.work`). CP-SAT gets the stage's work budget instead."""
 
 
 @dataclass
@@ -286,8 +288,12 @@ def build_scheduling_model(tasks: Tasks, initial: list[int], chunk_mb: float, wi
 
 
 def schedule_tasks(tasks: Tasks, initial: list[int], chunk_mb: float, *, window: int, solver: str,
-                   time_limit_s: float | None, progress=None) -> tuple[list[int], dict]:
-    """Stage 3: the MILP's steps when it beats stage 2, else stage 2's; and a report."""
+                   time_limit_s: float | None, progress=None, work: float | None = None,
+                   safety: WorkBudget | None = None) -> tuple[list[int], dict]:
+    """Stage 3: the MILP's steps when it beats stage 2, else stage 2's; and a report.
+
+    The solve is bounded by :data:`STAGE3_NODES` and ``work`` (deterministic); ``time_limit_s``
+    is the wall-clock safety net, and ``safety`` records when it is what stopped the solve."""
     from .solvers import solve_milp
 
     base = plan_cost(tasks, initial, chunk_mb)
@@ -298,7 +304,9 @@ def schedule_tasks(tasks: Tasks, initial: list[int], chunk_mb: float, *, window:
     model, y = build_scheduling_model(tasks, initial, chunk_mb, window)
     _start_from(model, y, tasks, initial, chunk_mb)
     result = solve_milp(model, solver, time_limit_s=time_limit_s, stage="scheduling",
-                        progress=progress, warm_start=True, node_limit=STAGE3_NODES)
+                        progress=progress, warm_start=True, node_limit=STAGE3_NODES, work=work)
+    if result.stopped_by == "wall" and safety is not None:
+        safety.note_safety_stop(f"milp scheduling ({solver})")
     report["stage3"] = outcome(result)
     report["stage3_size"] = {"variables": result.variables, "constraints": result.constraints}
     if result.status not in ("optimal", "feasible"):

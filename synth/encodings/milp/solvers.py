@@ -45,8 +45,11 @@ counts with 1, 2 and 4 threads; more threads were only slower). CBC's parallel m
 repeatable, so ``threads > 1`` is passed as CBC's deterministic parallel mode (``100 + n``).
 CP-SAT with several workers runs them interleaved (``interleave_search``, batches of one task),
 its reproducible mode.
-Gurobi is deterministic by default. A wall-clock time limit that stops a search is the one source
-of run-to-run variation left (where it stops depends on the machine's speed).
+Gurobi is deterministic by default. A wall-clock time limit that stops a search would be the one
+source of run-to-run variation left (where it stops depends on the machine's speed), so callers
+bound the work deterministically — ``work`` (:mod:`synth.encodings.work`: a node limit for HiGHS,
+CBC and Gurobi, CP-SAT's deterministic time) or ``node_limit`` — and keep ``time_limit_s`` only as
+a safety net; :attr:`MilpResult.stopped_by` says which limit stopped a search.
 
 ``optimal`` means proven within ``mip_gap`` (default :data:`DEFAULT_MIP_GAP`, the HiGHS/Gurobi
 default, set on every backend so the word means the same everywhere); the reported ``gap`` is the
@@ -135,6 +138,11 @@ class MilpResult:
     stage: str = ""
     note: str = ""
     """Anything the numbers alone do not say (CP-SAT's grid, a CBC bound not reported, ...)."""
+    stopped_by: str = ""
+    """What stopped a search short of its proof: ``work`` (the deterministic limit: reproducible),
+    ``wall`` (the wall-clock limit: the answer may differ run to run), ``""`` (nothing did)."""
+    nodes: int | None = None
+    """Branch-and-bound nodes explored (HiGHS), None when the backend does not say."""
 
     @property
     def has_solution(self) -> bool:
@@ -151,6 +159,9 @@ class MilpResult:
             parts.append(f"bound {_num(self.best_bound)}")
         if self.gap is not None:
             parts.append(f"gap {100 * self.gap:.2f}%")
+        if self.stopped_by:
+            parts.append("stopped by the " + ("wall-clock limit" if self.stopped_by == "wall"
+                                               else "work limit"))
         parts.append(f"{self.seconds:.2f} s")
         parts.append(f"{self.variables} vars ({self.integer_variables} integer), "
                      f"{self.constraints} constraints")
@@ -382,6 +393,8 @@ class _Outcome:
     note: str = ""
     bound_missing: bool = False
     """The solver stopped at its gap tolerance without saying its bound (so it is not the objective)."""
+    stopped_by: str = ""
+    nodes: int | None = None
 
 
 # ======================================================================================= the front
@@ -409,18 +422,21 @@ def _unavailable_reason(name: str) -> str | None:
 def solve_milp(problem: pulp.LpProblem, solver: str = "highs", *, time_limit_s: float | None = None,
                threads: int = 2, mip_gap: float | None = None, stage: str = "",
                progress: Progress | None = None, warm_start: bool = False,
-               node_limit: int | None = None) -> MilpResult:
+               node_limit: int | None = None, work: float | None = None) -> MilpResult:
     """Solve a PuLP model with the named backend; the incumbent is left in every ``var.varValue``.
 
     ``time_limit_s`` is wall-clock; when it stops the search the result is ``feasible`` (with the
-    bound and gap) or ``no_solution``. ``mip_gap`` is the relative gap at which the search may stop
-    and call the incumbent optimal (default :data:`DEFAULT_MIP_GAP`). ``threads`` is the solver's
-    thread budget; every backend is run in a reproducible mode (see the module docstring).
+    bound and gap) or ``no_solution``, with ``stopped_by == "wall"``: keep it a safety net and
+    bound the work with ``work`` or ``node_limit``. ``mip_gap`` is the relative gap at which the
+    search may stop and call the incumbent optimal (default :data:`DEFAULT_MIP_GAP`). ``threads``
+    is the solver's thread budget; every backend is run in a reproducible mode (see the module docstring).
     ``stage`` names the solve in the progress display and in :meth:`MilpResult.summary`.
 
-    ``node_limit``: a deterministic work limit (HiGHS branch-and-bound nodes; other backends
-    ignore it): unlike a wall-clock limit it stops at the same incumbent on every machine, so a
-    schedule built from a stopped search is still byte-identical run to run.
+    ``node_limit``: a deterministic work limit (branch-and-bound nodes: HiGHS, CBC, Gurobi;
+    CP-SAT ignores it): unlike a wall-clock limit it stops at the same incumbent on every machine,
+    so a schedule built from a stopped search is still byte-identical run to run. ``work``: a
+    deterministic budget in work units (:mod:`synth.encodings.work`): CP-SAT's deterministic
+    seconds, ``nodes_for(work)`` nodes for the others (the smaller of it and ``node_limit``).
 
     ``warm_start``: the variables' initial values (``var.setInitialValue``) are a feasible
     point; HiGHS starts from it as its first incumbent (other backends ignore it), so a time limit
@@ -428,8 +444,11 @@ def solve_milp(problem: pulp.LpProblem, solver: str = "highs", *, time_limit_s: 
 
     Unknown or unavailable solvers and bad limits raise :class:`SynthError` (exit code 2).
     """
+    if work is not None and not (work > 0 and math.isfinite(work)):
+        raise SynthError(f"work budget must be positive, got {work}")
     return _solve(problem, solver, time_limit_s=time_limit_s, threads=threads, mip_gap=mip_gap,
-                  stage=stage, progress=progress, warm_start=warm_start, node_limit=node_limit)
+                  stage=stage, progress=progress, warm_start=warm_start, node_limit=node_limit,
+                  work=work)
 
 
 def _check_args(solver: str, time_limit_s: float | None, threads: int, mip_gap: float | None) -> None:
@@ -451,7 +470,7 @@ def _check_args(solver: str, time_limit_s: float | None, threads: int, mip_gap: 
 def _solve(problem: pulp.LpProblem, solver: str, *, time_limit_s: float | None, threads: int,
            mip_gap: float | None, stage: str, progress: Progress | None, relax: bool = False,
            feasibility: bool = False, warm_start: bool = False,
-           node_limit: int | None = None) -> MilpResult:
+           node_limit: int | None = None, work: float | None = None) -> MilpResult:
     """:func:`solve_milp` plus two modes for :func:`diagnose_infeasible`: ``relax`` drops
     integrality (LP relaxation), ``feasibility`` drops the objective (any feasible point will do;
     CBC keeps it, see :func:`_solve_cbc`)."""
@@ -466,6 +485,10 @@ def _solve(problem: pulp.LpProblem, solver: str, *, time_limit_s: float | None, 
     nint = int(mat.integer.sum())
     if progress is not None:
         progress.begin(stage, solver)
+    if work is not None:
+        from ..work import nodes_for
+
+        node_limit = min(nodes_for(work), node_limit or nodes_for(work))
     start = time.perf_counter()
     if mat.num_cols == 0 or mat.num_rows == 0:
         out = _solve_box(mat)  # CBC cannot read a model without rows; nobody needs a solver here
@@ -475,11 +498,12 @@ def _solve(problem: pulp.LpProblem, solver: str, *, time_limit_s: float | None, 
             start_point = np.array([float(v.varValue) for v in mat.columns])
         out = _solve_highs(mat, time_limit_s, threads, gap, progress, start_point, node_limit)
     elif solver == "cbc":
-        out = _solve_cbc(problem, mat, time_limit_s, threads, gap, relax, feasibility)
+        out = _solve_cbc(problem, mat, time_limit_s, threads, gap, relax, feasibility, node_limit)
     elif solver == "cpsat":
-        out = _solve_cpsat(mat, time_limit_s, threads, gap, progress)
+        out = _solve_cpsat(mat, time_limit_s, threads, gap, progress, work)
     else:
-        out = _solve_gurobi(problem, mat, time_limit_s, threads, gap, relax, feasibility)
+        out = _solve_gurobi(problem, mat, time_limit_s, threads, gap, relax, feasibility,
+                            node_limit)
     seconds = time.perf_counter() - start
     result = _finish(problem, mat, solver, out, seconds, nint, stage, feasibility)
     if progress is not None:
@@ -516,7 +540,10 @@ def _finish(problem: pulp.LpProblem, mat: _Matrix, solver: str, out: _Outcome, s
     return MilpResult(solver=solver, status=out.status, objective=objective, best_bound=bound,
                       gap=relative_gap(objective, bound), seconds=seconds,
                       variables=mat.num_cols, integer_variables=nint, constraints=mat.num_rows,
-                      stage=stage, note=out.note)
+                      stage=stage, note=out.note,
+                      stopped_by=out.stopped_by if out.status not in ("optimal", "infeasible",
+                                                                      "unbounded") else "",
+                      nodes=out.nodes)
 
 
 def _solve_box(mat: _Matrix) -> _Outcome:
@@ -645,10 +672,13 @@ def _solve_highs(mat: _Matrix, time_limit_s: float | None, threads: int, gap: fl
         status_name = "feasible" if has_point else "no_solution"
     else:
         raise SynthError(f"HiGHS failed on this model: {h.modelStatusToString(model_status)}")
+    stopped_by = ("wall" if model_status == ms.kTimeLimit
+                  else "work" if model_status in (ms.kIterationLimit, ms.kSolutionLimit) else "")
     values = None
     if status_name in ("optimal", "feasible"):
         values = np.array(h.getSolution().col_value, dtype=float)
-    return _Outcome(status_name, values, bound)
+    nodes = int(info.mip_node_count) if mip else None
+    return _Outcome(status_name, values, bound, stopped_by=stopped_by, nodes=nodes)
 
 
 def _highs_model(core: ModuleType, mat: _Matrix) -> Any:
@@ -722,7 +752,8 @@ _CBC_BOUND = re.compile(r"^(?:Lower|Upper) bound:\s*(\S+)", re.MULTILINE)
 
 
 def _solve_cbc(problem: pulp.LpProblem, mat: _Matrix, time_limit_s: float | None, threads: int,
-               gap: float, relax: bool, feasibility: bool) -> _Outcome:
+               gap: float, relax: bool, feasibility: bool,
+               node_limit: int | None = None) -> _Outcome:
     path = _cbc_path()
     assert path is not None
     with tempfile.TemporaryDirectory(prefix="synth-cbc-") as tmp:
@@ -730,7 +761,8 @@ def _solve_cbc(problem: pulp.LpProblem, mat: _Matrix, time_limit_s: float | None
         # threads > 1: CBC's "100 + n" mode, its deterministic (repeatable) parallel search
         solver = pulp.COIN_CMD(path=path, mip=not relax, msg=False, timeLimit=time_limit_s,
                                gapRel=gap, threads=100 + threads if threads > 1 else None,
-                               logPath=str(log), options=["randomSeed 1", "randomCbcSeed 1"])
+                               logPath=str(log), options=["randomSeed 1", "randomCbcSeed 1"]
+                               + ([f"maxNodes {int(node_limit)}"] if node_limit else []))
         solver.tmpDir = tmp
         # ``feasibility`` keeps the objective: without one, PuLP's MPS file omits the columns of
         # variables that appear in no constraint yet still bounds them, which CBC rejects
@@ -772,7 +804,10 @@ def _solve_cbc(problem: pulp.LpProblem, mat: _Matrix, time_limit_s: float | None
         note = "CBC did not report its bound"
     if feasibility or relax:
         bound = None
-    return _Outcome(name, None, bound, note, bound_missing=missing)
+    # CBC's closing line names what stopped it ("Exiting on maximum time/nodes")
+    stopped_by = ("wall" if re.search(r"on maximum time", text)
+                  else "work" if re.search(r"on maximum nodes", text) else "")
+    return _Outcome(name, None, bound, note, bound_missing=missing, stopped_by=stopped_by)
 
 
 # =========================================================================================== CP-SAT
@@ -823,7 +858,7 @@ def _int_scale(coefs: np.ndarray) -> tuple[int, float]:
 
 
 def _solve_cpsat(mat: _Matrix, time_limit_s: float | None, threads: int, gap: float,
-                 progress: Progress | None) -> _Outcome:
+                 progress: Progress | None, work: float | None = None) -> _Outcome:
     assert cp_model is not None
     k_grid, grid_exact = _grid_decimals(mat)
     step = np.where(mat.integer, 1.0, 10.0**-k_grid)
@@ -905,6 +940,8 @@ def _solve_cpsat(mat: _Matrix, time_limit_s: float | None, threads: int, gap: fl
     params.relative_gap_limit = gap
     if time_limit_s is not None:
         params.max_time_in_seconds = float(time_limit_s)
+    if work is not None:
+        params.max_deterministic_time = float(work)
     callback: Any = None
     if progress is not None and any(obj_int):
 
@@ -916,12 +953,16 @@ def _solve_cpsat(mat: _Matrix, time_limit_s: float | None, threads: int, gap: fl
         callback = _Report()
         solver.best_bound_callback = lambda b: progress.update(bound=to_original(b))
     code = solver.solve(model, callback)
-    if code in (cp_model.FEASIBLE, cp_model.UNKNOWN) and time_limit_s is None:
+    if code in (cp_model.FEASIBLE, cp_model.UNKNOWN) and time_limit_s is None and work is None:
         # No limit, yet CP-SAT stopped short of a proof: that was Ctrl-C, which CP-SAT catches
         # itself (it stops the search gracefully); pass it on as the other backends do. With a
         # limit, an early stop is CP-SAT's own (e.g. its presolve gives up) and is reported as is.
         raise KeyboardInterrupt
     note = "; ".join(notes)
+    stopped_by = ""
+    if code in (cp_model.FEASIBLE, cp_model.UNKNOWN):
+        used = float(solver.deterministic_time)
+        stopped_by = "work" if work is not None and used >= 0.99 * work else "wall"
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         units = np.array([solver.value(x) for x in xs], dtype=float)
         values = units * step
@@ -933,12 +974,12 @@ def _solve_cpsat(mat: _Matrix, time_limit_s: float | None, threads: int, gap: fl
                             " or needs explicit bounds")
         bound = to_original(solver.best_objective_bound) if any(obj_int) else to_original(0)
         status = "optimal" if code == cp_model.OPTIMAL else "feasible"
-        return _Outcome(status, values, bound, note)
+        return _Outcome(status, values, bound, note, stopped_by=stopped_by)
     if code == cp_model.INFEASIBLE:
         return _Outcome("infeasible", note=note)
     if code == cp_model.MODEL_INVALID:
         raise SynthError(f"CP-SAT rejected the model: {model.validate() or 'invalid'}")
-    return _Outcome("no_solution", note=note)
+    return _Outcome("no_solution", note=note, stopped_by=stopped_by)
 
 
 # =========================================================================================== Gurobi
@@ -958,15 +999,17 @@ def _gurobi_problem() -> str | None:
 
 
 def _solve_gurobi(problem: pulp.LpProblem, mat: _Matrix, time_limit_s: float | None, threads: int,
-                  gap: float, relax: bool, feasibility: bool) -> _Outcome:  # pragma: no cover
+                  gap: float, relax: bool, feasibility: bool,
+                  node_limit: int | None = None) -> _Outcome:  # pragma: no cover
     import gurobipy
 
     grb = gurobipy.GRB
     saved_objective = problem.objective
     if feasibility:
         problem.objective = pulp.LpAffineExpression()
+    limits = {"NodeLimit": float(node_limit)} if node_limit else {}
     solver = pulp.GUROBI(mip=not relax, msg=False, timeLimit=time_limit_s, gapRel=gap,
-                         Threads=threads, Seed=0)
+                         Threads=threads, Seed=0, **limits)
     try:
         problem.solve(solver)
         model = problem.solverModel
@@ -988,10 +1031,12 @@ def _solve_gurobi(problem: pulp.LpProblem, mat: _Matrix, time_limit_s: float | N
             name = "feasible" if has_point else "no_solution"
         else:
             raise SynthError(f"Gurobi failed on this model (status {code})")
+        stopped_by = ("wall" if code == grb.TIME_LIMIT
+                      else "work" if code == grb.NODE_LIMIT else "")
     finally:
         problem.objective = saved_objective
         solver.close()
-    return _Outcome(name, None, bound)
+    return _Outcome(name, None, bound, stopped_by=stopped_by)
 
 
 # ====================================================================================== diagnosis

@@ -3,8 +3,9 @@
 One CP-SAT model is built per (steps, chunks) family and reused for every round budget R: the total
 rounds variable's domain is narrowed before each solve, and the last solution is passed as a hint,
 so a walk over R is incremental. With ``deterministic`` the search runs with the parameters that
-make CP-SAT reproducible (interleaved workers, a deterministic-time limit), so the same inputs give
-the same schedule.
+make CP-SAT reproducible (interleaved workers, a fixed seed, a deterministic-time limit), so the
+same inputs give the same schedule; the wall-clock limit is only a safety net
+(:mod:`synth.encodings.work`).
 """
 
 from __future__ import annotations
@@ -55,12 +56,15 @@ class CpSatEngine:
         self.cp = m
         self.last: list[int] | None = None
 
-    def solve(self, total_rounds: int, time_limit_s: float | None, *, deterministic: bool = False,
-              budget: bool = False) -> tuple[str, tuple[list[int], set[int]] | None]:
+    def solve(self, total_rounds: int, work: float | None, *, wall_s: float | None = None,
+              deterministic: bool = False) -> tuple[str, tuple[list[int], set[int]] | None,
+                                                    float, bool]:
         """Decide ``sum rounds <= total_rounds``; SAT gives (rounds per step, true variables).
 
-        ``deterministic`` interleaves the workers (reproducible); ``budget`` makes the time limit a
-        deterministic-time budget (the same effort on any machine) instead of wall time.
+        ``work`` is CP-SAT's deterministic-time budget (the same effort on any machine);
+        ``wall_s`` the wall-clock safety net. ``deterministic`` interleaves the workers
+        (reproducible). Returns (status, solution, deterministic time used, whether the safety
+        net rather than the budget stopped an undecided search).
         """
         dom = self.total.proto.domain
         dom[0] = self.model.steps
@@ -73,19 +77,21 @@ class CpSatEngine:
         solver = cp_model.CpSolver()
         p = solver.parameters
         p.num_workers = self.workers
+        p.random_seed = 1
         if deterministic and self.workers > 1:
             p.interleave_search = True
-        if time_limit_s is not None:
-            if budget:  # a fixed effort: measured in deterministic time, so results repeat
-                p.max_deterministic_time = max(0.01, time_limit_s)
-            else:
-                p.max_time_in_seconds = max(0.01, time_limit_s)
+        if work is not None:
+            p.max_deterministic_time = max(0.01, work)
+        if wall_s is not None:
+            p.max_time_in_seconds = max(0.01, wall_s)
         status = solver.solve(m)
+        used = float(solver.deterministic_time)
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             values = [int(solver.boolean_value(v)) for v in self.x]
             self.last = values
             rounds = [int(solver.value(r)) for r in self.rounds]
-            return SAT, (rounds, {i for i, val in enumerate(values) if val})
+            return SAT, (rounds, {i for i, val in enumerate(values) if val}), used, False
         if status == cp_model.INFEASIBLE:
-            return UNSAT, None
-        return UNKNOWN, None
+            return UNSAT, None, used, False
+        by_wall = wall_s is not None and (work is None or used < 0.99 * max(0.01, work))
+        return UNKNOWN, None, used, by_wall

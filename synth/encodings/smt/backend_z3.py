@@ -5,9 +5,14 @@ SCCL), the round count of each step a one-hot choice with ``rounds == i -> load 
 solver is kept per (steps, chunks) family; each round budget R is a fresh Boolean literal that
 implies ``sum rounds <= R`` and is passed as an *assumption* to ``check``, so learnt clauses carry
 over from one R to the next (incremental solving).
+
+z3 has no deterministic clock this project maps to CP-SAT's, so its limit is wall-clock: a search
+it stops is reported as stopped by the safety net (not reproducible); the auto path uses CP-SAT.
 """
 
 from __future__ import annotations
+
+import time
 
 import z3
 
@@ -103,12 +108,18 @@ class Z3Engine:
             self.budget[total] = lit
         return lit
 
-    def solve(self, total_rounds: int, time_limit_s: float | None, *, deterministic: bool = False,
-              budget: bool = False) -> tuple[str, tuple[list[int], set[int]] | None]:
+    def solve(self, total_rounds: int, work: float | None, *, wall_s: float | None = None,
+              deterministic: bool = False) -> tuple[str, tuple[list[int], set[int]] | None,
+                                                    float, bool]:
+        """As :meth:`CpSatEngine.solve`; z3's limit is wall-clock (``work`` seconds, at most
+        ``wall_s``), so an undecided stop always counts as the safety net's."""
         lit = self._budget_literal(total_rounds)
-        if time_limit_s is not None:
-            self.solver.set("timeout", max(1, int(time_limit_s * 1000)))
+        limits = [x for x in (work, wall_s) if x is not None]
+        if limits:
+            self.solver.set("timeout", max(1, int(min(limits) * 1000)))
+        start = time.perf_counter()
         result = self.solver.check(lit)
+        used = time.perf_counter() - start
         if result == z3.sat:
             m = self.solver.model()
             true = {i for i, v in enumerate(self.x) if z3.is_true(m.eval(v, model_completion=True))}
@@ -116,7 +127,7 @@ class Z3Engine:
             for sel in self.rsel:
                 chosen = [i + 1 for i, b in enumerate(sel) if z3.is_true(m.eval(b, model_completion=True))]
                 rounds.append(chosen[0])
-            return SAT, (rounds, true)
+            return SAT, (rounds, true), used, False
         if result == z3.unsat:
-            return UNSAT, None
-        return UNKNOWN, None
+            return UNSAT, None, used, False
+        return UNKNOWN, None, used, bool(limits)

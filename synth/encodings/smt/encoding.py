@@ -17,10 +17,13 @@ selects the search:
   :class:`NoAlgorithm` ("no algorithm with S steps, R rounds, C chunks", exit code 2);
 * ``least_steps``: the fewest steps from the proven lower bound up (R = S unless ``rounds``);
 * neither (``--encoding auto``): least steps, only when cheap — at most
-  :data:`AUTO_MAX_RANKS` ranks and :data:`AUTO_SECONDS` seconds — else it steps aside.
+  :data:`AUTO_MAX_RANKS` ranks and :data:`AUTO_SECONDS` deterministic seconds of work — else it
+  steps aside.
 
 ``engine`` picks ``cpsat`` / ``z3`` (``auto`` = cpsat). A time limit that hits before an answer
 raises SynthError with exit code 3 (:data:`synth.errors.LIMIT_REACHED`), saying what was proven.
+The time limit is a deterministic work budget (:mod:`synth.encodings.work`), so whether it hits,
+and what was found before it did, is the same on every machine.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from ...errors import LIMIT_REACHED, NotApplicable, SynthError
 from ...schedule import Schedule
 from ...topology import Topology
 from ..options import Options, SmtOptions
+from ..work import WorkBudget
 from .problem import (
     ENGINES,
     SAT,
@@ -61,7 +65,7 @@ __all__ = [
 AUTO_MAX_RANKS = 16
 """``--encoding auto`` runs the smt encoding only on topologies up to this many ranks."""
 AUTO_SECONDS = 3.0
-"""... and gives it at most this long (least steps, R = S)."""
+"""... and gives it at most this much work (CP-SAT deterministic seconds; least steps, R = S)."""
 
 
 class NoAlgorithm(NotApplicable):
@@ -102,11 +106,22 @@ def smt_encoding(topology: Topology, collective: Collective, options: Options) -
                                 "--encoding smt --least-steps or --steps S")
         limit = AUTO_SECONDS if limit is None else min(limit, AUTO_SECONDS)
     problem = SmtProblem(topology, collective, engine=engine)
+    budget = WorkBudget(limit)
+    try:
+        return _run(problem, topology, collective, steps, rounds, chunks, limit, explicit, budget)
+    finally:
+        if options.notes is not None:
+            options.notes.extend(n for n in budget.safety_notes if n not in options.notes)
+
+
+def _run(problem: SmtProblem, topology: Topology, collective: Collective, steps: int | None,
+         rounds: int | None, chunks: int, limit: float | None, explicit: bool,
+         budget: WorkBudget) -> dict[str, Schedule]:
     if collective.custom is not None and chunks != 1:
         problem.collective(chunks)  # raises the clear message
     if steps is not None:
         r = steps if rounds is None else rounds
-        res = problem.solve(steps, r, chunks, time_limit_s=limit)
+        res = problem.solve(steps, r, chunks, budget=budget)
         if res.status == SAT:
             assert res.schedule is not None
             return {res.schedule.algorithm: res.schedule}
@@ -116,7 +131,7 @@ def smt_encoding(topology: Topology, collective: Collective, options: Options) -
         raise SynthError(f"time limit ({limit:g} s) reached before deciding whether an algorithm "
                          f"with {steps} steps, {r} rounds, {chunks} chunks exists; raise "
                          "--time-limit", exit_code=LIMIT_REACHED)
-    report = least_steps(problem, chunks=chunks, rounds=rounds, time_limit_s=limit)
+    report = least_steps(problem, chunks=chunks, rounds=rounds, budget=budget)
     if report.points:
         sched = report.points[0].schedule
         assert sched is not None

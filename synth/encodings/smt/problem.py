@@ -31,6 +31,7 @@ from ...collectives import Collective, make_collective
 from ...errors import NotApplicable, SynthError
 from ...schedule import Schedule, Step, Transfer
 from ...topology import Topology
+from ..work import WorkBudget
 from .model import (
     Demand,
     Model,
@@ -516,9 +517,17 @@ class SmtProblem:
         return None
 
     # ------------------------------------------------------------------ solving
-    def solve(self, steps: int, rounds: int, chunks: int, *, time_limit_s: float | None = None
-              ) -> InstanceResult:
-        """Decide one instance; SAT results carry a schedule (not yet verified by the caller)."""
+    def solve(self, steps: int, rounds: int, chunks: int, *, time_limit_s: float | None = None,
+              budget: WorkBudget | None = None) -> InstanceResult:
+        """Decide one instance; SAT results carry a schedule (not yet verified by the caller).
+
+        ``budget`` (a :class:`~synth.encodings.work.WorkBudget`, shared by a search) or
+        ``time_limit_s`` (a budget of that many deterministic seconds for this instance alone)
+        bounds the solver's work; the answer does not depend on the machine's speed unless the
+        budget's wall-clock safety net stops it (then ``budget.safety_notes`` says so).
+        """
+        if budget is None:
+            budget = WorkBudget(time_limit_s)
         check_instance(steps, rounds, chunks)
         key = (steps, rounds, chunks)
         cached = self._cache.get(key)
@@ -528,11 +537,10 @@ class SmtProblem:
 
         progress.detail(f"smt instance S{steps} R{rounds} C{chunks}")
         start = time.perf_counter()
-        deadline = None if time_limit_s is None else start + time_limit_s
         if self.mode == "allreduce":
-            result = self._solve_allreduce(steps, rounds, chunks, deadline)
+            result = self._solve_allreduce(steps, rounds, chunks, budget)
         else:
-            result = self._solve_part(steps, rounds, chunks, deadline)
+            result = self._solve_part(steps, rounds, chunks, budget)
         result = InstanceResult(steps, rounds, chunks, result.status,
                                 time.perf_counter() - start, result.how, result.engine,
                                 result.schedule, result.reason)
@@ -549,7 +557,7 @@ class SmtProblem:
                     f"so {rlb} rounds for {chunks} chunks")
         return None
 
-    def _solve_part(self, steps: int, rounds: int, chunks: int, deadline: float | None
+    def _solve_part(self, steps: int, rounds: int, chunks: int, budget: WorkBudget
                     ) -> InstanceResult:
         why = self._bound_verdict(steps, rounds, chunks)
         if why:
@@ -558,20 +566,19 @@ class SmtProblem:
         part = self.family.part(chunks)
         # phase 1: the symmetric model (small; a schedule found there is a schedule)
         # phase 2: the full model, one deterministic worker, no symmetry breaking: quick SATs
-        # phase 3: the full model with symmetry breaking, all workers, until the limit
+        # phase 3: the full model with symmetry breaking, all workers, until the budget is spent
         phases = []
         if len(part.free) > 1:
             phases.append(("symmetric", SYMMETRIC_BUDGET))
         if self.engine == "cpsat":
             phases.append(("plain", PLAIN_BUDGET))
         phases.append(("full", None))
-        for name, budget in phases:
-            left = _left(deadline)
-            if left is not None and left <= 0:
+        for name, cap in phases:
+            if budget.exhausted():
                 break
-            limit = left if budget is None else (budget if left is None else min(budget, left))
-            status, sol, model = self._run(part, steps, rounds, name, limit,
-                                           det_budget=budget is not None)
+            left = budget.left()
+            work = left if cap is None else (cap if left is None else min(cap, left))
+            status, sol, model = self._run(part, steps, rounds, name, work, budget)
             if status == SAT:
                 return InstanceResult(steps, rounds, chunks, SAT, 0.0, name, self.engine,
                                       self._decode(part, model, sol, chunks))
@@ -579,8 +586,8 @@ class SmtProblem:
                 return InstanceResult(steps, rounds, chunks, UNSAT, 0.0, name, self.engine)
         return InstanceResult(steps, rounds, chunks, UNKNOWN, 0.0, "limit", self.engine)
 
-    def _run(self, part: _Part, steps: int, rounds: int, kind: str, time_limit_s: float | None,
-             *, det_budget: bool) -> tuple[str, tuple | None, Model]:
+    def _run(self, part: _Part, steps: int, rounds: int, kind: str, work: float | None,
+             budget: WorkBudget) -> tuple[str, tuple | None, Model]:
         key = (steps, kind)
         entry = part.engines.get(key)
         if entry is None or entry[1] < rounds:
@@ -602,8 +609,11 @@ class SmtProblem:
             entry = (eng, cap)
             part.engines[key] = entry
         eng = entry[0]
-        status, sol = eng.solve(rounds, time_limit_s, deterministic=self.deterministic,
-                                budget=det_budget)
+        status, sol, used, by_wall = eng.solve(rounds, work, wall_s=budget.wall_left(),
+                                               deterministic=self.deterministic)
+        budget.charge(used)
+        if by_wall:
+            budget.note_safety_stop(f"smt ({self.engine}) instance S{steps} R{rounds} ({kind} model)")
         return status, sol, eng.model
 
     # ------------------------------------------------------------------ decoding
@@ -641,7 +651,7 @@ class SmtProblem:
                                                "allreduce": "reducescatter+allgather"}[self.mode]})
 
     # ------------------------------------------------------------------ allreduce
-    def _solve_allreduce(self, steps: int, rounds: int, chunks: int, deadline: float | None
+    def _solve_allreduce(self, steps: int, rounds: int, chunks: int, budget: WorkBudget
                          ) -> InstanceResult:
         why = self._bound_verdict(steps, rounds, chunks)
         if why:
@@ -657,13 +667,13 @@ class SmtProblem:
         unknown = False
         for _, s1, r1 in sorted(splits):
             s2, r2 = steps - s1, rounds - r1
-            a = self.rs.solve(s1, r1, chunks, time_limit_s=_left(deadline))
+            a = self.rs.solve(s1, r1, chunks, budget=budget)
             if a.status == UNKNOWN:
                 unknown = True
                 continue
             if a.status != SAT:
                 continue
-            b = self.ag.solve(s2, r2, chunks, time_limit_s=_left(deadline))
+            b = self.ag.solve(s2, r2, chunks, budget=budget)
             if b.status == UNKNOWN:
                 unknown = True
                 continue
@@ -683,10 +693,6 @@ class SmtProblem:
             return InstanceResult(steps, rounds, chunks, UNKNOWN, 0.0, "limit", self.engine)
         return InstanceResult(steps, rounds, chunks, UNSAT, 0.0, "full", self.engine,
                               reason="no split into reducescatter + allgather instances is SAT")
-
-
-def _left(deadline: float | None) -> float | None:
-    return None if deadline is None else deadline - time.perf_counter()
 
 
 def _dual_demand(collective: Collective) -> Demand:

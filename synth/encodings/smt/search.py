@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from ..work import WorkBudget
 from .problem import (
     SAT,
     UNKNOWN,
@@ -52,6 +53,8 @@ class SearchReport:
     complete: bool = False
     stop: str = ""
     seconds: float = 0.0
+    safety_notes: list[str] = field(default_factory=list)
+    """Solves a wall-clock safety net stopped (:mod:`synth.encodings.work`): not reproducible."""
 
     def proven_lines(self) -> list[str]:
         """One line per decided instance, for reports and limit messages."""
@@ -67,16 +70,16 @@ PROBE_MAX_CHUNKS = 12
 PROBE_SECONDS = 5.0
 
 
-def _remaining(deadline: float | None) -> float | None:
-    return None if deadline is None else max(0.0, deadline - time.perf_counter())
-
-
 def least_steps(problem: SmtProblem, *, chunks: int = 1, rounds: int | None = None,
                 time_limit_s: float | None = None, max_steps: int | None = None,
-                on_instance: Callback | None = None) -> SearchReport:
-    """The fewest steps S with an algorithm of R = S rounds (or the given R) and C chunks."""
+                on_instance: Callback | None = None, budget: WorkBudget | None = None
+                ) -> SearchReport:
+    """The fewest steps S with an algorithm of R = S rounds (or the given R) and C chunks.
+
+    ``time_limit_s`` is a deterministic work budget (:mod:`synth.encodings.work`) shared by the
+    instances; pass ``budget`` instead to read its safety notes afterwards."""
     start = time.perf_counter()
-    deadline = None if time_limit_s is None else start + time_limit_s
+    budget = budget or WorkBudget(time_limit_s)
     lb = max(1, problem.steps_lower_bound())
     rpc = problem.rpc_lower_bound()
     report = SearchReport("least_steps", lb, rpc)
@@ -94,11 +97,10 @@ def least_steps(problem: SmtProblem, *, chunks: int = 1, rounds: int | None = No
                            f"(S = {rounds} is UNSAT, and fewer steps cannot do better)")
             report.complete = True
             break
-        left = _remaining(deadline)
-        if left is not None and left <= 0:
+        if budget.exhausted():
             report.stop = "time limit"
             break
-        res = problem.solve(steps, r, chunks, time_limit_s=left)
+        res = problem.solve(steps, r, chunks, budget=budget)
         report.tried.append(res)
         if on_instance:
             on_instance(res)
@@ -112,15 +114,17 @@ def least_steps(problem: SmtProblem, *, chunks: int = 1, rounds: int | None = No
             report.stop = "time limit"
             break
     report.seconds = time.perf_counter() - start
+    report.safety_notes = budget.safety_notes
     return report
 
 
 def pareto(problem: SmtProblem, *, max_steps: int | None = None, min_chunks: int = 1,
            max_chunks: int | None = None, time_limit_s: float | None = None,
-           on_instance: Callback | None = None) -> SearchReport:
-    """SCCL's Pareto walk (see the module docstring); stops at the bandwidth bound or the limit."""
+           on_instance: Callback | None = None, budget: WorkBudget | None = None) -> SearchReport:
+    """SCCL's Pareto walk (see the module docstring); stops at the bandwidth bound or the limit
+    (a deterministic work budget, as in :func:`least_steps`)."""
     start = time.perf_counter()
-    deadline = None if time_limit_s is None else start + time_limit_s
+    budget = budget or WorkBudget(time_limit_s)
     lb_s = max(1, problem.steps_lower_bound())
     sccl_lb = problem.sccl_rpc_lower_bound()
     rpc_lb = problem.rpc_lower_bound(strong=True)
@@ -132,7 +136,7 @@ def pareto(problem: SmtProblem, *, max_steps: int | None = None, min_chunks: int
         return report
 
     def decide(S: int, R: int, C: int) -> InstanceResult | None:
-        res = problem.solve(S, R, C, time_limit_s=_remaining(deadline))
+        res = problem.solve(S, R, C, budget=budget)
         report.tried.append(res)
         if on_instance:
             on_instance(res)
@@ -145,9 +149,11 @@ def pareto(problem: SmtProblem, *, max_steps: int | None = None, min_chunks: int
             and star >= min_chunks:
         r_star = int(rpc_lb * star)
         for S in range(lb_s, min(lb_s, r_star, max_steps or r_star) + 1):
-            left = _remaining(deadline)
-            budget = PROBE_SECONDS if left is None else min(PROBE_SECONDS, 0.1 * left)
-            res = problem.solve(S, r_star, star, time_limit_s=budget)
+            left = budget.left()
+            probe = budget.sub(PROBE_SECONDS if left is None else min(PROBE_SECONDS, 0.1 * left))
+            res = problem.solve(S, r_star, star, budget=probe) if left != 0 else None
+            if res is None:
+                break
             if res.status != UNKNOWN:
                 report.tried.append(res)
                 if on_instance:
@@ -215,13 +221,14 @@ def pareto(problem: SmtProblem, *, max_steps: int | None = None, min_chunks: int
                 report.complete = True
                 report.stop = "bandwidth optimal"
                 break
-        if _remaining(deadline) == 0:
+        if budget.exhausted():
             report.stop = "time limit"
             break
     else:
         report.stop = f"chunk limit ({max_chunks})"
     report.points = sorted_frontier(report.found)
     report.seconds = time.perf_counter() - start
+    report.safety_notes = budget.safety_notes
     return report
 
 
@@ -233,7 +240,7 @@ def pareto_sccl(problem: SmtProblem, *, max_steps: int | None = None, min_chunks
     larger rounds-per-chunk was UNSAT. Kept to reproduce SCCL's published output; the assumption
     can hide frontier points (DGX-1 gather: (S2, R7, C6) exists although (S2, R6, C5) does not)."""
     start = time.perf_counter()
-    deadline = None if time_limit_s is None else start + time_limit_s
+    budget = WorkBudget(time_limit_s)
     lb_s = max(1, problem.steps_lower_bound())
     sccl_lb = problem.sccl_rpc_lower_bound()
     rpc_lb = problem.rpc_lower_bound(strong=True)
@@ -254,7 +261,7 @@ def pareto_sccl(problem: SmtProblem, *, max_steps: int | None = None, min_chunks
             for S in range(lb_s, top + 1):
                 if rpc < step_rpc_lb.get(S, Fraction(0)):
                     continue
-                res = problem.solve(S, R, C, time_limit_s=_remaining(deadline))
+                res = problem.solve(S, R, C, budget=budget)
                 report.tried.append(res)
                 if on_instance:
                     on_instance(res)
@@ -279,4 +286,5 @@ def pareto_sccl(problem: SmtProblem, *, max_steps: int | None = None, min_chunks
         report.stop = f"chunk limit ({max_chunks})"
     report.points = sorted_frontier(report.found)
     report.seconds = time.perf_counter() - start
+    report.safety_notes = budget.safety_notes
     return report
