@@ -33,11 +33,11 @@ def test_main_job_json(synth_cli, tmp_path):
 
 @pytest.mark.slow  # long end-to-end case: .ci/run runs it in its second pass
 def test_solve_is_deterministic(synth_cli, tmp_path):
-    # trees: no wall-clock budget decides its answer (smt/milp under auto can differ under load)
+    # --encoding auto (smt, milp, trees, ...): the solvers' limits are deterministic work budgets
     outs = []
     for sub in ("a", "b"):
-        r = synth_cli("solve", "--topo", "dgx1", "--coll", "allreduce", "--encoding", "trees",
-                      "--json", "--out", str(tmp_path / sub))
+        r = synth_cli("solve", "--topo", "dgx1", "--coll", "allreduce", "--json", "--out",
+                      str(tmp_path / sub))
         assert r.returncode == 0, r.stderr
         outs.append([Path(f) for f in json.loads(r.stdout)["files"]])
     assert [f.name for f in outs[0]] == [f.name for f in outs[1]] and len(outs[0]) >= 2
