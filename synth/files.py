@@ -15,6 +15,7 @@ import os
 import re
 import stat
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,63 @@ def atomic_write(path: Path, text: str | bytes) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_all(out_dir: Path, outputs: Sequence[tuple[Path, str | bytes]]) -> list[Path]:
+    """Write several files as one unit: all of them, or none (issue 12, "nothing half-written").
+
+    ``out_dir`` is created only now (:func:`ensure_writable_dir`). Every file is first written to a
+    temporary file beside its target; only when all of them are written are they renamed into
+    place. A failure while writing (disk full, a permission) removes the temporary files and any
+    folder this call created, so the disk is as it was; a failure while renaming (rare: renames
+    within a folder do not need space) also removes the files already renamed into place.
+    Modes respect the umask, as in :func:`atomic_write`.
+    """
+    out_dir = Path(out_dir)
+    created = _missing_ancestors(out_dir)
+    ensure_writable_dir(out_dir)
+    temps: list[tuple[str, Path]] = []
+    placed: list[Path] = []
+    mode = 0o666 & ~_umask()
+    current = out_dir
+    try:
+        for path, text in outputs:
+            path = current = Path(path)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            temps.append((tmp, path))
+            data = text if isinstance(text, bytes) else text.encode("utf-8")
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.chmod(tmp, mode)
+        for tmp, path in temps:
+            current = path
+            os.replace(tmp, path)
+            placed.append(path)
+    except BaseException as exc:
+        for tmp, _ in temps:
+            Path(tmp).unlink(missing_ok=True)
+        for path in placed:
+            path.unlink(missing_ok=True)
+        for folder in created:       # deepest first; only folders this call made, and only empty
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        if isinstance(exc, OSError):
+            raise SynthError(f"cannot write '{current}': {exc.strerror or exc}; none of this "
+                             "run's files were kept") from None
+        raise
+    return placed
+
+
+def _missing_ancestors(path: Path) -> list[Path]:
+    """``path`` and its ancestors that do not exist yet, deepest first."""
+    missing = []
+    probe = Path(path)
+    while not probe.exists() and probe.parent != probe:
+        missing.append(probe)
+        probe = probe.parent
+    return missing
 
 
 # ------------------------------------------------------------------------------------ inputs

@@ -224,13 +224,21 @@ def group_of(topo: Topology) -> Group:
 
 def write_rank_maps(files: list, group: Group) -> list:
     """Write ``<file>.ranks.json`` (group rank -> global rank) beside each schedule file."""
+    from .files import atomic_write
+
+    return [atomic_write(path, text) for path, text in rank_maps(files, group).items()]
+
+
+def rank_maps(files: list, group: Group) -> dict:
+    """``<file>.ranks.json`` path -> its text (group rank -> global rank), for each schedule file,
+    to be written with them (:func:`synth.solve.commit`)."""
     from pathlib import Path
 
-    from .files import atomic_write, dumps_json
+    from .files import dumps_json
 
     text = dumps_json(group.mapping(), indent=2) + "\n"
-    return [atomic_write(Path(f"{f}.ranks.json"), text) for f in files
-            if str(f).endswith((".xml", ".json")) and not str(f).endswith(".ranks.json")]
+    return {Path(f"{f}.ranks.json"): text for f in files
+            if str(f).endswith((".xml", ".json")) and not str(f).endswith(".ranks.json")}
 
 
 # ------------------------------------------------------------------------------ concurrent groups

@@ -134,17 +134,29 @@ def _max_chunks_for(limit: float, per_chunk: float) -> int:
     return max(0, int(limit // per_chunk)) if per_chunk > 0 else 0
 
 
+def max_request_chunks(kind: str, n: int, budget: Budget) -> int:
+    """The most chunks per rank :func:`check_request` lets through: the smallest of the limits that
+    apply (memory; with XML also the int16 offsets), so a refusal that suggests it can be followed
+    without meeting the next limit."""
+    per_chunk = min_transfers(kind, n, 1) * budget.memory_per_transfer()
+    fit = _max_chunks_for(budget.max_memory - BASE_BYTES, per_chunk)
+    if budget.xml_profile is not None:
+        fit = min(fit, _max_chunks_for(MAX_OFFSET + 1, buffer_chunks(kind, n, 1) * budget.instances))
+    return fit
+
+
 def check_request(kind: str, n: int, chunks: int | None, budget: Budget) -> None:
     """Refuse a standard collective whose every schedule is over the budget or the XML limits.
 
-    Runs before the collective is even built (a 10^9-chunk collective does not fit in memory)."""
+    Runs before the collective is even built (a 10^9-chunk collective does not fit in memory).
+    The chunk count a refusal suggests is :func:`max_request_chunks`, which passes every check
+    here, not just the one that refused."""
     if chunks is None or n < 2:
         return
     moves = min_transfers(kind, n, chunks)
     need = BASE_BYTES + moves * budget.memory_per_transfer()
     if need > budget.max_memory:
-        per_chunk = min_transfers(kind, n, 1) * budget.memory_per_transfer()
-        fit = _max_chunks_for(budget.max_memory - BASE_BYTES, per_chunk)
+        fit = max_request_chunks(kind, n, budget)
         raise TooBig(f"{kind} with {chunks} chunks per rank on {n} ranks moves at least "
                      f"{moves:,} chunks: about {fmt_bytes(need)} "
                      f"{'with XML ' if budget.xml_profile else ''}against --max-memory "
@@ -156,7 +168,7 @@ def check_request(kind: str, n: int, chunks: int | None, budget: Budget) -> None
     inst = budget.instances
     cells = buffer_chunks(kind, n, chunks) * inst
     if cells - 1 > MAX_OFFSET:
-        fit = _max_chunks_for(MAX_OFFSET + 1, buffer_chunks(kind, n, 1) * inst)
+        fit = max_request_chunks(kind, n, budget)
         raise TooBig(f"MSCCL-IR addresses chunks with int16 offsets (at most {MAX_OFFSET}, spec §6) "
                      f"but {kind} with {chunks} chunks per rank on {n} ranks"
                      f"{f' x {inst} instances' if inst > 1 else ''} has {cells:,} chunks in one "
@@ -345,7 +357,8 @@ def check_encoding(encoding: str, kind: str, n: int, links: int, chunks: int | N
         return
     variables = buffer_chunks(kind, n, chunks) * max(links, 1)
     if encoding in MODEL_ENCODINGS and variables > MODEL_MAX_VARIABLES:
-        fit = max(1, MODEL_MAX_VARIABLES // (buffer_chunks(kind, n, 1) * max(links, 1)))
+        fit = max(1, min(MODEL_MAX_VARIABLES // (buffer_chunks(kind, n, 1) * max(links, 1)),
+                         max_request_chunks(kind, n, budget)))
         raise TooBig(f"{encoding} with {chunks} chunks per rank would build a model of at least "
                      f"{variables:,} (chunk, link) variables (practical up to "
                      f"{MODEL_MAX_VARIABLES:,}); use --chunks {fit} or fewer, or another --encoding")

@@ -24,7 +24,7 @@ from .cost import DEFAULT_SIZES, algbw_GBps, schedule_times_us
 from .emit import XmlOptions, emit_verified_xml, xml_unsupported_reason
 from .encodings import Options, run_encoding
 from .errors import SynthError
-from .files import atomic_write, ensure_writable_dir
+from .files import atomic_write, ensure_writable_dir, write_all
 from .guards import Budget, TooBig, check_schedule
 from .mscclpp.emit import PlanOptions, emit_verified_plan, plan_unsupported_reason
 from .schedule import Schedule
@@ -508,7 +508,8 @@ def _never_selected(result: SolveResult, tunings: Sequence[BucketTuning], choice
 
 @dataclass
 class Written:
-    """What :func:`write_outputs` put on disk, and why an output was left out."""
+    """What :func:`write_outputs` put on disk (or, from a ``prepare_*`` function, will put there
+    once :func:`commit` runs), and why an output was left out."""
 
     files: list[Path]
     xml_reports: list[Any]
@@ -518,6 +519,20 @@ class Written:
     ranges: list[SizeRange] = field(default_factory=list)
     range_files: list[str | None] = field(default_factory=list)
     """The XML serving each range (None without XML)."""
+    pending: dict[Path, str] = field(default_factory=dict)
+    """Produced and verified in memory, not yet on disk: path -> text (empty once committed)."""
+    out_dir: Path | None = None
+
+
+def commit(written: Written, extra: dict[Path, str] | None = None) -> Written:
+    """Write what a ``prepare_*`` function produced, plus ``extra`` files, all or none
+    (:func:`synth.files.write_all`); ``files`` then lists everything written."""
+    outputs = {**written.pending, **(extra or {})}
+    if outputs:
+        assert written.out_dir is not None
+        written.files = write_all(written.out_dir, list(outputs.items()))
+    written.pending = {}
+    return written
 
 
 @dataclass(frozen=True)
@@ -531,13 +546,19 @@ class PlanTarget:
 
 def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML,
                   plan: PlanTarget | None = None, tag: str = "") -> Written:
+    """:func:`prepare_outputs`, then write its files (all or none)."""
+    return commit(prepare_outputs(schedule, out_dir, xml, plan, tag))
+
+
+def prepare_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML,
+                    plan: PlanTarget | None = None, tag: str = "") -> Written:
     """Write the schedule JSON and, where MSCCL-IR can express it, the verified XML beside it
     (or, with ``plan``, the verified MSCCL++ execution plan instead of the XML).
 
-    Everything is produced and verified in memory first; only then is anything written, each file
-    atomically, so a failure leaves nothing half-written. File names carry every option that
-    changes the file (:func:`schedule_stem`, :func:`xml_file_name`), so runs with other options
-    write beside each other instead of over each other.
+    Everything is produced and verified in memory; nothing is written here (:func:`commit` writes
+    it), so the caller can run its own late checks first and a failure leaves nothing behind. File
+    names carry every option that changes the file (:func:`schedule_stem`, :func:`xml_file_name`),
+    so runs with other options write beside each other instead of over each other.
     """
     outputs: list[tuple[Path, str]] = [(out_dir / schedule_file_name(schedule, tag),
                                         schedule.to_json())]
@@ -547,10 +568,10 @@ def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = DE
         reason = plan_unsupported_reason(schedule)
         if reason:
             notes.append(f"no MSCCL++ plan: {reason}")
-            return Written(_write_all(out_dir, outputs), [], notes)
+            return _pending(out_dir, outputs, [], notes)
         text, report = emit_verified_plan(schedule, plan.topology, plan.options)
         outputs.append((out_dir / plan_file_name(schedule, plan.options, tag), text))
-        return Written(_write_all(out_dir, outputs), [], notes, [report])
+        return _pending(out_dir, outputs, [], notes, [report])
     if xml is not None:
         reason = xml_unsupported_reason(schedule, xml)
         if reason:
@@ -560,19 +581,26 @@ def write_outputs(schedule: Schedule, out_dir: Path, xml: XmlOptions | None = DE
                                 "the interpreter"):
                 text, reports = emit_verified_xml(schedule, xml)
             outputs.append((out_dir / xml_file_name(schedule, xml, tag), text))
-    return Written(_write_all(out_dir, outputs), reports, notes)
+    return _pending(out_dir, outputs, reports, notes)
 
 
-def _write_all(out_dir: Path, outputs: list[tuple[Path, str]]) -> list[Path]:
-    """Create ``out_dir`` only now -- a failure while producing leaves no empty folder -- and write
-    each file atomically."""
-    ensure_writable_dir(out_dir)
-    return [atomic_write(path, text) for path, text in outputs]
+def _pending(out_dir: Path, outputs: list[tuple[Path, str]], reports: list[Any], notes: list[str],
+             plan_reports: list[Any] | None = None) -> Written:
+    return Written([path for path, _ in outputs], reports, notes, plan_reports or [],
+                   pending=dict(outputs), out_dir=out_dir)
 
 
 def write_best(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML,
                plan: PlanTarget | None = None, tag: str = "") -> tuple[Candidate, Written]:
-    """Write the best candidate whose outputs can all be produced and verified.
+    """:func:`prepare_best`, then write its files (all or none)."""
+    best, written = prepare_best(result, out_dir, xml, plan, tag)
+    return best, commit(written)
+
+
+def prepare_best(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML,
+                 plan: PlanTarget | None = None, tag: str = "") -> tuple[Candidate, Written]:
+    """The best candidate whose outputs can all be produced and verified, and those outputs, in
+    memory (:func:`commit` writes them).
 
     A schedule can be correct yet not fit a runtime's hard limits (threadblocks, steps, depid):
     then the next candidate is tried, and the notes say what was passed over and why.
@@ -580,7 +608,7 @@ def write_best(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFA
     skipped: list[str] = []
     for candidate in result.candidates:
         try:
-            written = write_outputs(candidate.schedule, out_dir, xml, plan, tag)
+            written = prepare_outputs(candidate.schedule, out_dir, xml, plan, tag)
         except SynthError as exc:
             if (xml is None and plan is None) or (len(result.candidates) == 1
                                                    and not result.notes):
@@ -640,11 +668,17 @@ def ranges_markdown(result: SolveResult, rows: Sequence[dict[str, Any]]) -> str:
 
 def write_winners(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML,
                   model: TimeModel = lockstep_model, tag: str = "") -> Written:
-    """Write, for every size range, its winner's schedule JSON and verified XML; with more than one
+    """:func:`prepare_winners`, then write its files (all or none)."""
+    return commit(prepare_winners(result, out_dir, xml, model, tag))
+
+
+def prepare_winners(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML,
+                    model: TimeModel = lockstep_model, tag: str = "") -> Written:
+    """Produce, for every size range, its winner's schedule JSON and verified XML; with more than one
     range also the ``MSCCL_CONFIG`` index and the range table (``<prefix>.ranges.md``).
 
-    Everything is produced and verified in memory first (:func:`choose_ranges`); then each file is
-    written atomically. Names are :func:`schedule_file_name` and :func:`xml_file_name` (which
+    Everything is produced and verified in memory (:func:`choose_ranges`); :func:`commit` writes
+    it. Names are :func:`schedule_file_name` and :func:`xml_file_name` (which
     carries the byte range of each file); ``tag`` as there.
     """
     try:
@@ -680,6 +714,5 @@ def write_winners(result: SolveResult, out_dir: Path, xml: XmlOptions | None = D
         outputs[out_dir / f"{prefix}.ranges.md"] = ranges_markdown(result, rows)
         if entries:
             outputs[out_dir / f"{prefix}.msccl_config"] = config_index(entries)
-    ensure_writable_dir(out_dir)  # only now: a failure above leaves no empty folder behind
-    written = [atomic_write(path, text) for path, text in outputs.items()]
-    return Written(written, reports, notes, ranges=ranges, range_files=range_files)
+    return Written(list(outputs), reports, notes, ranges=ranges, range_files=range_files,
+                   pending=outputs, out_dir=out_dir)

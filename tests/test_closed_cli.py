@@ -139,3 +139,14 @@ def test_ranking_is_library_callable():
     r = rank_strategies(resolve_topology("trn1_32", 2), "allreduce", "neuron", 1 << 30)
     assert r.best.name.startswith(("rs[", "pipelined"))
     assert r.best.estimate.time_us < r.best_of("flat").estimate.time_us
+
+
+def test_strategies_on_a_gpu_machine_needs_a_platform():
+    """dgx1 has no closed stack: ranking Neuron programs there silently would answer another
+    question; with --platform named, the user asked for it."""
+    r = run_synth("strategies", "--topo", "dgx1", "--coll", "allreduce")
+    assert r.returncode == 2 and "GPU machine" in r.stderr and "--platform" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    r = CliRunner().invoke(cli, ["strategies", "--topo", "dgx1", "--coll", "allreduce",
+                                 "--platform", "neuron"])
+    assert r.exit_code == 0, r.output

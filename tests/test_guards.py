@@ -49,6 +49,55 @@ def test_request_over_memory():
         guards.check_request("allgather", 8, 100_000, small)
 
 
+def _suggested(message: str) -> int:
+    """The chunk count a refusal suggests (``at most N`` or ``--chunks N or fewer``)."""
+    import re
+
+    found = re.search(r"at most (\d+)\)|--chunks (\d+) or fewer", message)
+    assert found, message
+    return int(found.group(1) or found.group(2))
+
+
+@pytest.mark.parametrize("budget", [
+    Budget(guards.parse_memory("12GB"), "exec"),       # memory refuses first; XML offsets bind
+    Budget(guards.parse_memory("12GB"), None),         # --no-xml: memory alone
+    Budget(guards.parse_memory("64MB") + 50 * guards.MB, "exec"),  # memory binds with XML too
+    Budget(guards.parse_memory("12GB"), "exec", 8),    # instances shrink the offset limit
+])
+@pytest.mark.parametrize("kind,n", [("allgather", 8), ("allreduce", 8), ("broadcast", 8),
+                                    ("alltoall", 16)])
+def test_a_refusal_suggests_chunks_that_every_request_check_accepts(budget, kind, n):
+    """Issue 12: `--chunks 1000000000` on dgx1 with XML suggested 172680 (the memory limit), which
+    the XML offset limit then refused; the suggestion is the smallest limit, and it passes."""
+    with pytest.raises(TooBig) as refused:
+        guards.check_request(kind, n, 1_000_000_000, budget)
+    fit = _suggested(refused.value.message)
+    assert fit == guards.max_request_chunks(kind, n, budget)
+    assert fit >= 1
+    guards.check_request(kind, n, fit, budget)                  # following the advice works
+    with pytest.raises(TooBig):
+        guards.check_request(kind, n, fit + 1, budget)          # and it is the most that does
+
+
+def test_dgx1_billion_chunks_suggests_what_the_xml_can_address(synth_cli, tmp_path):
+    r = synth_cli("solve", "--topo", "dgx1", "--coll", "allgather", "--chunks", "1000000000",
+                  "--max-memory", "12GB", "--out", str(tmp_path / "o"))
+    assert r.returncode == 2, r.stderr
+    fit = _suggested(r.stderr)
+    assert fit == 4096  # 8 ranks x 4096 chunks = 32768 cells, the int16 offsets' reach
+    guards.check_request("allgather", 8, fit, Budget(guards.parse_memory("12GB"), "exec"))
+    assert not (tmp_path / "o").exists()
+
+
+def test_model_variable_refusal_suggests_a_request_that_fits():
+    budget = Budget(guards.parse_memory("12GB"), "exec")
+    with pytest.raises(TooBig) as refused:
+        guards.check_encoding("smt", "allgather", 8, 48, 1_000_000, budget)
+    fit = _suggested(refused.value.message)
+    guards.check_request("allgather", 8, fit, budget)
+    guards.check_encoding("smt", "allgather", 8, 48, fit, budget)
+
+
 def test_xml_estimate_never_exceeds_the_compiled_program():
     """The estimate is a floor of what the compiler emits (so a refusal is never wrong)."""
     cases = [("dgx1", "allgather", "ring", 4), ("dgx1", "allreduce", "ring", 2),

@@ -21,8 +21,15 @@ COLLS = ("allgather", "reducescatter", "allreduce", "alltoall")
 
 
 def _platform_for(topology, platform: str | None) -> str:
+    """Whose rules rank the strategies. A GPU machine has no closed stack to default to: ranking
+    Neuron programs on it without being asked would be a silent answer to another question."""
     if platform:
         return platform
+    gpu = dict(topology.meta).get("gpu")
+    if gpu:
+        raise SynthError(f"{topology.name} is a GPU machine ({gpu}): strategies ranks closed-stack "
+                         "programs (Trainium, TPU); use `synth solve` for MSCCL XML, or pass "
+                         "--platform neuron|jax to rank them anyway")
     from ..closed.cost import hardware_of
     return "jax" if hardware_of(topology) == "tpu" else "neuron"
 

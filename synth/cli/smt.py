@@ -89,7 +89,7 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
     """
     from ..encodings.smt.search import pareto as walk
     from ..encodings.smt.search import pareto_sccl
-    from ..solve import cost_profile, write_outputs
+    from ..solve import commit, cost_profile, prepare_outputs
     from ..verify import verify
 
     if max_steps is not None and max_steps < 1:
@@ -110,7 +110,7 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
 
     from .. import progress
     from ..emit import XmlOptions
-    from ..guards import Budget, TooBig, check_encoding, check_schedule
+    from ..guards import Budget, check_encoding, check_schedule
 
     budget = Budget.of(max_memory, XmlOptions())
     if collective.custom is None:  # the walk's largest model, sized before it is built
@@ -140,19 +140,18 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
         costs = cost_profile(sched, costed, _sizes(), bound)
         try:
             check_schedule(sched, budget)  # sized before compiling (memory, runtime limits)
-            written = write_outputs(sched, target)  # schedule JSON + interpreter-verified XML
-        except TooBig as exc:
-            written = write_outputs(sched, target, None)
+            written = prepare_outputs(sched, target)  # schedule JSON + interpreter-verified XML
+        except SynthError as exc:  # TooBig included: the schedule alone, and why
+            written = prepare_outputs(sched, target, None)
             written.notes.append(f"no XML: {exc.message}")
-        except SynthError as exc:
-            written = write_outputs(sched, target, None)
-            written.notes.append(f"no XML: {exc.message}")
+        rank_files = {}
+        if group_spec is not None:
+            from ..groups import group_of, rank_maps
+
+            rank_files = rank_maps(written.files, group_of(topology))
+        commit(written, rank_files)  # a failed write is an error, not a reason to drop the XML
         for note in written.notes:
             err.print(f"(S{point.steps},R{point.rounds},C{point.chunks}) {note}")
-        if group_spec is not None:
-            from ..groups import group_of, write_rank_maps
-
-            written.files.extend(write_rank_maps(written.files, group_of(topology)))
         by = {p.bytes: p for p in costs}
         rows.append({"steps": point.steps, "rounds": point.rounds, "chunks": point.chunks,
                      "rounds_per_chunk": str(point.rpc),

@@ -111,8 +111,8 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
         return
     from ..emit import XmlOptions
     from ..files import check_writable_dir
+    from ..solve import commit, prepare_best, prepare_winners
     from ..solve import solve as run_solve
-    from ..solve import write_best, write_winners
 
     if chunks is not None and chunks < 1:
         raise SynthError(f"--chunks must be at least 1, got {chunks}")
@@ -168,24 +168,29 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
                                                     max_threadblocks=sm_count(topology),
                                                     min_bytes=_bytes(min_bytes),
                                                     max_bytes=_bytes(max_bytes)))
+        # every file is produced and verified in memory first, and written only after every
+        # later stage that can fail (timing, comparison): a failure leaves nothing on disk
         if plan is not None:
-            result.best, written = write_best(result, target, None, plan,
-                                              _calibration_tag(calibration))
+            result.best, written = prepare_best(result, target, None, plan,
+                                                _calibration_tag(calibration))
         else:
-            written = write_winners(result, target, xml, tag=_calibration_tag(calibration))
+            written = prepare_winners(result, target, xml, tag=_calibration_tag(calibration))
             result.best = written.ranges[-1].candidate  # the one serving the largest size
-    files = [str(f) for f in written.files]
+    texts = dict(written.pending)
+    rank_files: dict[Path, str] = {}
     if group is not None:
-        from ..groups import write_rank_maps
+        from ..groups import rank_maps
 
-        files += [str(f) for f in write_rank_maps(written.files, group)]
+        rank_files = rank_maps(written.files, group)
     from ..solve import compare_with_nccl
 
     runtime = _runtime(result, written, topology, size_list, proto, instances, calibration)
-    program_us = (_program_times(written, files, topology, size_list, xml_profile, calibration)
+    program_us = (_program_times(written, texts, topology, size_list, xml_profile, calibration)
                   if want_program else None)
     vs_nccl = compare_with_nccl(result.best.schedule, topology, size_list, nccl_cal, calibration,
                                 program_us)
+    commit(written, rank_files)
+    files = [str(f) for f in written.files]
     if as_json:
         data = _solve_json(result, files, written)
         data["runtime"] = runtime.to_dict()
@@ -254,27 +259,30 @@ def _solve_partition(ctx: click.Context, topo_spec: str, nodes: int, partition: 
                              "out_dir": str(Path(out_dir) / g.label)})
 
 
-def _program_times(written: Any, files: list[str], topology: Topology, sizes: list[int],
+def _program_times(written: Any, texts: dict[Path, str], topology: Topology, sizes: list[int],
                    profile: str, calibration: str | None) -> list[float] | None:
-    """Per size, the time of the written XML that serves it under the timed program model (None
-    without an XML).
+    """Per size, the time of the XML that serves it under the timed program model (None without
+    an XML).
 
-    Every file was verified by the interpreter before it was written (``emit_verified_xml``).
+    ``texts``: the files to be written (path -> text); they are timed before anything is written,
+    so a failure here leaves no file behind. Every XML was verified by the interpreter when it
+    was produced (``emit_verified_xml``).
     """
-    from ..emit.xml_parse import read_program
+    from ..emit.xml_parse import parse_program
     from ..program_model import program_times_us
 
+    by_name = {str(path): text for path, text in texts.items()}
     serving = {p.bytes: f for p, _, f in _served(written)}
     if not any(serving.values()):
-        xml = [f for f in files if f.endswith(".xml")]
+        xml = [f for f in by_name if f.endswith(".xml")]
         if not xml:
             return None
         serving = dict.fromkeys(sizes, xml[0])
     out: dict[int, float] = {}
     for f in dict.fromkeys(v for v in serving.values() if v):
         mine = [n for n in sizes if serving.get(n) == f]
-        times = program_times_us(read_program(f, profile), topology, mine, calibration=calibration,
-                                 profile=profile)
+        times = program_times_us(parse_program(by_name[f], f, profile), topology, mine,
+                                 calibration=calibration, profile=profile)
         out.update(zip(mine, times, strict=True))
     return [out.get(n, float("inf")) for n in sizes]
 
