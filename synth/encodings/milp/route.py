@@ -186,8 +186,9 @@ def route(problem: MilpProblem, policies: Sequence[PeerPolicy], *, solver: str,
         def rebuild(drop: frozenset[str]) -> pulp.LpProblem:
             return build_routing_model(problem, policies, drop)[0]
 
+        # each test gets this solve's work budget (default 60 units), the safety net as its clock
         groups = diagnose_infeasible(rebuild, ROUTING_GROUPS, solver=solver,
-                                     time_limit_s=time_limit_s or 60.0)
+                                     time_limit_s=time_limit_s or 600.0, work=work or 60.0)
         raise InfeasibleSketch("the sketch is infeasible: the routing model has no solution; constraint "
                          f"group(s) responsible: {', '.join(groups) or 'undetermined'} "
                          "(relax the sketch's switch policies or allow more links)")

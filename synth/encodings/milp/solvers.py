@@ -1042,13 +1042,14 @@ def _solve_gurobi(problem: pulp.LpProblem, mat: _Matrix, time_limit_s: float | N
 # ====================================================================================== diagnosis
 def diagnose_infeasible(build: Callable[[frozenset[str]], pulp.LpProblem], groups: Sequence[str],
                         solver: str = "highs", *, time_limit_s: float | None = 30.0,
-                        progress: Progress | None = None) -> list[str]:
+                        progress: Progress | None = None, work: float | None = None) -> list[str]:
     """The constraint groups that together make a model infeasible: a minimal such set.
 
     ``build(dropped)`` must return a fresh model without the constraints of the ``dropped`` groups
     (constraints in no group are always kept). Each test first solves the LP relaxation — an
     infeasible relaxation settles it at LP speed — and only otherwise the model itself with its
-    objective dropped (any feasible point will do), each under ``time_limit_s``.
+    objective dropped (any feasible point will do), each under ``time_limit_s`` (wall clock) and
+    ``work`` (a deterministic budget, see :func:`solve_milp`: with it the answer is reproducible).
 
     1. Dropping one group at a time finds the groups in *every* conflict: when dropping ``g`` alone
        restores feasibility, no infeasible subset avoids ``g``.
@@ -1070,7 +1071,7 @@ def diagnose_infeasible(build: Callable[[frozenset[str]], pulp.LpProblem], group
         if solver != "cpsat":  # CP-SAT has no LP relaxation to ask
             relaxed = _solve(build(dropped), solver, time_limit_s=time_limit_s, threads=1,
                              mip_gap=None, stage=f"diagnose: {label} (LP)", progress=progress,
-                             relax=True, feasibility=True)
+                             relax=True, feasibility=True, work=work)
             if relaxed.status == "infeasible":
                 return True
             if relaxed.status == "no_solution":  # undecided within the limit: keep the group
@@ -1081,7 +1082,7 @@ def diagnose_infeasible(build: Callable[[frozenset[str]], pulp.LpProblem], group
         else:
             model = build(dropped)
         full = _solve(model, solver, time_limit_s=time_limit_s, threads=1, mip_gap=None,
-                      stage=f"diagnose: {label}", progress=progress, feasibility=True)
+                      stage=f"diagnose: {label}", progress=progress, feasibility=True, work=work)
         return full.status == "infeasible"
 
     if not infeasible(all_groups, "all groups"):
