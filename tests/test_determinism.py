@@ -112,3 +112,18 @@ def test_safety_net_stop_is_noted() -> None:
     inner.charge(0.25)
     assert inner.left() == 0.0 and budget.left() == pytest.approx(0.75)
     assert inner.safety_notes is budget.safety_notes
+
+
+def test_wall_clock_stop_reaches_the_solve_notes() -> None:
+    """z3 has no deterministic clock: a search its wall-clock limit stops is noted as such."""
+    from synth.collectives import make_collective
+    from synth.encodings import Options, run_encoding
+    from synth.errors import SynthError
+
+    topo = load_topology("dgx1")
+    notes: list[str] = []
+    options = Options(chunks=6, time_limit_s=0.001, notes=notes,
+                      extra={"engine": "z3", "steps": 3, "rounds": 7})
+    with pytest.raises(SynthError, match="time limit"):
+        run_encoding("smt", topo, make_collective("allgather", 8, 6), options)
+    assert notes and "wall-clock safety net" in notes[0] and "smt (z3)" in notes[0]
