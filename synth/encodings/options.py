@@ -177,7 +177,8 @@ class MilpOptions(EncodingOptions):
     symmetry: bool = True
     """Plan one representative per rank orbit and replicate."""
     stage3_time_limit: float = 10.0
-    """Cap on each batching MILP's seconds (also at most a quarter of the time limit)."""
+    """Cap on each batching MILP's work, in deterministic seconds (:mod:`synth.encodings.work`;
+    also at most a quarter of the time limit); its node budget ``STAGE3_NODES`` applies too."""
     progress: Any = None
     """A :class:`synth.encodings.milp.solvers.Progress` that reports every solve (CLI, benchmarks)."""
 
