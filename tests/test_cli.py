@@ -12,6 +12,7 @@ from synth.topology_io import shipped_names
 SHIPPED = {"trn1_32", "trn2_64", "dgx1", "ndv2", "dgx2", "dgx_a100", "dgx_h100", "mi300x"}
 
 
+@pytest.mark.slow  # the README main job (about 45 s): .ci/run runs it in its second pass
 def test_main_job_json(synth_cli, tmp_path):
     result = synth_cli("solve", "--topo", "trn1_32", "--coll", "allgather", "--json",
                        "--out", str(tmp_path))
