@@ -33,6 +33,18 @@ scheduling MILPs about 6 (55 nodes in 9.4 s); 200 keeps a routing budget near it
 Stage 3 is capped by its own node budget (``STAGE3_NODES``) anyway."""
 
 
+def cpsat_work_used(solver: object) -> float:
+    """CP-SAT's deterministic time spent by the last solve, on every OR-Tools release synth admits.
+
+    ``CpSolver.deterministic_time`` is a recent property (absent in ortools 9.9/9.10, the oldest
+    releases pyproject admits, which ``.ci/compat`` tests); the response proto has carried the
+    same figure all along."""
+    used = getattr(solver, "deterministic_time", None)
+    if used is None:
+        used = solver.ResponseProto().deterministic_time  # type: ignore[attr-defined]
+    return float(used() if callable(used) else used)
+
+
 def nodes_for(units: float) -> int:
     """The node limit that stands for ``units`` of work (at least one node: the root)."""
     return max(1, math.ceil(NODES_PER_UNIT * units))

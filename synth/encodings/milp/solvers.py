@@ -94,6 +94,7 @@ from rich.progress import Progress as RichProgress
 from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from ...errors import SynthError, unknown_name
+from ..work import cpsat_work_used
 
 SOLVERS = ("highs", "cbc", "cpsat", "gurobi")
 """Backend names, in the order they are offered."""
@@ -961,7 +962,7 @@ def _solve_cpsat(mat: _Matrix, time_limit_s: float | None, threads: int, gap: fl
     note = "; ".join(notes)
     stopped_by = ""
     if code in (cp_model.FEASIBLE, cp_model.UNKNOWN):
-        used = float(solver.deterministic_time)
+        used = cpsat_work_used(solver)
         stopped_by = "work" if work is not None and used >= 0.99 * work else "wall"
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         units = np.array([solver.value(x) for x in xs], dtype=float)

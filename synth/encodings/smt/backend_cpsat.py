@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ortools.sat.python import cp_model
 
+from ..work import cpsat_work_used
 from .model import Cap, Imp, Lin, Model
 
 SAT, UNSAT, UNKNOWN = "sat", "unsat", "unknown"
@@ -85,7 +86,7 @@ class CpSatEngine:
         if wall_s is not None:
             p.max_time_in_seconds = max(0.01, wall_s)
         status = solver.solve(m)
-        used = float(solver.deterministic_time)
+        used = cpsat_work_used(solver)
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             values = [int(solver.boolean_value(v)) for v in self.x]
             self.last = values
