@@ -9,6 +9,7 @@ one type. Internal invariants use plain ``assert``/exceptions: those are bugs, n
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Iterable
 
 INPUT_ERROR = 2
@@ -68,3 +69,16 @@ def unknown_name(kind: str, name: str, known: Iterable[str]) -> SynthError:
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     return SynthError(f"unknown {kind} '{name}'{hint} (known: {', '.join(known)})")
+
+
+def number_field(value: object, what: str, *, allow_zero: bool) -> float:
+    """A calibration or model figure as a float: finite, non-negative, and positive unless
+    ``allow_zero``; anything else is an input error naming ``what`` (shared by every reader of
+    such figures, so they refuse the same values with the same words)."""
+    try:
+        v = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise SynthError(f"{what} must be a number, got {value!r}") from None
+    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+        raise SynthError(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    return v

@@ -56,7 +56,6 @@ Calibration (``calibration["protocols"]``): per protocol any of ``efficiency``, 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -64,7 +63,7 @@ from typing import Any
 import numpy as np
 
 from .cost import step_loads
-from .errors import SynthError, unknown_name
+from .errors import SynthError, number_field, unknown_name
 from .schedule import Schedule
 from .topology import MB, Topology
 
@@ -182,8 +181,8 @@ def model_with_calibration(model: ProtocolModel, calibration: Any,
         for key, value in over.items():
             if key not in _CALIBRATABLE:
                 continue  # fit statistics and notes travel in the same object
-            updates[key] = _positive(value, f"{where}: protocols.{p.name}.{key}",
-                                     allow_zero=key != "channel_GBps" and key != "efficiency")
+            updates[key] = number_field(value, f"{where}: protocols.{p.name}.{key}",
+                                        allow_zero=key != "channel_GBps" and key != "efficiency")
         if "efficiency" in updates and updates["efficiency"] > 1:
             raise SynthError(f"{where}: protocols.{p.name}.efficiency must be at most 1")
         changed |= bool(updates)
@@ -194,22 +193,12 @@ def model_with_calibration(model: ProtocolModel, calibration: Any,
                          f"{', '.join(PROTOCOLS)})")
     overhead = model.instance_overhead_us
     if calibration.get("instance_overhead_us") is not None:
-        overhead = _positive(calibration["instance_overhead_us"], f"{where}: instance_overhead_us",
-                             allow_zero=True)
+        overhead = number_field(calibration["instance_overhead_us"],
+                                f"{where}: instance_overhead_us", allow_zero=True)
         changed = True
     if not changed:
         return model
     return ProtocolModel(model.generation, tuple(params), overhead, f"{model.source}; {where}")
-
-
-def _positive(value: Any, what: str, allow_zero: bool) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise SynthError(f"{what} must be a number, got {value!r}") from None
-    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
-        raise SynthError(f"{what} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
-    return v
 
 
 # ---------------------------------------------------------------------------------- step profile

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import SynthError
+from ..errors import SynthError, number_field
 from ..topology import Port, Switch, Topology, beta_from_bandwidth, check_link_figures
 
 FORMAT = "synth-calibration/1"
@@ -152,15 +152,7 @@ def _class_params(entry: Any, where: str) -> ClassParams:
 
 
 def _number(value: Any, where: str, allow_zero: bool) -> float | None:
-    if value is None:
-        return None
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise SynthError(f"{where} must be a number, got {value!r}") from None
-    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
-        raise SynthError(f"{where} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
-    return v
+    return None if value is None else number_field(value, where, allow_zero=allow_zero)
 
 
 def _r(x: float | None) -> float | None:

@@ -39,9 +39,7 @@ class CpSatEngine:
             else:
                 assert isinstance(c, Lin)
                 if not c.terms:
-                    lo = c.lo if c.lo is not None else 0
-                    hi = c.hi if c.hi is not None else 0
-                    if not lo <= 0 <= hi:
+                    if not c.empty_holds():
                         m.add_bool_or([])  # infeasible
                     continue
                 if all(a == 1 for a, _ in c.terms) and c.lo == 1 and c.hi == 1:

@@ -89,9 +89,7 @@ class Z3Engine:
             else:
                 assert isinstance(c, Lin)
                 if not c.terms:
-                    lo = c.lo if c.lo is not None else 0
-                    hi = c.hi if c.hi is not None else 0
-                    if not lo <= 0 <= hi:
+                    if not c.empty_holds():
                         solver.add(z3.BoolVal(False, ctx))
                     continue
                 for item in _pb(c.terms, c.lo, c.hi, x):

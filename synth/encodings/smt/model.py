@@ -310,6 +310,13 @@ class Lin:
     lo: int | None
     hi: int | None
 
+    def empty_holds(self) -> bool:
+        """For a row with no terms (its sum is 0): whether the range admits 0. Both engines
+        turn an empty row into nothing or into a contradiction by this."""
+        lo = self.lo if self.lo is not None else 0
+        hi = self.hi if self.hi is not None else 0
+        return lo <= 0 <= hi
+
 
 @dataclass(frozen=True)
 class Cap:

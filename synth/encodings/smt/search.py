@@ -226,10 +226,7 @@ def pareto(problem: SmtProblem, *, max_steps: int | None = None, min_chunks: int
             break
     else:
         report.stop = f"chunk limit ({max_chunks})"
-    report.points = sorted_frontier(report.found)
-    report.seconds = time.perf_counter() - start
-    report.safety_notes = budget.safety_notes
-    return report
+    return _finish(report, start, budget)
 
 
 def pareto_sccl(problem: SmtProblem, *, max_steps: int | None = None, min_chunks: int = 1,
@@ -284,6 +281,11 @@ def pareto_sccl(problem: SmtProblem, *, max_steps: int | None = None, min_chunks
             break
     else:
         report.stop = f"chunk limit ({max_chunks})"
+    return _finish(report, start, budget)
+
+
+def _finish(report: SearchReport, start: float, budget: WorkBudget) -> SearchReport:
+    """Close a search: its frontier, wall time and any wall-clock safety notes."""
     report.points = sorted_frontier(report.found)
     report.seconds = time.perf_counter() - start
     report.safety_notes = budget.safety_notes
