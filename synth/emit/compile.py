@@ -215,23 +215,71 @@ def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: in
                 fuse_on = False
             continue
         break
-    nchannels = max(tb.chan for row in tbs for tb in row) + 1
-    tbs = P.renumber(P.replicate(tbs, instances, nchannels))
-    gpus = tuple(
-        Gpu(id=r, i_chunks=len(coll.inputs[r]) * instances, o_chunks=len(coll.outputs[r]) * instances,
-            s_chunks=dag.scratch[r] * instances, tbs=tuple(tbs[r]))
-        for r in range(coll.num_ranks))
-    program = Program(name=_algo_name(schedule), coll=cname, proto=proto,
-                      nchannels=nchannels * instances, nchunksperloop=nchunks,
-                      ngpus=coll.num_ranks, inplace=int(mode in (P.INPLACE, P.BOTH)),
-                      outofplace=int(mode in (P.OOP, P.BOTH)), min_bytes=min_bytes,
-                      max_bytes=max_bytes, gpus=gpus)
-    if enforce:
-        check_limits(program, profile)
-        _check_budget(program, max_threadblocks)
+
+    def assemble(tbs: list[list[Threadblock]]) -> Program:
+        nchannels = max(tb.chan for row in tbs for tb in row) + 1
+        tbs = P.renumber(P.replicate(tbs, instances, nchannels))
+        gpus = tuple(
+            Gpu(id=r, i_chunks=len(coll.inputs[r]) * instances,
+                o_chunks=len(coll.outputs[r]) * instances, s_chunks=dag.scratch[r] * instances,
+                tbs=tuple(tbs[r]))
+            for r in range(coll.num_ranks))
+        return Program(name=_algo_name(schedule), coll=cname, proto=proto,
+                       nchannels=nchannels * instances, nchunksperloop=nchunks,
+                       ngpus=coll.num_ranks, inplace=int(mode in (P.INPLACE, P.BOTH)),
+                       outofplace=int(mode in (P.OOP, P.BOTH)), min_bytes=min_bytes,
+                       max_bytes=max_bytes, gpus=gpus)
+
+    program = assemble(tbs)
     candidates = sum(1 for rv in dag.recvs if rv.last and rv.cands)
     unfused = candidates - fused if do_fuse else 0
+    if enforce:
+        try:
+            check_limits(program, profile)
+            _check_budget(program, max_threadblocks)
+        except SynthError:
+            # over a limit: the same schedule unfused, each connection on as few blocks as it needs
+            P.fuse(dag, False)
+            ir = P.aggregate(dag, do_aggregate)
+            if instances > 1 and do_aggregate and not P.consistent_groups(ir):
+                ir = P.split_bundles(dag, ir)
+            P.order(ir)
+            P.hazards(ir, dag.alias)
+            alt = _place_connections(ir, lim.max_steps, budget, m, cap,
+                                     max(1, max_threadblocks // instances))
+            if alt is None:
+                raise
+            second = assemble(alt)
+            if max(len(g.tbs) for g in second.gpus) >= max(len(g.tbs) for g in program.gpus):
+                raise
+            program = second
+            check_limits(program, profile)
+            _check_budget(program, max_threadblocks)
+            fused, unfused = 0, candidates if do_fuse else 0
     return _Built(program, fused, unfused)
+
+
+def _place_connections(ir: P.Ir, max_steps: int, max_channels: int, m: int, cap: int,
+                       tb_budget: int) -> list[list[Threadblock]] | None:
+    """The fallback placement of an unfused program (:func:`synth.emit.passes.allocate_connections`):
+    each connection side on as few blocks as its length needs, a send-only and a receive-only block
+    of one channel shared where a rank is still over ``tb_budget`` (:func:`synth.emit.passes.pack`,
+    kept only when the progress check still passes). The run length leaves room for copies and
+    dependency nops, shorter runs are tried while a block is over ``max_steps``. None when no run
+    length fits."""
+    for run in (max_steps - max_steps // 8, max_steps - max_steps // 4, max_steps // 2):
+        for packing in (True, False):
+            per_rank = P.allocate_connections(ir, run, max_channels, MAX_TBS_PER_CHANNEL)
+            packed = P.pack(per_rank, max_steps, tb_budget) if packing else 0
+            if P.progress(ir, m, cap):
+                if packed:
+                    continue
+                return None     # cannot happen without fused ops (synth.emit.passes)
+            tbs = P.dependencies(per_rank)
+            if max(len(tb.steps) for row in tbs for tb in row) <= max_steps:
+                return tbs
+            break
+    return None
 
 
 def _side_excess(per_rank: list[list[P.Tb]]) -> int:

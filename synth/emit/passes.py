@@ -956,7 +956,53 @@ def allocate(ir: Ir, spread: int, max_channels: int, pair_sets: int | None = Non
                     opened[(op.rank, chosen, False)].add(op.recvp)
     if misfits:
         return [], misfits
+    return _blocks(ir, n, pair_s, pair_r), []
 
+
+def allocate_connections(ir: Ir, cap: int, max_channels: int, side_limit: int = 0) -> list[list[Tb]]:
+    """Channels and threadblocks for a program without fused ops: each connection's ops, in the
+    global order, go in ``ceil(ops / cap)`` contiguous runs to consecutive channels.
+
+    Every block is then send-only or receive-only and holds at most ``cap`` ops of one connection
+    side (before copies and dependency nops), so a rank has ``sum(ceil(ops / cap))`` blocks over its
+    connection sides: the fewest that hold each side within ``cap`` steps. :func:`allocate` spreads
+    every route over the same channels instead, which opens a block for every side on every channel
+    (a rank whose sides differ in length ends up with many short blocks). A connection's runs start
+    at the first channel where neither of its sides would exceed ``side_limit`` blocks (the runtime's
+    32 send-side / receive-side blocks per channel); connections with more ops place first.
+    Requires ``fuse(dag, False)`` (every route is one send and one receive).
+    """
+    n = ir.collective.num_ranks
+    by_conn: dict[tuple[int, int], list[list[IOp]]] = defaultdict(list)
+    for chain in ir.chains:
+        if len(chain) != 2:
+            raise ValueError("allocate_connections needs a program without fused ops")
+        by_conn[(chain[0].rank, chain[0].sendp)].append(chain)
+    opened: dict[tuple[int, int, bool], int] = defaultdict(int)   # (rank, chan, send?) -> sides
+    for (a, b), chains in sorted(by_conn.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        chains.sort(key=lambda ch: ch[0].ordinal)
+        count = len(chains)
+        runs = min(max_channels, ceil(count / cap))
+        base = 0
+        if side_limit:
+            base = next((o for o in range(max_channels - runs + 1) if all(
+                opened[(a, c, True)] < side_limit and opened[(b, c, False)] < side_limit
+                for c in range(o, o + runs))), 0)
+        for i, chain in enumerate(chains):
+            chan = base + i * runs // count
+            for op in chain:
+                op.chan = chan
+        for c in range(base, base + runs):
+            opened[(a, c, True)] += 1
+            opened[(b, c, False)] += 1
+    return _blocks(ir, n, {}, {})
+
+
+def _blocks(ir: Ir, n: int, pair_s: dict[tuple[int, int, int], int],
+            pair_r: dict[tuple[int, int, int], int]) -> list[list[Tb]]:
+    """Threadblocks from the ops' channels: one per (rank, channel, send peer, receive peer), a
+    plain send or receive joining the block its peer is paired in (``pair_s``/``pair_r``); copies go
+    to their anchor's block, else to the rank's first; ids in :meth:`Tb.sort_key` order."""
     tbs: dict[tuple[int, int, int, int], Tb] = {}
 
     def tb_for(rank: int, chan: int, send: int, recv: int) -> Tb:
@@ -993,7 +1039,7 @@ def allocate(ir: Ir, spread: int, max_channels: int, pair_sets: int | None = Non
     for r in range(n):
         for i, tb in enumerate(per_rank[r]):
             tb.id = i
-    return per_rank, []
+    return per_rank
 
 
 def pack(per_rank: list[list[Tb]], max_steps: int, budget: int) -> int:

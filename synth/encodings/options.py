@@ -202,6 +202,13 @@ class TreesOptions(EncodingOptions):
     """A second candidate ``trees_<size>`` is planned for this many bytes (0: none)."""
     rail_stripes: bool = False
     """Each rank talks to about nodes/8 fabric peers (fits MSCCL's 32 threadblocks per channel)."""
+    aligned_ops: int = 3584
+    """When the main candidate's pieces per root are not a power of two, a candidate
+    ``trees_aligned`` is planned with power-of-two pieces and at most this many instructions per
+    rank (two per transfer); 0: none. The MSCCL runtimes select a file only for calls whose element
+    count is a multiple of its ``nchunksperloop`` (spec §3.1), so a 120-piece plan never serves a
+    power-of-two call; 3584 = 64 threadblocks (the default budget) of 56 steps (the exec limit of
+    64, less an eighth for dependency nops)."""
 
 
 @dataclass(frozen=True)

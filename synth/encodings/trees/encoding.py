@@ -283,7 +283,27 @@ def trees_encoding(topology: Topology, collective: Collective, options: Options)
                 and sched.num_steps == out["trees"].num_steps:
             continue  # same plan as the main candidate
         out[name] = sched
+    aligned = aligned_pieces(out["trees"].collective.chunks_per_rank, n, n_phases, kmax,
+                             opts.aligned_ops)
+    if aligned and not options.chunks and not rooted:
+        with progress.phase(f"trees: planning trees_aligned (pieces per root: "
+                            f"{', '.join(map(str, aligned))})"):
+            out["trees_aligned"] = _schedule_for(topology, kind, collective, phases, group, roots,
+                                                 aligned, size, rooted, "trees_aligned")
     return out
+
+
+def aligned_pieces(k: int, n: int, n_phases: int, kmax: int, max_ops: int) -> list[int]:
+    """Power-of-two pieces per root worth planning when ``k`` is not one (:class:`TreesOptions`
+    ``aligned_ops``): the two largest whose ``2 (n - 1) k`` instructions per rank and phase fit
+    ``max_ops``; none when ``k`` is a power of two already or nothing fits."""
+    if max_ops <= 0 or k & (k - 1) == 0:
+        return []
+    top = min(kmax, max_ops // max(1, 2 * (n - 1) * n_phases))
+    if top < 1:
+        return []
+    p = 1 << (top.bit_length() - 1)
+    return sorted({max(1, p // 2), p})
 
 
 def _schedule_for(topology: Topology, kind: str, collective: Collective, phases: list[list[Phase]],
