@@ -47,3 +47,31 @@ def test_over_the_budget_names_the_count_and_the_excess(direct40):
     with pytest.raises(SynthError) as exc:
         compile_schedule(direct40, max_threadblocks=20)
     assert "threadblocks per rank is 39" in exc.value.message and "is 20: 19 over" in exc.value.message
+
+
+@pytest.fixture(scope="module")
+def trees_trn1():
+    """Tree packing on trn1_32 with 8 pieces per root: sides of very different lengths (the
+    chip-local link carries about half of every rank's traffic)."""
+    topo = load_topology("trn1_32")
+    found = run_encoding("trees", topo, make_collective("allgather", 32),
+                         Options(chunks=8, extra={"small_size": 0}))
+    return found["trees"]
+
+
+def test_an_over_budget_program_is_placed_per_connection(trees_trn1, monkeypatch):
+    from synth.emit import compile as C
+
+    prog = compile_schedule(trees_trn1, max_threadblocks=16)
+    for g in prog.gpus:
+        assert len(g.tbs) <= 16
+        assert not any(s.type in ("rcs", "rrs", "rrcs") for tb in g.tbs for s in tb.steps)
+    _, reports = emit_verified_xml(trees_trn1, XmlOptions(max_threadblocks=16))
+    assert {r.mode for r in reports} == {"inplace", "outofplace"}
+    # the default placement alone does not fit: the fallback is what makes the budget
+    monkeypatch.setattr(C, "_place_connections", lambda *a, **k: None)
+    with pytest.raises(SynthError, match="budget"):
+        compile_schedule(trees_trn1, max_threadblocks=16)
+    # within the budget the fused program is kept
+    assert any(s.type == "rcs" for g in compile_schedule(trees_trn1).gpus for tb in g.tbs
+               for s in tb.steps)
