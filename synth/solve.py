@@ -363,14 +363,199 @@ DEFAULT_XML = XmlOptions()
 TimeModel = Callable[[Candidate], Sequence[float]]
 """Predicted µs of a candidate at each of the solve's sizes (``Candidate.costs`` order).
 
-This is the one seam where the model that decides the winners plugs in: :func:`lockstep_model`
-today; the runtime-faithful program model replaces it by being passed as ``model`` to
-:func:`choose_ranges` (and :func:`write_winners`)."""
+This is the one seam where the model that decides the winners plugs in (:func:`choose_ranges`,
+:func:`prepare_winners`): :func:`lockstep_model`, or a :class:`ProgramTimeModel` (the written
+file's own model), chosen by :func:`winners_model`."""
+
+WINNERS_BY = ("auto", "program", "lockstep")
+"""``synth solve --winners-by``: auto = the timed program model where its estimated cost fits
+:data:`PROGRAM_COST_BUDGET`, else the lock-step model (with a note saying why)."""
+
+PROGRAM_COST_BUDGET = 3_000_000
+"""Estimated program-model work :func:`winners_model` ``auto`` spends before falling back to the
+lock-step model, in op-iterations (:func:`program_cost`: one XML step of one threadblock walked
+once per grid iteration). Measured at 8-16 µs of simulation each (dgx1 and trn1_32 allgather,
+1 KB..1 GB), so about 30-50 s: a small fraction of a MILP solve, and a count, so the decision is
+the same on every machine."""
+
+PRUNE_FACTOR = 2.0
+"""At each size a candidate is simulated only if its lock-step time is at most this many times
+the best program-model time already found there (candidates are tried fastest lock-step first).
+
+Why it is safe: the program model runs the same transfers as the lock-step model plus the
+runtime's floors (launch, per-step synchronisation, FIFO slots, shared links), so it is rarely
+faster than lock-step: the lowest ratio measured is 0.80 (recursive doubling on dgx1 at 1 GB, whose
+steps the runtime pipelines while lock-step serialises them); most are 1.3-14. A skipped candidate
+could only have won if the program model found it more than twice as fast as lock-step does. What
+it risks: such a candidate is ranked after every simulated one at that size."""
 
 
 def lockstep_model(candidate: Candidate) -> list[float]:
     """The synchronous-step α-β model the candidates were costed with (:func:`cost_profile`)."""
     return [p.time_us for p in candidate.costs]
+
+
+XmlCache = dict[tuple[str, XmlOptions], "tuple[str, tuple[Any, ...]] | str"]
+"""(candidate name, options) -> the verified XML text and interpreter reports, or why it cannot
+be produced: shared by the program model and :func:`choose_ranges` so no file is compiled twice."""
+
+
+def compiled_xml(cache: XmlCache, candidate: Candidate, options: XmlOptions
+                 ) -> tuple[str, tuple[Any, ...]] | str:
+    """``candidate``'s interpreter-verified XML under ``options`` (or why there is none), once."""
+    key = (candidate.name, options)
+    if key not in cache:
+        try:
+            text, reports = emit_verified_xml(candidate.schedule, options)
+            cache[key] = (text, tuple(reports))
+        except SynthError as exc:
+            cache[key] = exc.message
+    return cache[key]
+
+
+def program_cost(program: Any, nbytes: int, profile: str = "exec") -> int:
+    """Estimated simulation work of ``program`` at ``nbytes``: its steps (all threadblocks, all
+    ranks) times the grid iterations the call takes (:func:`synth.program_model.slicing`). The
+    simulator's events scale with both; measured wall time is 8-16 µs per unit (dgx1, trn1_32)."""
+    from .program_model import slicing
+
+    steps = sum(len(tb.steps) for g in program.gpus for tb in g.tbs)
+    return steps * len(slicing(program, int(nbytes), profile).slices)
+
+
+class ProgramTimeModel:
+    """The timed program model (:mod:`synth.program_model`) as a :data:`TimeModel`: each candidate
+    compiled once to XML with the solve's options (its whole byte range), parsed, and simulated at
+    the sizes where a runtime selects it (:func:`synth.catalog.select.runs_at`); ``inf`` elsewhere,
+    where the file deadlocks, where its XML cannot be produced (the reason goes to ``notes``, as
+    :func:`synth.catalog.select.choose` words its exclusions), and where :data:`PRUNE_FACTOR`
+    skipped it.
+
+    The file that serves a range is compiled again with that range's byte bounds (as the lock-step
+    path does), which can change its messages per step; ``compiled`` is shared with
+    :func:`choose_ranges`, so a range whose options equal the solve's reuses the compile here.
+    Simulation runs in :meth:`run`, which stops with :class:`ProgramBudgetExceeded` before it
+    would spend more than ``budget`` estimated work (:func:`program_cost`).
+    """
+
+    name = "program"
+
+    def __init__(self, result: SolveResult, topology: Topology, xml: XmlOptions,
+                 calibration: Any = None, budget: float = math.inf,
+                 prune_factor: float = PRUNE_FACTOR) -> None:
+        self.result = result
+        self.topology = topology
+        self.xml = xml
+        self.calibration = calibration
+        self.budget = budget
+        self.prune_factor = prune_factor
+        self.compiled: XmlCache = {}
+        self.notes: list[str] = []
+        self.cost = 0
+        """Estimated work spent so far (:func:`program_cost` units)."""
+        self.simulated = 0
+        """(candidate, size) pairs simulated."""
+        self.skipped = 0
+        """(candidate, size) pairs the prune skipped."""
+        self._programs: dict[str, Any] = {}
+        self._times: dict[str, list[float]] | None = None
+
+    def _program(self, c: Candidate) -> Any | None:
+        """The candidate's parsed full-range XML, or None (with a note) when it has none."""
+        from .emit.xml_parse import parse_program
+
+        if c.name not in self._programs:
+            got = compiled_xml(self.compiled, c, self.xml)
+            if isinstance(got, str):
+                self.notes.append(f"{c.name} passed over by the program model: {got}")
+                progress.note(self.notes[-1])
+                self._programs[c.name] = None
+            else:
+                self._programs[c.name] = parse_program(got[0], f"{c.name}.xml", self.xml.profile)
+        return self._programs[c.name]
+
+    def run(self) -> dict[str, list[float]]:
+        """Every candidate's time at every size; largest size first, so the most expensive sizes
+        meet the budget first, and at each size the candidates fastest by lock-step first."""
+        from .program_model import program_model, program_times_us
+
+        if self._times is not None:
+            return self._times
+        cands = self.result.candidates
+        sizes = [p.bytes for p in self.result.best.costs]
+        times = {c.name: [math.inf] * len(sizes) for c in cands}
+        runs = {c.name: runs_at(np.array(sizes), c.schedule.collective.buffer_chunks,
+                                self.xml.instances) for c in cands}
+        models: dict[str, Any] = {}
+        for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+            order = sorted((c for c in cands if runs[c.name][i]),
+                           key=lambda c: (c.costs[i].time_us, c.report.steps, c.name))
+            best = math.inf
+            for c in order:
+                if c.costs[i].time_us > self.prune_factor * best:
+                    self.skipped += 1
+                    continue
+                program = self._program(c)
+                if program is None:
+                    continue
+                cost = program_cost(program, sizes[i], self.xml.profile)
+                if self.cost + cost > self.budget:
+                    raise ProgramBudgetExceeded(self.cost, cost, self.budget, sizes[i], c.name)
+                self.cost += cost
+                self.simulated += 1
+                if program.proto not in models:
+                    models[program.proto] = program_model(self.topology, program.proto,
+                                                          self.calibration)
+                t = program_times_us(program, self.topology, [sizes[i]],
+                                     model=models[program.proto], profile=self.xml.profile)[0]
+                times[c.name][i] = t
+                best = min(best, t)
+        self._times = times
+        return times
+
+    def __call__(self, candidate: Candidate) -> list[float]:
+        return self.run()[candidate.name]
+
+
+class ProgramBudgetExceeded(Exception):
+    """:meth:`ProgramTimeModel.run` would pass its budget (not an error: ``auto`` falls back)."""
+
+    def __init__(self, spent: int, next_cost: int, budget: float, size: int, name: str) -> None:
+        super().__init__(f"the program model's estimated cost passed its budget ({budget:,.0f} "
+                         f"op-iterations) after {spent:,}, at {name} on {size} bytes "
+                         f"({next_cost:,} more)")
+
+
+def winners_model(result: SolveResult, topology: Topology, xml: XmlOptions | None,
+                  winners_by: str = "auto", calibration: Any = None,
+                  budget: float = PROGRAM_COST_BUDGET) -> tuple[TimeModel, str, list[str]]:
+    """The model that decides the winners, its name (``program`` or ``lockstep``) and notes.
+
+    The program model times what is written (threadblocks, grid iterations, FIFO slots, shared
+    links), so it decides wherever it can: ``program`` always (no budget), ``auto`` when its
+    estimated work fits ``budget`` (:data:`PROGRAM_COST_BUDGET`; a count, not a clock, so two runs
+    decide alike). Without XML there is no program to time, and ``lockstep`` is asked for: both
+    use the lock-step model. A note says why whenever ``auto`` falls back.
+    """
+    if winners_by not in WINNERS_BY:
+        raise SynthError(f"winners_by must be one of {', '.join(WINNERS_BY)}, got '{winners_by}'")
+    if winners_by == "lockstep":
+        return lockstep_model, "lockstep", []
+    if xml is None or xml_unsupported_reason(result.best.schedule, xml):
+        return lockstep_model, "lockstep", ["winners by the lock-step model: no XML to time "
+                                            "with the program model"]
+    model = ProgramTimeModel(result, topology, xml, calibration,
+                             math.inf if winners_by == "program" else budget)
+    with progress.phase(f"program model: timing {len(result.candidates)} candidates"):
+        try:
+            model.run()
+        except ProgramBudgetExceeded as exc:
+            return lockstep_model, "lockstep", [
+                *model.notes, f"winners by the lock-step model: {exc} (--winners-by program "
+                "times them all)"]
+    return model, "program", [*model.notes, f"winners by the program model: {model.simulated} "
+                              f"(candidate, size) pairs simulated, {model.skipped} skipped by the "
+                              f"lock-step prune (x{model.prune_factor:g})"]
 
 
 @dataclass(frozen=True)
@@ -384,6 +569,8 @@ class SizeRange:
     """The requested sizes that fall in the range (where its time and % of bound are reported)."""
     xml: str | None = None
     reports: tuple[Any, ...] = ()
+    model_us: tuple[float, ...] = ()
+    """The deciding model's time at each of ``sizes`` (:data:`TimeModel`)."""
 
     def to_dict(self, file: str | None) -> dict[str, Any]:
         return {"min_bytes": self.lo, "max_bytes": self.hi,
@@ -403,7 +590,8 @@ def rank_sizes(result: SolveResult, xml: XmlOptions | None, model: TimeModel = l
 
     Where a file is written, a candidate whose ``nchunksperloop`` does not divide a size's element
     count is never selected there by the runtime (:func:`synth.catalog.select.runs_at`), so it
-    ranks after every candidate that runs there; ties go to fewer steps, then the name.
+    ranks after every candidate that runs there; ties go to the faster by lock-step (``model``
+    may leave several at ``inf``: :class:`ProgramTimeModel`), then fewer steps, then the name.
     """
     sizes = [p.bytes for p in result.best.costs]
     lo = xml.min_bytes if xml else 0
@@ -417,6 +605,7 @@ def rank_sizes(result: SolveResult, xml: XmlOptions | None, model: TimeModel = l
     buckets[0] = replace(buckets[0], lo=lo)
     buckets[-1] = replace(buckets[-1], hi=hi or 0)
     times = {c.name: dict(zip(sizes, model(c), strict=True)) for c in result.candidates}
+    wire = {c.name: {p.bytes: p.time_us for p in c.costs} for c in result.candidates}
     lookup = {_config(c, xml): c for c in result.candidates}
     out = []
     for b in buckets:
@@ -424,7 +613,7 @@ def rank_sizes(result: SolveResult, xml: XmlOptions | None, model: TimeModel = l
             c = lookup[cfg]
             runs = xml is None or bool(runs_at(np.array([size]), c.schedule.collective.buffer_chunks,
                                                cfg.instances)[0])
-            return (not runs, times[c.name][size], c.report.steps, c.name)
+            return (not runs, times[c.name][size], wire[c.name][size], c.report.steps, c.name)
         ranking = sorted(lookup, key=key)
         out.append(BucketTuning(b, ranking, len(ranking), len(ranking), ranking[0]))
     return out, lookup
@@ -445,6 +634,10 @@ def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: TimeModel 
     winner merge into one range, one file; a candidate whose file cannot be produced (a hard limit
     of the runtime, named with its excess by the compiler) is excluded with that reason and its
     buckets go to their next-best candidate. Returns the ranges and the notes on exclusions.
+
+    Each range's file is compiled with that range's byte bounds; a model that already compiled
+    the candidates (:class:`ProgramTimeModel`, its ``compiled`` cache) lends them, so a range whose
+    options equal the ones it compiled with is not compiled again.
     """
     notes: list[str] = []
     if xml is not None:
@@ -453,20 +646,12 @@ def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: TimeModel 
             notes.append(f"no XML: {why}")
             xml = None
     tunings, lookup = rank_sizes(result, xml, model)
-    made: dict[tuple[Config, int, int], tuple[str, tuple[Any, ...]] | str] = {}
+    made: XmlCache = getattr(model, "compiled", {})
 
     def attempt(r: Range) -> str | None:
         if xml is None:
             return None
-        key = (r.config, r.lo, r.hi)
-        if key not in made:
-            try:
-                text, reports = emit_verified_xml(lookup[r.config].schedule,
-                                                  _range_options(xml, r.lo, r.hi))
-                made[key] = (text, tuple(reports))
-            except SynthError as exc:
-                made[key] = exc.message
-        got = made[key]
+        got = compiled_xml(made, lookup[r.config], _range_options(xml, r.lo, r.hi))
         return got if isinstance(got, str) else None
 
     choice = choose(tunings, attempt)
@@ -474,17 +659,23 @@ def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: TimeModel 
     ranges = []
     for r in choice.ranges:
         inside = tuple(s for s in sizes if s >= r.lo and (not r.hi or s <= r.hi))
-        got = made.get((r.config, r.lo, r.hi))
+        cand = lookup[r.config]
+        got = made.get((cand.name, _range_options(xml, r.lo, r.hi))) if xml is not None else None
         text, reports = got if isinstance(got, tuple) else (None, ())
-        ranges.append(SizeRange(r.lo, r.hi, lookup[r.config], inside, text, reports))
+        at = dict(zip(sizes, model(cand), strict=True))
+        ranges.append(SizeRange(r.lo, r.hi, cand, inside, text, reports,
+                                tuple(at[s] for s in inside)))
     notes += [f"{cfg.family} passed over: {why}" for cfg, why in choice.excluded.items()]
     if xml is not None:
-        notes += _never_selected(result, tunings, choice, lookup, model)
+        # a runtime never selects a file where it does not run, so the deciding model may not
+        # time it there (ProgramTimeModel: inf); the missed chance is judged by lock-step
+        notes += _never_selected(result, tunings, choice, lookup, lockstep_model,
+                                 "" if model is lockstep_model else " by the lock-step model")
     return ranges, notes
 
 
 def _never_selected(result: SolveResult, tunings: Sequence[BucketTuning], choice: Any,
-                    lookup: dict[Config, Candidate], model: TimeModel) -> list[str]:
+                    lookup: dict[Config, Candidate], model: TimeModel, by: str = "") -> list[str]:
     """Notes on candidates faster than a bucket's winner whose file a runtime would not select
     there (``nchunksperloop`` does not divide the element count, spec §3.1)."""
     sizes = [p.bytes for p in result.best.costs]
@@ -500,7 +691,7 @@ def _never_selected(result: SolveResult, tunings: Sequence[BucketTuning], choice
             if times[c.name][size] < won and not runs_at(
                     np.array([size]), c.schedule.collective.buffer_chunks, cfg.instances)[0]:
                 missed.setdefault(c.name, []).append(size)
-    return [f"{name} would be faster at {len(at)} size(s) ({at[0]}..{at[-1]} bytes) but its "
+    return [f"{name} would be faster{by} at {len(at)} size(s) ({at[0]}..{at[-1]} bytes) but its "
             f"nchunksperloop ({chunks[name]}) "
             f"does not divide their fp32 element counts, so no runtime selects it there (spec §3.1)"
             for name, at in missed.items()]
@@ -519,6 +710,8 @@ class Written:
     ranges: list[SizeRange] = field(default_factory=list)
     range_files: list[str | None] = field(default_factory=list)
     """The XML serving each range (None without XML)."""
+    winners_by: str = "lockstep"
+    """The model that chose the ranges' winners (:func:`winners_model`)."""
     pending: dict[Path, str] = field(default_factory=dict)
     """Produced and verified in memory, not yet on disk: path -> text (empty once committed)."""
     out_dir: Path | None = None
@@ -634,32 +827,41 @@ def config_index(entries: Sequence[tuple[Path, int, int, str]]) -> str:
     return "<msccl_algos>\n" + "".join(lines) + "</msccl_algos>\n"
 
 
-def ranges_table(result: SolveResult, ranges: Sequence[SizeRange], files: Sequence[str | None]
-                 ) -> list[dict[str, Any]]:
-    """One row per range: the algorithm, and its time and % of bound at the largest requested size
-    in the range (the one the row's bandwidth is quoted at)."""
+def ranges_table(result: SolveResult, ranges: Sequence[SizeRange], files: Sequence[str | None],
+                 winners_by: str = "lockstep") -> list[dict[str, Any]]:
+    """One row per range: the algorithm, and at the largest requested size in the range (the one
+    the row's bandwidth is quoted at) its lock-step time and % of bound (the bound is a wire
+    bound: lock-step is the model comparable with it) and ``decided_us``, the time under the model
+    that chose it (``winners_by``; null where that model gives none)."""
     rows = []
     for r, f in zip(ranges, files, strict=True):
         at = {p.bytes: p for p in r.candidate.costs}
         p = at[r.sizes[-1]] if r.sizes else None
+        decided = r.model_us[-1] if r.sizes and r.model_us else None
         rows.append({"min_bytes": r.lo, "max_bytes": r.hi, "algorithm": r.candidate.name,
                      "at_bytes": p.bytes if p else None,
                      "time_us": round(p.time_us, 6) if p else None,
-                     "pct_of_bound": round(p.pct_of_bound, 4) if p else None, "file": f})
+                     "pct_of_bound": round(p.pct_of_bound, 4) if p else None,
+                     "winners_by": winners_by,
+                     "decided_us": round(decided, 6) if decided is not None
+                     and math.isfinite(decided) else None, "file": f})
     return rows
 
 
 def ranges_markdown(result: SolveResult, rows: Sequence[dict[str, Any]]) -> str:
     from .cost import format_size
 
+    by = rows[0]["winners_by"] if rows else "lockstep"
     head = (f"# {result.collective.name} on {result.topology.name} ({result.topology.num_ranks} "
-            f"ranks): the file serving each message size\n\nTime and % of bound (bound: "
-            f"{result.bound.method}) at the largest swept size of the range; `max` is inclusive, "
-            f"0 = unbounded.\n\n| min bytes | max bytes | algorithm | at | time µs | % of bound | "
-            f"file |\n|---|---|---|---|---|---|---|\n")
+            f"ranks): the file serving each message size\n\nWinners chosen by the {by} model. "
+            f"At the largest swept size of the range: the {by} model's time, and the lock-step "
+            f"time and % of bound (bound: {result.bound.method}); `max` is inclusive, "
+            f"0 = unbounded.\n\n| min bytes | max bytes | algorithm | at | {by} µs | lock-step µs "
+            f"| % of bound | file |\n|---|---|---|---|---|---|---|---|\n")
     body = "".join(
         f"| {r['min_bytes']} | {r['max_bytes']} | {r['algorithm']} | "
         f"{format_size(r['at_bytes']) if r['at_bytes'] else '—'} | "
+        f"{r['decided_us'] if r['decided_us'] is not None else '—'} | "
         f"{r['time_us'] if r['time_us'] is not None else '—'} | "
         f"{r['pct_of_bound'] if r['pct_of_bound'] is not None else '—'} | "
         f"{Path(r['file']).name if r['file'] else '—'} |\n" for r in rows)
@@ -667,19 +869,22 @@ def ranges_markdown(result: SolveResult, rows: Sequence[dict[str, Any]]) -> str:
 
 
 def write_winners(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML,
-                  model: TimeModel = lockstep_model, tag: str = "") -> Written:
+                  model: TimeModel = lockstep_model, tag: str = "",
+                  winners_by: str = "lockstep") -> Written:
     """:func:`prepare_winners`, then write its files (all or none)."""
-    return commit(prepare_winners(result, out_dir, xml, model, tag))
+    return commit(prepare_winners(result, out_dir, xml, model, tag, winners_by))
 
 
 def prepare_winners(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML,
-                    model: TimeModel = lockstep_model, tag: str = "") -> Written:
+                    model: TimeModel = lockstep_model, tag: str = "",
+                    winners_by: str = "lockstep") -> Written:
     """Produce, for every size range, its winner's schedule JSON and verified XML; with more than one
     range also the ``MSCCL_CONFIG`` index and the range table (``<prefix>.ranges.md``).
 
     Everything is produced and verified in memory (:func:`choose_ranges`); :func:`commit` writes
     it. Names are :func:`schedule_file_name` and :func:`xml_file_name` (which
-    carries the byte range of each file); ``tag`` as there.
+    carries the byte range of each file); ``tag`` as there. ``model`` decides the winners and
+    ``winners_by`` names it in the range table (:func:`winners_model` gives both).
     """
     try:
         ranges, notes = choose_ranges(result, xml, model)
@@ -710,9 +915,9 @@ def prepare_winners(result: SolveResult, out_dir: Path, xml: XmlOptions | None =
         coll = result.collective
         prefix = f"{_name_part(result.topology.name)}_{coll.kind}" + \
             (f"_root{coll.root}" if coll.root is not None else "") + (f"_{_name_part(tag)}" if tag else "")
-        rows = ranges_table(result, ranges, range_files)
+        rows = ranges_table(result, ranges, range_files, winners_by)
         outputs[out_dir / f"{prefix}.ranges.md"] = ranges_markdown(result, rows)
         if entries:
             outputs[out_dir / f"{prefix}.msccl_config"] = config_index(entries)
     return Written(list(outputs), reports, notes, ranges=ranges, range_files=range_files,
-                   pending=outputs, out_dir=out_dir)
+                   winners_by=winners_by, pending=outputs, out_dir=out_dir)

@@ -87,6 +87,12 @@ from .console import err, out
 @click.option("--program-model/--no-program-model", "want_program", default=True,
               show_default=True,
               help="Also time the written XML with the timed program model (program_us).")
+@click.option("--winners-by", default="auto", show_default=True,
+              type=click.Choice(["auto", "program", "lockstep"]),
+              help="The model that picks each size range's file: program = the timed program "
+                   "model of each candidate's XML (what runs); lockstep = the α-β step model; "
+                   "auto = program where its estimated cost fits the budget, else lockstep (a "
+                   "note says why).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
           partition: str | None, encoding: str, algo: str | None,
@@ -96,7 +102,7 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
           xml_profile: str, proto: str, instances: int, max_threadblocks: int,
           min_bytes: str, max_bytes: str, out_format: str, target: str, tensors: int,
           nbytes: str | None, calibration: str | None, out_dir: str, max_memory: str | None,
-          want_program: bool, as_json: bool) -> None:
+          want_program: bool, winners_by: str, as_json: bool) -> None:
     """Synthesize a verified schedule and print its cost against the bound."""
     if partition is not None and group_spec is None:
         _solve_partition(click.get_current_context(), topo_spec, nodes, partition, coll_spec,
@@ -174,7 +180,13 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
             result.best, written = prepare_best(result, target, None, plan,
                                                 _calibration_tag(calibration))
         else:
-            written = prepare_winners(result, target, xml, tag=_calibration_tag(calibration))
+            from ..solve import winners_model
+
+            model, decided_by, model_notes = winners_model(result, topology, xml, winners_by,
+                                                           calibration)
+            result.notes += model_notes
+            written = prepare_winners(result, target, xml, model,
+                                      _calibration_tag(calibration), decided_by)
             result.best = written.ranges[-1].candidate  # the one serving the largest size
     texts = dict(written.pending)
     rank_files: dict[Path, str] = {}
@@ -388,7 +400,9 @@ def _solve_json(result: Any, files: list[str], written: Any) -> dict[str, Any]:
                   "steps": result.bound.steps},
         "costs": [{**p.to_dict(), "algorithm": c.name, "file": f} for p, c, f in served],
         "ranges": [r.to_dict(f) for r, f in zip(written.ranges, written.range_files, strict=True)],
-        "range_table": ranges_table(result, written.ranges, written.range_files),
+        "winners_by": written.winners_by,
+        "range_table": ranges_table(result, written.ranges, written.range_files,
+                                    written.winners_by),
         "candidates": [{"name": c.name, "algorithm": c.schedule.algorithm, "steps": c.report.steps,
                         "score_pct": round(100 * c.score, 3),
                         "time_us": {str(p.bytes): round(p.time_us, 6) for p in c.costs}}
@@ -409,7 +423,7 @@ def _print_solve(result: Any, files: list[str], written: Any, vs_nccl: Any = Non
         from ..encodings import auto_reason
 
         out.print(f"auto: {auto_reason(result.topology, result.collective)}; each size range "
-                  f"gets its fastest candidate")
+                  f"gets its fastest candidate (by the {written.winners_by} model)")
     if s.meta.get("why"):
         out.print(f"why: {s.meta['why']}")
     model = ("NCCL's tuning model" if s.meta.get("time_model") == "nccl"
@@ -441,12 +455,17 @@ def _print_solve(result: Any, files: list[str], written: Any, vs_nccl: Any = Non
     if len(written.ranges) > 1:
         from ..solve import ranges_table
 
-        rt = Table(title="size range -> file (time and % of bound at the range's largest size)")
-        for col in ("min bytes", "max bytes", "algorithm", "time µs", "% of bound", "file"):
+        by = written.winners_by
+        rt = Table(title=f"size range -> file, winners by the {by} model (times and % of bound "
+                         "at the range's largest size)")
+        for col in ("min bytes", "max bytes", "algorithm", f"{by} µs", "lock-step µs",
+                    "% of bound", "file"):
             rt.add_column(col, justify="left" if col in ("algorithm", "file") else "right")
-        for row_ in ranges_table(result, written.ranges, written.range_files):
+        for row_ in ranges_table(result, written.ranges, written.range_files, by):
             rt.add_row(str(row_["min_bytes"]), str(row_["max_bytes"] or "unbounded"),
-                       row_["algorithm"], f"{row_['time_us']:.2f}" if row_["time_us"] else "—",
+                       row_["algorithm"],
+                       f"{row_['decided_us']:.2f}" if row_["decided_us"] is not None else "—",
+                       f"{row_['time_us']:.2f}" if row_["time_us"] else "—",
                        f"{row_['pct_of_bound']:.1f}" if row_["pct_of_bound"] else "—",
                        Path(row_["file"]).name if row_["file"] else "—")
         out.print(rt)

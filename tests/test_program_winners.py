@@ -1,0 +1,147 @@
+"""The timed program model decides which file serves each size range (``--winners-by``)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import synth.solve as solve_mod
+from synth.collectives import make_collective
+from synth.emit import XmlOptions
+from synth.emit.interpreter import verify_program
+from synth.emit.xml_parse import parse_program
+from synth.program_model import program_times_us
+from synth.solve import (
+    ProgramTimeModel,
+    choose_ranges,
+    lockstep_model,
+    prepare_winners,
+    ranges_table,
+    solve,
+    winners_model,
+)
+from synth.topology_io import load_topology
+
+SIZES = tuple(2 ** k for k in range(10, 31, 4))  # 1 KB .. 1 GB
+
+
+@pytest.fixture(scope="module")
+def dgx1_allgather():
+    topo = load_topology("dgx1")
+    return topo, solve(topo, make_collective("allgather", 8), encoding="baseline", sizes=SIZES)
+
+
+def test_the_program_model_decides_and_disagrees_with_lockstep(dgx1_allgather):
+    """On dgx1 the lock-step model gives 1 GB to the NCCL baseline (priced by NCCL's own tuning
+    model), whose written ring runs ~5.6x slower under the program model than NCCL's figure; the
+    program model gives that range a file that is faster as written."""
+    topo, res = dgx1_allgather
+    model, by, notes = winners_model(res, topo, XmlOptions(), "auto")
+    assert by == "program" and isinstance(model, ProgramTimeModel)
+    assert any(n.startswith("winners by the program model") for n in notes)
+    prog, _ = choose_ranges(res, XmlOptions(), model)
+    lock, _ = choose_ranges(res, XmlOptions(), lockstep_model)
+    assert lock[-1].candidate.name == "nccl" and prog[-1].candidate.name != "nccl"
+    # the winner at every size is the program model's fastest candidate there
+    for r in prog:
+        for size, t in zip(r.sizes, r.model_us, strict=True):
+            i = SIZES.index(size)
+            assert t == min(model(c)[i] for c in res.candidates)
+            assert t == model(r.candidate)[i]
+    # and it is faster as written than the lock-step winner's file (the full-range XML, timed)
+    nccl = next(c for c in res.candidates if c.name == "nccl")
+    assert prog[-1].model_us[-1] < model(nccl)[-1] or math.isinf(model(nccl)[-1])
+    xml = solve_mod.emit_verified_xml(nccl.schedule, XmlOptions())[0]
+    nccl_us = program_times_us(parse_program(xml, "nccl.xml", "exec"), topo, [SIZES[-1]])[0]
+    assert prog[-1].model_us[-1] < nccl_us
+
+
+def test_no_prune_gives_the_same_winners(dgx1_allgather):
+    """The lock-step prune (PRUNE_FACTOR) skips work, not winners, here."""
+    topo, res = dgx1_allgather
+    pruned = ProgramTimeModel(res, topo, XmlOptions())
+    full = ProgramTimeModel(res, topo, XmlOptions(), prune_factor=math.inf)
+    a, _ = choose_ranges(res, XmlOptions(), pruned)
+    b, _ = choose_ranges(res, XmlOptions(), full)
+    assert [(r.lo, r.hi, r.candidate.name) for r in a] == [(r.lo, r.hi, r.candidate.name) for r in b]
+    assert full.skipped == 0 and pruned.simulated + pruned.skipped == full.simulated
+    assert pruned.cost <= full.cost
+
+
+def test_over_budget_falls_back_to_lockstep_with_a_note(dgx1_allgather):
+    topo, res = dgx1_allgather
+    model, by, notes = winners_model(res, topo, XmlOptions(), "auto", budget=10)
+    assert model is lockstep_model and by == "lockstep"
+    assert any("budget" in n and "--winners-by program" in n for n in notes)
+    # "program" has no budget; "lockstep" never simulates; no XML: nothing to time
+    assert winners_model(res, topo, XmlOptions(), "program", budget=10)[1] == "program"
+    assert winners_model(res, topo, XmlOptions(), "lockstep")[0] is lockstep_model
+    assert winners_model(res, topo, None, "auto")[1] == "lockstep"
+
+
+def test_range_table_reports_the_deciding_model(dgx1_allgather, tmp_path):
+    topo, res = dgx1_allgather
+    model, by, _ = winners_model(res, topo, XmlOptions(), "program")
+    w = prepare_winners(res, tmp_path, XmlOptions(), model, winners_by=by)
+    assert w.winners_by == "program"
+    rows = ranges_table(res, w.ranges, w.range_files, w.winners_by)
+    for row, r in zip(rows, w.ranges, strict=True):
+        assert row["winners_by"] == "program"
+        assert row["decided_us"] == pytest.approx(model(r.candidate)[SIZES.index(r.sizes[-1])])
+        lock = {p.bytes: p for p in r.candidate.costs}[r.sizes[-1]]
+        assert row["time_us"] == pytest.approx(lock.time_us)
+    md = next(text for path, text in w.pending.items() if path.name.endswith(".ranges.md"))
+    assert "| program µs | lock-step µs |" in md
+
+
+def test_one_compile_per_candidate_when_the_range_is_the_whole_range(dgx1_allgather, tmp_path,
+                                                                      monkeypatch):
+    """One size: one range, with the solve's own options, so the model's compile is the file."""
+    topo = dgx1_allgather[0]
+    res = solve(topo, make_collective("allgather", 8), encoding="baseline", sizes=(2 ** 20,))
+    calls: list[str] = []
+    real = solve_mod.emit_verified_xml
+
+    def counted(schedule, options):
+        calls.append(schedule.algorithm)
+        return real(schedule, options)
+
+    monkeypatch.setattr(solve_mod, "emit_verified_xml", counted)
+    model, by, _ = winners_model(res, topo, XmlOptions(), "auto")
+    w = prepare_winners(res, tmp_path, XmlOptions(), model, winners_by=by)
+    assert by == "program" and len(w.ranges) == 1
+    assert len(calls) == len(set(calls)) and w.ranges[0].xml is not None
+
+
+def _solve_json(run_synth, out: Path, *extra: str) -> dict:
+    r = run_synth("solve", "--topo", "ring:4", "--coll", "allgather", "--encoding", "baseline",
+                  "--sizes", "1KB:1GB", "--json", "--out", str(out), *extra)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_cli_program_winners_tile_verify_and_repeat(synth_cli, tmp_path):
+    a = _solve_json(synth_cli, tmp_path / "a")
+    b = _solve_json(synth_cli, tmp_path / "b")
+    assert a["winners_by"] == "program"
+    rows = a["range_table"]
+    assert rows[0]["min_bytes"] == 0 and rows[-1]["max_bytes"] == 0
+    for x, y in itertools.pairwise(rows):
+        assert y["min_bytes"] == x["max_bytes"] + 1
+    assert all(r["winners_by"] == "program" and r["decided_us"] for r in rows)
+    for f in {r["file"] for r in a["ranges"]}:
+        text = Path(f).read_text()
+        verify_program(parse_program(text, f, "exec"))
+    names = sorted(Path(f).name for f in a["files"])
+    assert names == sorted(Path(f).name for f in b["files"])
+    for n in names:     # the MSCCL_CONFIG index names its files by absolute path
+        assert (tmp_path / "a" / n).read_text().replace(str((tmp_path / "a").resolve()), "@") == \
+            (tmp_path / "b" / n).read_text().replace(str((tmp_path / "b").resolve()), "@")
+    lock = _solve_json(synth_cli, tmp_path / "c", "--winners-by", "lockstep")
+    assert lock["winners_by"] == "lockstep"
+    bad = synth_cli("solve", "--topo", "ring:4", "--coll", "allgather", "--winners-by", "best")
+    assert bad.returncode == 2 and "--winners-by" in bad.stderr
