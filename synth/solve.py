@@ -395,7 +395,7 @@ def lockstep_model(candidate: Candidate) -> list[float]:
     return [p.time_us for p in candidate.costs]
 
 
-XmlCache = dict[tuple[str, XmlOptions], "tuple[str, tuple[Any, ...]] | str"]
+XmlCache = dict[tuple[str, XmlOptions], tuple[str, tuple[Any, ...]] | str]
 """(candidate name, options) -> the verified XML text and interpreter reports, or why it cannot
 be produced: shared by the program model and :func:`choose_ranges` so no file is compiled twice."""
 
