@@ -554,8 +554,9 @@ def winners_model(result: SolveResult, topology: Topology, xml: XmlOptions | Non
                 *model.notes, f"winners by the lock-step model: {exc} (--winners-by program "
                 "times them all)"]
     return model, "program", [*model.notes, f"winners by the program model: {model.simulated} "
-                              f"(candidate, size) pairs simulated, {model.skipped} skipped by the "
-                              f"lock-step prune (x{model.prune_factor:g})"]
+                              f"(candidate, size) pairs simulated ({model.cost:,} op-iterations "
+                              f"estimated), {model.skipped} skipped by the lock-step prune "
+                              f"(x{model.prune_factor:g})"]
 
 
 @dataclass(frozen=True)
