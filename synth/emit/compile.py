@@ -9,7 +9,12 @@ The driver loops: when the allocation cannot pair a fused op's peers on any chan
 progress check finds an op that could block under the runtime's FIFO model (capacity 2 messages
 for Simple, 8 for LL/LL128; ``ceil(cnt/M)`` messages per step with M from ``max_bytes``), the fused
 ops involved are split back into a receive and a send and the program is rebuilt; when a
-threadblock has more steps than the profile allows, routes spread over more channels. The result
+threadblock has more steps than the profile allows, routes spread over more channels. When the
+program is still over a limit (threadblocks, nodes, depid), the schedule is placed once more
+unfused, each connection on as few blocks as its length needs
+(:func:`synth.emit.passes.allocate_connections`), and that program is kept if it has fewer blocks:
+fused ops save instructions, but pairing their two peers in one block spreads every route over the
+same channels, which opens a block for every connection side on every channel. The result
 is deterministic: the same schedule and options give the same program and the same XML bytes.
 
 In-place / out-of-place (``inplace``): ``False`` writes an out-of-place file, ``True`` an in-place

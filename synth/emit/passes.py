@@ -13,6 +13,8 @@ Each pass is a small function over one IR; :mod:`synth.emit.compile` chains them
     order        Ir                  one global order every threadblock follows (FIFO-consistent)
     hazards      Ir                  same-rank data dependencies (RAW, WAR, WAW) on physical cells
     allocate     Ir -> threadblocks  channels per route, one tb per (send peer, recv peer, channel)
+                 (allocate_connections, for a program over a limit: unfused, each connection's
+                 ops in runs over as few channels as its length needs)
     progress     Ir                  a sufficient deadlock-freedom check under the FIFO model
     dependencies Ir -> tb step lists depid / deps / hasdep, extra dependencies as nops
     replicate    tb step lists       ``instances`` copies on their own channels, chunks subdivided
