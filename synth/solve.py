@@ -393,6 +393,14 @@ could only have won if the program model found it more than twice as fast as loc
 it risks: such a candidate is ranked after every simulated one at that size."""
 
 
+NEAR_TIE = 0.01
+"""Near ties do not split ranges: a bucket takes an adjacent range's configuration when that is
+within this fraction (1%) of its own winner's time and a range is saved
+(:func:`synth.catalog.select.settle_near_ties`). Why 1%: the models are not that precise (the
+program model is validated to a few percent, results/reality_msccl.md), and every extra range is
+one more file to compile, verify, ship and select."""
+
+
 def lockstep_model(candidate: Candidate) -> list[float]:
     """The synchronous-step α-β model the candidates were costed with (:func:`cost_profile`)."""
     return [p.time_us for p in candidate.costs]
@@ -434,90 +442,163 @@ class ProgramTimeModel:
     :func:`synth.catalog.select.choose` words its exclusions), and where :data:`PRUNE_FACTOR`
     skipped it.
 
+    ``instances``: the instance counts each candidate may compete at (``synth solve`` without
+    ``--instances``: :data:`synth.catalog.select.INSTANCES`), the first being the solve's own
+    (``xml.instances``). Why: the runtime caps every flow at one threadblock's copy rate, so a file
+    with one block per connection is far from the link rate at large sizes (mi300x allgather at
+    1 GiB: 18% of the bound at x1, 66% at x8); more instances cost threadblocks and latency, so
+    they are a per-size choice. Each candidate is timed at the first count as before, then at each
+    higher count (doubling) only where it may matter (:meth:`run`); :meth:`at` gives the times of
+    one count, ``__call__`` those of the first.
+
     The file that serves a range is compiled again with that range's byte bounds (as the lock-step
     path does), which can change its messages per step; ``compiled`` is shared with
     :func:`choose_ranges`, so a range whose options equal the solve's reuses the compile here.
-    Simulation runs in :meth:`run`, which stops with :class:`ProgramBudgetExceeded` before it
-    would spend more than ``budget`` estimated work (:func:`program_cost`).
+    Simulation runs in :meth:`run`, which stops with :class:`ProgramBudgetExceeded` before the
+    first count's timing would spend more than ``budget`` estimated work (:func:`program_cost`);
+    the higher counts spend what is left, and where that runs out they stop with a note.
     """
 
     name = "program"
 
     def __init__(self, result: SolveResult, topology: Topology, xml: XmlOptions,
                  calibration: Any = None, budget: float = math.inf,
-                 prune_factor: float = PRUNE_FACTOR) -> None:
+                 prune_factor: float = PRUNE_FACTOR, instances: Sequence[int] | None = None
+                 ) -> None:
         self.result = result
         self.topology = topology
         self.xml = xml
         self.calibration = calibration
         self.budget = budget
         self.prune_factor = prune_factor
+        self.instances = tuple(dict.fromkeys([xml.instances, *sorted(
+            i for i in (instances or ()) if i > xml.instances)]))
+        """Instance counts timed: the solve's own first, then the higher ones tried."""
         self.compiled: XmlCache = {}
         self.notes: list[str] = []
         self.cost = 0
         """Estimated work spent so far (:func:`program_cost` units)."""
         self.simulated = 0
-        """(candidate, size) pairs simulated."""
+        """(candidate, instances, size) triples simulated."""
         self.skipped = 0
-        """(candidate, size) pairs the prune skipped."""
-        self._programs: dict[str, Any] = {}
-        self._times: dict[str, list[float]] | None = None
+        """(candidate, instances, size) triples the prunes skipped."""
+        self.stopped: str | None = None
+        """Why the higher instance counts were not all tried (the budget), else None."""
+        self._programs: dict[tuple[str, int], Any] = {}
+        self._times: dict[tuple[str, int], list[float]] | None = None
 
-    def _program(self, c: Candidate) -> Any | None:
-        """The candidate's parsed full-range XML, or None (with a note) when it has none."""
+    def _program(self, c: Candidate, instances: int) -> Any | None:
+        """The candidate's parsed full-range XML at ``instances``, or None (with a note) when it
+        has none."""
         from .emit.xml_parse import parse_program
 
-        if c.name not in self._programs:
-            got = compiled_xml(self.compiled, c, self.xml)
+        key = (c.name, instances)
+        if key not in self._programs:
+            got = compiled_xml(self.compiled, c, replace(self.xml, instances=instances))
             if isinstance(got, str):
-                self.notes.append(f"{c.name} passed over by the program model: {got}")
+                at = f" at x{instances}" if instances != self.xml.instances else ""
+                self.notes.append(f"{c.name} passed over by the program model{at}: {got}")
                 progress.note(self.notes[-1])
-                self._programs[c.name] = None
+                self._programs[key] = None
             else:
-                self._programs[c.name] = parse_program(got[0], f"{c.name}.xml", self.xml.profile)
-        return self._programs[c.name]
+                self._programs[key] = parse_program(got[0], f"{c.name}.xml", self.xml.profile)
+        return self._programs[key]
 
-    def run(self) -> dict[str, list[float]]:
-        """Every candidate's time at every size; largest size first, so the most expensive sizes
-        meet the budget first, and at each size the candidates fastest by lock-step first."""
+    def run(self) -> dict[tuple[str, int], list[float]]:
+        """Every (candidate, instance count)'s time at every size.
+
+        The first count: largest size first, so the most expensive sizes meet the budget first,
+        and at each size the candidates fastest by lock-step first, pruned by lock-step
+        (:data:`PRUNE_FACTOR`). Each higher count ``2i``: a candidate is compiled and simulated at
+        a size only where, at the count before, it ran within the prune factor of the fastest
+        candidate at that count and, from the third count on, that count beat the one before it
+        (once doubling stops paying, doubling again is not tried). All counts, no clock, so two
+        runs decide alike.
+
+        Measured (1 KB..1 GB, shared 2-core machine): the phase takes 2-4x the single-count one
+        (mi300x allgather 584 simulations, 4.5 s; dgx_a100 x2 allgather 446, 21 s), because in
+        this model more instances pay at nearly every size (mi300x direct x8 is faster than x1
+        from 1 KB: 0.1% there, 72% at 1 GB). A rule that stopped trying a count below the size
+        where it gained under 1% cut only 16% of the simulations (mi300x) and wrote three files
+        (x1, x2, x8) where one x8 file is at least as fast everywhere, so it was not kept; the
+        budget bounds the work either way."""
         from .program_model import program_model, program_times_us
 
         if self._times is not None:
             return self._times
         cands = self.result.candidates
         sizes = [p.bytes for p in self.result.best.costs]
-        times = {c.name: [math.inf] * len(sizes) for c in cands}
-        runs = {c.name: runs_at(np.array(sizes), c.schedule.collective.buffer_chunks,
-                                self.xml.instances) for c in cands}
+        times = {(c.name, i): [math.inf] * len(sizes) for c in cands for i in self.instances}
         models: dict[str, Any] = {}
-        for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
-            order = sorted((c for c in cands if runs[c.name][i]),
+        largest_first = sorted(range(len(sizes)), key=lambda i: -sizes[i])
+
+        def runs(c: Candidate, inst: int, i: int) -> bool:
+            return bool(runs_at(np.array([sizes[i]]), c.schedule.collective.buffer_chunks,
+                                inst)[0])
+
+        def simulate(c: Candidate, inst: int, i: int, first: bool) -> float:
+            program = self._program(c, inst)
+            if program is None:
+                return math.inf
+            cost = program_cost(program, sizes[i], self.xml.profile)
+            if self.cost + cost > self.budget:
+                if first:
+                    raise ProgramBudgetExceeded(self.cost, cost, self.budget, sizes[i], c.name)
+                raise _StopInstances(f"{c.name} x{inst} on {sizes[i]} bytes would pass the "
+                                     f"budget ({self.budget:,.0f} op-iterations)")
+            self.cost += cost
+            self.simulated += 1
+            if program.proto not in models:
+                models[program.proto] = program_model(self.topology, program.proto,
+                                                      self.calibration)
+            t = program_times_us(program, self.topology, [sizes[i]],
+                                 model=models[program.proto], profile=self.xml.profile)[0]
+            times[(c.name, inst)][i] = t
+            return t
+
+        base = self.instances[0]
+        for i in largest_first:
+            order = sorted((c for c in cands if runs(c, base, i)),
                            key=lambda c: (c.costs[i].time_us, c.report.steps, c.name))
             best = math.inf
             for c in order:
                 if c.costs[i].time_us > self.prune_factor * best:
                     self.skipped += 1
                     continue
-                program = self._program(c)
-                if program is None:
-                    continue
-                cost = program_cost(program, sizes[i], self.xml.profile)
-                if self.cost + cost > self.budget:
-                    raise ProgramBudgetExceeded(self.cost, cost, self.budget, sizes[i], c.name)
-                self.cost += cost
-                self.simulated += 1
-                if program.proto not in models:
-                    models[program.proto] = program_model(self.topology, program.proto,
-                                                          self.calibration)
-                t = program_times_us(program, self.topology, [sizes[i]],
-                                     model=models[program.proto], profile=self.xml.profile)[0]
-                times[c.name][i] = t
-                best = min(best, t)
+                best = min(best, simulate(c, base, i, True))
+        try:
+            for k, inst in enumerate(self.instances[1:], start=1):
+                prev = self.instances[k - 1]
+                before = self.instances[k - 2] if k >= 2 else None
+                for i in largest_first:
+                    ref = min(times[(c.name, prev)][i] for c in cands)
+                    order = sorted(cands, key=lambda c: (times[(c.name, prev)][i], c.name))
+                    for c in order:
+                        t = times[(c.name, prev)][i]
+                        if not math.isfinite(t) or not runs(c, inst, i):
+                            continue
+                        if t > self.prune_factor * ref or (
+                                before is not None and not t < times[(c.name, before)][i]):
+                            self.skipped += 1
+                            continue
+                        simulate(c, inst, i, False)
+        except _StopInstances as exc:
+            self.stopped = str(exc)
         self._times = times
         return times
 
+    def at(self, candidate: Candidate, instances: int) -> list[float]:
+        """The candidate's times compiled with ``instances`` (``inf`` where it was not timed)."""
+        run = self.run()
+        key = (candidate.name, instances)
+        return run[key] if key in run else [math.inf] * len(self.result.best.costs)
+
     def __call__(self, candidate: Candidate) -> list[float]:
-        return self.run()[candidate.name]
+        return self.at(candidate, self.instances[0])
+
+
+class _StopInstances(Exception):
+    """The higher instance counts would pass the budget: they stop where they are."""
 
 
 class ProgramBudgetExceeded(Exception):
@@ -531,8 +612,14 @@ class ProgramBudgetExceeded(Exception):
 
 def winners_model(result: SolveResult, topology: Topology, xml: XmlOptions | None,
                   winners_by: str = "auto", calibration: Any = None,
-                  budget: float = PROGRAM_COST_BUDGET) -> tuple[TimeModel, str, list[str]]:
+                  budget: float = PROGRAM_COST_BUDGET, instances: Sequence[int] | None = None
+                  ) -> tuple[TimeModel, str, list[str]]:
     """The model that decides the winners, its name (``program`` or ``lockstep``) and notes.
+
+    ``instances``: the instance counts the program model lets each candidate compete at
+    (:class:`ProgramTimeModel`; ``synth solve`` passes :data:`synth.catalog.select.INSTANCES`
+    when ``--instances`` is not given); None: ``xml.instances`` alone. The lock-step model has no
+    notion of instances (it times the wire), so with it every file has ``xml.instances``.
 
     The program model times what is written (threadblocks, grid iterations, FIFO slots, shared
     links), so it decides wherever it can: ``program`` always (no budget), ``auto`` when its
@@ -548,18 +635,24 @@ def winners_model(result: SolveResult, topology: Topology, xml: XmlOptions | Non
         return lockstep_model, "lockstep", ["winners by the lock-step model: no XML to time "
                                             "with the program model"]
     model = ProgramTimeModel(result, topology, xml, calibration,
-                             math.inf if winners_by == "program" else budget)
-    with progress.phase(f"program model: timing {len(result.candidates)} candidates"):
+                             math.inf if winners_by == "program" else budget,
+                             instances=instances)
+    counts = "/".join(f"x{i}" for i in model.instances)
+    with progress.phase(f"program model: timing {len(result.candidates)} candidates "
+                        f"({counts})"):
         try:
             model.run()
         except ProgramBudgetExceeded as exc:
             return lockstep_model, "lockstep", [
                 *model.notes, f"winners by the lock-step model: {exc} (--winners-by program "
                 "times them all)"]
-    return model, "program", [*model.notes, f"winners by the program model: {model.simulated} "
-                              f"(candidate, size) pairs simulated ({model.cost:,} op-iterations "
-                              f"estimated), {model.skipped} skipped by the lock-step prune "
-                              f"(x{model.prune_factor:g})"]
+    stopped = ([f"instance counts above x{model.instances[0]} not all tried: {model.stopped}"]
+               if model.stopped else [])
+    return model, "program", [*model.notes, *stopped,
+                              f"winners by the program model at instances {counts}: "
+                              f"{model.simulated} (candidate, instances, size) triples simulated "
+                              f"({model.cost:,} op-iterations estimated), {model.skipped} skipped "
+                              f"by the prunes (factor {model.prune_factor:g})"]
 
 
 @dataclass(frozen=True)
@@ -575,16 +668,31 @@ class SizeRange:
     reports: tuple[Any, ...] = ()
     model_us: tuple[float, ...] = ()
     """The deciding model's time at each of ``sizes`` (:data:`TimeModel`)."""
+    instances: int = 1
+    """The instance count its file is compiled with (:class:`ProgramTimeModel` chooses it)."""
 
     def to_dict(self, file: str | None) -> dict[str, Any]:
         return {"min_bytes": self.lo, "max_bytes": self.hi,
                 "algorithm": self.candidate.schedule.algorithm, "candidate": self.candidate.name,
-                "file": file}
+                "instances": self.instances, "file": file}
 
 
-def _config(c: Candidate, xml: XmlOptions | None) -> Config:
-    return Config(c.name, c.schedule.collective.chunks_per_rank,
-                  xml.proto if xml else "Simple", xml.instances if xml else 1)
+def _config(c: Candidate, xml: XmlOptions | None, instances: int | None = None) -> Config:
+    return Config(c.name, c.schedule.collective.chunks_per_rank, xml.proto if xml else "Simple",
+                  instances if instances is not None else xml.instances if xml else 1)
+
+
+def model_instances(model: TimeModel, xml: XmlOptions | None) -> tuple[int, ...]:
+    """The instance counts ``model`` times (the first is the solve's own): a
+    :class:`ProgramTimeModel`'s, else ``xml.instances`` alone."""
+    return tuple(getattr(model, "instances", ())) or ((xml.instances,) if xml else (1,))
+
+
+def config_times(model: TimeModel, candidate: Candidate, instances: int) -> Sequence[float]:
+    """``candidate``'s times under ``model`` compiled with ``instances`` (a model without a notion
+    of instances, such as :func:`lockstep_model`, gives its one profile)."""
+    at = getattr(model, "at", None)
+    return at(candidate, instances) if at is not None else model(candidate)
 
 
 def rank_sizes(result: SolveResult, xml: XmlOptions | None, model: TimeModel = lockstep_model
@@ -592,10 +700,14 @@ def rank_sizes(result: SolveResult, xml: XmlOptions | None, model: TimeModel = l
     """Per size bucket (:func:`synth.catalog.select.make_buckets` over the sizes inside the XML's
     byte range), the candidates fastest first under ``model``.
 
-    Where a file is written, a candidate whose ``nchunksperloop`` does not divide a size's element
-    count is never selected there by the runtime (:func:`synth.catalog.select.runs_at`), so it
-    ranks after every candidate that runs there; ties go to the faster by lock-step (``model``
-    may leave several at ``inf``: :class:`ProgramTimeModel`), then fewer steps, then the name.
+    The configurations are (candidate, instance count) for every count ``model`` times
+    (:func:`model_instances`; a higher count only where it was timed somewhere). Where a file is
+    written, a configuration whose ``nchunksperloop`` does not divide a size's element count is
+    never selected there by the runtime (:func:`synth.catalog.select.runs_at`), so it ranks after
+    every one that runs there; ties go to fewer instances, then the faster by lock-step
+    (``model`` may leave several at ``inf``: :class:`ProgramTimeModel`), then fewer steps, then
+    the name. Each bucket carries its configurations' times (``inf`` where they do not run) for
+    the near-tie settling (:data:`NEAR_TIE`).
     """
     sizes = [p.bytes for p in result.best.costs]
     lo = xml.min_bytes if xml else 0
@@ -608,26 +720,42 @@ def rank_sizes(result: SolveResult, xml: XmlOptions | None, model: TimeModel = l
     # the outer buckets reach the file's byte range: sizes outside the sweep go to its ends
     buckets[0] = replace(buckets[0], lo=lo)
     buckets[-1] = replace(buckets[-1], hi=hi or 0)
-    times = {c.name: dict(zip(sizes, model(c), strict=True)) for c in result.candidates}
+    levels = model_instances(model, xml)
+    times: dict[Config, dict[int, float]] = {}
+    lookup: dict[Config, Candidate] = {}
+    for c in result.candidates:
+        for k, inst in enumerate(levels):
+            t = list(config_times(model, c, inst))
+            if k and not any(math.isfinite(x) for x in t):
+                continue    # a higher count never timed: not a configuration
+            cfg = _config(c, xml, inst)
+            lookup[cfg] = c
+            times[cfg] = dict(zip(sizes, t, strict=True))
     wire = {c.name: {p.bytes: p.time_us for p in c.costs} for c in result.candidates}
-    lookup = {_config(c, xml): c for c in result.candidates}
     out = []
     for b in buckets:
+        def runs(cfg: Config, size: int = b.size) -> bool:
+            return xml is None or bool(runs_at(np.array([size]),
+                                               lookup[cfg].schedule.collective.buffer_chunks,
+                                               cfg.instances)[0])
+
         def key(cfg: Config, size: int = b.size) -> tuple:
             c = lookup[cfg]
-            runs = xml is None or bool(runs_at(np.array([size]), c.schedule.collective.buffer_chunks,
-                                               cfg.instances)[0])
-            return (not runs, times[c.name][size], wire[c.name][size], c.report.steps, c.name)
+            return (not runs(cfg), times[cfg][size], cfg.instances, wire[c.name][size],
+                    c.report.steps, c.name)
         ranking = sorted(lookup, key=key)
-        out.append(BucketTuning(b, ranking, len(ranking), len(ranking), ranking[0]))
+        at = {cfg: times[cfg][b.size] if runs(cfg) else math.inf for cfg in ranking}
+        out.append(BucketTuning(b, ranking, len(ranking), len(ranking), ranking[0], at))
     return out, lookup
 
 
-def _range_options(xml: XmlOptions, lo: int, hi: int) -> XmlOptions:
+def _range_options(xml: XmlOptions, lo: int, hi: int, instances: int | None = None
+                   ) -> XmlOptions:
     """The file's byte range: inclusive ``hi`` (exec, rccl) or exclusive ``hi + 1`` (legacy,
-    spec §2.1); 0 stays unbounded."""
+    spec §2.1); 0 stays unbounded. ``instances``: the range's own count (default the solve's)."""
     top = hi + 1 if hi and xml.profile == "legacy" else hi
-    return replace(xml, min_bytes=lo, max_bytes=top)
+    return replace(xml, min_bytes=lo, max_bytes=top,
+                   instances=xml.instances if instances is None else instances)
 
 
 def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: TimeModel = lockstep_model
@@ -635,7 +763,8 @@ def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: TimeModel 
     """The winner of every size range, each with its interpreter-verified XML (when ``xml``).
 
     Selection is the catalog's (:func:`synth.catalog.select.choose`): adjacent buckets with one
-    winner merge into one range, one file; a candidate whose file cannot be produced (a hard limit
+    winner merge into one range, one file, and near ties (:data:`NEAR_TIE`) do not split ranges;
+    a configuration (candidate, instances) whose file cannot be produced (a hard limit
     of the runtime, named with its excess by the compiler) is excluded with that reason and its
     buckets go to their next-best candidate. Returns the ranges and the notes on exclusions.
 
@@ -655,21 +784,25 @@ def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: TimeModel 
     def attempt(r: Range) -> str | None:
         if xml is None:
             return None
-        got = compiled_xml(made, lookup[r.config], _range_options(xml, r.lo, r.hi))
+        got = compiled_xml(made, lookup[r.config],
+                           _range_options(xml, r.lo, r.hi, r.config.instances))
         return got if isinstance(got, str) else None
 
-    choice = choose(tunings, attempt)
+    choice = choose(tunings, attempt, NEAR_TIE)
     sizes = [p.bytes for p in result.best.costs]
     ranges = []
     for r in choice.ranges:
         inside = tuple(s for s in sizes if s >= r.lo and (not r.hi or s <= r.hi))
         cand = lookup[r.config]
-        got = made.get((cand.name, _range_options(xml, r.lo, r.hi))) if xml is not None else None
+        got = (made.get((cand.name, _range_options(xml, r.lo, r.hi, r.config.instances)))
+               if xml is not None else None)
         text, reports = got if isinstance(got, tuple) else (None, ())
-        at = dict(zip(sizes, model(cand), strict=True))
+        at = dict(zip(sizes, config_times(model, cand, r.config.instances), strict=True))
         ranges.append(SizeRange(r.lo, r.hi, cand, inside, text, reports,
-                                tuple(at[s] for s in inside)))
-    notes += [f"{cfg.family} passed over: {why}" for cfg, why in choice.excluded.items()]
+                                tuple(at[s] for s in inside), r.config.instances))
+    several = len(model_instances(model, xml)) > 1
+    notes += [f"{cfg.family}{f' x{cfg.instances}' if several else ''} passed over: {why}"
+              for cfg, why in choice.excluded.items()]
     if xml is not None:
         # a runtime never selects a file where it does not run, so the deciding model may not
         # time it there (ProgramTimeModel: inf); the missed chance is judged by lock-step
@@ -683,17 +816,19 @@ def _never_selected(result: SolveResult, tunings: Sequence[BucketTuning], choice
     """Notes on candidates faster than a bucket's winner whose file a runtime would not select
     there (``nchunksperloop`` does not divide the element count, spec §3.1)."""
     sizes = [p.bytes for p in result.best.costs]
-    times = {c.name: dict(zip(sizes, model(c), strict=True)) for c in result.candidates}
+    times = {cfg: dict(zip(sizes, config_times(model, c, cfg.instances), strict=True))
+             for cfg, c in lookup.items()}
     winner = {b: r.config for r in choice.ranges for b in r.buckets}
     missed: dict[str, list[int]] = {}
     chunks = {c.name: c.schedule.collective.buffer_chunks for c in result.candidates}
     for t in tunings:
         size = t.bucket.size
-        won = times[lookup[winner[t.bucket.index]].name][size]
+        won = times[winner[t.bucket.index]][size]
         for cfg in t.ranking:
             c = lookup[cfg]
-            if times[c.name][size] < won and not runs_at(
-                    np.array([size]), c.schedule.collective.buffer_chunks, cfg.instances)[0]:
+            if times[cfg][size] < won and not runs_at(
+                    np.array([size]), c.schedule.collective.buffer_chunks, cfg.instances)[0] \
+                    and size not in missed.get(c.name, ()):
                 missed.setdefault(c.name, []).append(size)
     return [f"{name} would be faster{by} at {len(at)} size(s) ({at[0]}..{at[-1]} bytes) but its "
             f"nchunksperloop ({chunks[name]}) "
@@ -843,7 +978,7 @@ def ranges_table(result: SolveResult, ranges: Sequence[SizeRange], files: Sequen
         p = at[r.sizes[-1]] if r.sizes else None
         decided = r.model_us[-1] if r.sizes and r.model_us else None
         rows.append({"min_bytes": r.lo, "max_bytes": r.hi, "algorithm": r.candidate.name,
-                     "at_bytes": p.bytes if p else None,
+                     "instances": r.instances, "at_bytes": p.bytes if p else None,
                      "time_us": round(p.time_us, 6) if p else None,
                      "pct_of_bound": round(p.pct_of_bound, 4) if p else None,
                      "winners_by": winners_by,
@@ -860,10 +995,11 @@ def ranges_markdown(result: SolveResult, rows: Sequence[dict[str, Any]]) -> str:
             f"ranks): the file serving each message size\n\nWinners chosen by the {by} model. "
             f"At the largest swept size of the range: the {by} model's time, and the lock-step "
             f"time and % of bound (bound: {result.bound.method}); `max` is inclusive, "
-            f"0 = unbounded.\n\n| min bytes | max bytes | algorithm | at | {by} µs | lock-step µs "
-            f"| % of bound | file |\n|---|---|---|---|---|---|---|---|\n")
+            f"0 = unbounded; instances: the channel sets the file runs on.\n\n| min bytes | "
+            f"max bytes | algorithm | instances | at | {by} µs | lock-step µs | % of bound | file |"
+            f"\n|---|---|---|---|---|---|---|---|---|\n")
     body = "".join(
-        f"| {r['min_bytes']} | {r['max_bytes']} | {r['algorithm']} | "
+        f"| {r['min_bytes']} | {r['max_bytes']} | {r['algorithm']} | {r['instances']} | "
         f"{format_size(r['at_bytes']) if r['at_bytes'] else '—'} | "
         f"{r['decided_us'] if r['decided_us'] is not None else '—'} | "
         f"{r['time_us'] if r['time_us'] is not None else '—'} | "
@@ -910,7 +1046,7 @@ def prepare_winners(result: SolveResult, out_dir: Path, xml: XmlOptions | None =
         if r.xml is None or xml is None:
             range_files.append(None)
             continue
-        name = xml_file_name(sched, _range_options(xml, r.lo, r.hi), tag)
+        name = xml_file_name(sched, _range_options(xml, r.lo, r.hi, r.instances), tag)
         outputs[out_dir / name] = r.xml
         range_files.append(str(out_dir / name))
         entries.append((Path(out_dir / name).resolve(), r.lo, r.hi, xml.proto))

@@ -145,3 +145,102 @@ def test_cli_program_winners_tile_verify_and_repeat(synth_cli, tmp_path):
     assert lock["winners_by"] == "lockstep"
     bad = synth_cli("solve", "--topo", "ring:4", "--coll", "allgather", "--winners-by", "best")
     assert bad.returncode == 2 and "--winners-by" in bad.stderr
+
+
+# ------------------------------------------------------------ instances chosen by the program model
+def _one_size(run_synth, out: Path, *extra: str) -> dict:
+    r = run_synth("solve", "--topo", "ring:4", "--coll", "allgather", "--encoding", "baseline",
+                  "--sizes", "1GB", "--json", "--out", str(out), *extra)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def _nchannels(path: str) -> int:
+    return parse_program(Path(path).read_text(), path, "exec").nchannels
+
+
+def test_cli_program_model_picks_instances_and_instances_pins_them(synth_cli, tmp_path):
+    """At 1 GB one threadblock per connection is far from the link rate: without --instances the
+    program model gives the range a file with more channel sets (named x8, nchannels 8x), every
+    written file verified; --instances 1 pins the count, and the lock-step model keeps x1."""
+    free = _one_size(synth_cli, tmp_path / "free")
+    (r,) = free["ranges"]
+    assert r["instances"] > 1 and f"_x{r['instances']}." in Path(r["file"]).name
+    assert free["range_table"][0]["instances"] == r["instances"]
+    verify_program(parse_program(Path(r["file"]).read_text(), r["file"], "exec"))
+    pinned = _one_size(synth_cli, tmp_path / "x1", "--instances", "1")
+    (p,) = pinned["ranges"]
+    assert p["instances"] == 1 and "_x1." in Path(p["file"]).name
+    # the chosen file is faster as written (program_us times the written files)
+    assert free["program_us"]["1073741824"] < pinned["program_us"]["1073741824"]
+    lock = _one_size(synth_cli, tmp_path / "lock", "--winners-by", "lockstep")
+    assert [x["instances"] for x in lock["ranges"]] == [1]
+    if p["candidate"] == r["candidate"]:
+        assert _nchannels(r["file"]) == r["instances"] * _nchannels(p["file"])
+
+
+def test_instances_are_timed_where_they_may_matter(dgx1_allgather):
+    """Higher counts are tried by doubling, at large sizes; not at all with instances=None."""
+    topo, res = dgx1_allgather
+    model = ProgramTimeModel(res, topo, XmlOptions(), instances=(1, 2, 4, 8))
+    assert model.instances == (1, 2, 4, 8)
+    model.run()
+    for c in res.candidates:
+        for k, inst in enumerate(model.instances[2:], start=2):
+            prev, before = model.at(c, model.instances[k - 1]), model.at(c, model.instances[k - 2])
+            for i, t in enumerate(model.at(c, inst)):
+                if math.isfinite(t):    # timed only where the count before beat the one before it
+                    assert prev[i] < before[i]
+    plain = ProgramTimeModel(res, topo, XmlOptions())
+    assert plain.instances == (1,) and plain(res.candidates[0]) == model(res.candidates[0])
+    tunings, lookup = solve_mod.rank_sizes(res, XmlOptions(), model)
+    assert {cfg.instances for cfg in lookup} > {1}
+    for t in tunings:   # the ranking is by the program model, configurations per instance count
+        finite = [t.times[c] for c in t.ranking if math.isfinite(t.times[c])]
+        assert finite == sorted(finite)
+
+
+# ----------------------------------------------------------------------- near ties, one range
+def _tunings(rows, names=("A", "B", "C")):
+    from synth.catalog.select import Bucket, BucketTuning, Config
+
+    cfgs = {n: Config(n, 1, "Simple", 1) for n in names}
+    out = []
+    for i, row in enumerate(rows):
+        times = {cfgs[n]: t for n, t in zip(names, row, strict=True)}
+        ranking = sorted(times, key=lambda c: (times[c], c.family))
+        out.append(BucketTuning(Bucket(i, 2 ** (10 + i), 2 ** (10 + i), 2 ** (10 + i)), ranking,
+                                3, 3, ranking[0], times))
+    return out, cfgs
+
+
+def _ranges(tunings, tolerance, fail=()):
+    from synth.catalog.select import choose
+
+    choice = choose(tunings, lambda r: "no" if r.config.family in fail else None, tolerance)
+    return [(r.config.family, r.buckets) for r in choice.ranges]
+
+
+def test_near_ties_do_not_split_ranges():
+    inf = math.inf
+    # A wins, B wins by 0.15%, A wins: one range of A at 1%, three ranges exactly
+    t, _ = _tunings([(100, 101, 200), (100.15, 100.0, 200), (100, 100.5, 200)])
+    assert _ranges(t, 0.0) == [("A", (0,)), ("B", (1,)), ("A", (2,))]
+    assert _ranges(t, 0.01) == [("A", (0, 1, 2))]
+    # 5% apart is not a near tie
+    t, _ = _tunings([(100, 102, 200), (105, 100, 200), (100, 102, 200)])
+    assert _ranges(t, 0.01) == [("A", (0,)), ("B", (1,)), ("A", (2,))]
+    # ... but B within 1% of A at the outer sizes serves all three: one file, at most 1% slower
+    t, _ = _tunings([(100, 101, 200), (105, 100, 200), (100, 101, 200)])
+    assert _ranges(t, 0.01) == [("B", (0, 1, 2))]
+    # a crossover moves only where it saves a range: A..A B..B stays two ranges, its boundary kept
+    t, _ = _tunings([(100, 102, 200), (100, 102, 200), (101, 100, 200), (103, 100, 200)])
+    assert _ranges(t, 0.01) == [("A", (0, 1)), ("B", (2, 3))]
+    # a configuration that does not run there (inf), or whose file fails, is never taken
+    t, _ = _tunings([(100, 102, 200), (inf, 100, 200), (100, 102, 200)])
+    assert _ranges(t, 0.01) == [("A", (0,)), ("B", (1,)), ("A", (2,))]
+    t, _ = _tunings([(100, 100.5, 100.2), (100.3, 100.6, 100), (100, 100.5, 100.2)])
+    assert _ranges(t, 0.01) == [("A", (0, 1, 2))]
+    assert _ranges(t, 0.01, fail=("A",)) == [("C", (0, 1, 2))]
+    # deterministic: the same answer every time
+    assert len({tuple(_ranges(t, 0.01)) for _ in range(5)}) == 1

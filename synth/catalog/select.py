@@ -28,6 +28,9 @@ worse than the best baseline (it is chosen among a set that contains them).
 **Winners and merging.** A bucket's winner is the fastest configuration in its ranking that has
 not been excluded (ties: Simple before LL before LL128, fewer instances, fewer chunks, the
 earlier encoding in the registry); runs of adjacent buckets with the same winner form one range, one XML file.
+With a near-tie ``tolerance`` (:func:`settle_near_ties`; ``synth solve`` uses 1%, the catalog 0),
+a bucket may instead take a configuration within that fraction of its winner when doing so writes
+fewer ranges: a file that is faster by less than the tolerance is not worth a range boundary.
 :func:`choose` drives the fallback: a configuration whose file cannot be produced is excluded for
 the collective, with the reason, and the buckets it won go to their next-best configuration.
 """
@@ -166,6 +169,9 @@ class BucketTuning:
     evaluations: int
     full_evaluations: int
     tuner_best: Config
+    times: dict[Config, float] = field(default_factory=dict)
+    """The ranked configurations' µs at the bucket's size (``inf`` where the runtime would not
+    select the file), for :func:`settle_near_ties`; empty: no near-tie settling."""
 
 
 def tune_buckets(table: Table, method: str, seed: int = 0,
@@ -235,8 +241,54 @@ class Choice:
     excluded: dict[Config, str] = field(default_factory=dict)
 
 
-def choose(tunings: Sequence[BucketTuning], attempt: Attempt) -> Choice:
-    """Winners per bucket with the fallback of the module docstring; raises if a bucket runs dry."""
+def settle_near_ties(tunings: Sequence[BucketTuning], winners: Sequence[Config],
+                     excluded: Any = (), tolerance: float = 0.0) -> list[Config]:
+    """The fewest ranges whose every bucket runs within ``tolerance`` of its winner.
+
+    Why: two configurations 0.15% apart alternating over adjacent buckets (trn1_32 allgather under
+    the program model: milp / trees_aligned / milp at the largest sizes) write a file each for no
+    measurable gain; a model is not that precise anyway. So each bucket may take any configuration
+    of its ranking that is not ``excluded``, runs there (finite time in ``BucketTuning.times``) and
+    is at most ``(1 + tolerance)`` times its winner's time; among those assignments the one with the
+    fewest ranges (runs of one configuration) is taken, then the smallest sum over buckets of time /
+    winner's time, then the earliest in the rankings. It is exact (a dynamic programme over buckets)
+    and deterministic. A bucket's winner is kept whenever no range is saved by giving it up (its
+    ratio, 1, is the smallest), and with ``tolerance`` 0 or no times the winners are returned
+    unchanged, so exact ties never move.
+    """
+    if tolerance <= 0 or not all(t.times for t in tunings):
+        return list(winners)
+    # per bucket: (config, time / winner's time), the winner first, then its ranking's order
+    allowed: list[list[tuple[Config, float]]] = []
+    for t, w in zip(tunings, winners, strict=True):
+        tw = t.times.get(w, math.inf)
+        ok = [(w, 1.0)]
+        if 0 < tw < math.inf:
+            ok += [(c, t.times[c] / tw) for c in t.ranking
+                   if c != w and c not in excluded and math.isfinite(t.times.get(c, math.inf))
+                   and t.times[c] <= (1 + tolerance) * tw]
+        allowed.append(ok)
+    # state per config ending the prefix: ((ranges, ratio sum, positions), path)
+    prev: dict[Config, tuple[tuple[int, float, int], list[Config]]] = {}
+    for ok in allowed:
+        switch = min(prev.values(), key=lambda v: v[0]) if prev else ((0, 0.0, 0), [])
+        cur: dict[Config, tuple[tuple[int, float, int], list[Config]]] = {}
+        for pos, (cfg, ratio) in enumerate(ok):
+            options = [((switch[0][0] + 1, switch[0][1], switch[0][2]), switch[1])]
+            if cfg in prev:
+                options.append(prev[cfg])
+            (n, r, p), path = min(options, key=lambda v: v[0])
+            cur[cfg] = ((n, r + ratio, p + pos), [*path, cfg])
+        prev = cur
+    return min(prev.values(), key=lambda v: v[0])[1]
+
+
+def choose(tunings: Sequence[BucketTuning], attempt: Attempt, tolerance: float = 0.0) -> Choice:
+    """Winners per bucket with the fallback of the module docstring; raises if a bucket runs dry.
+
+    ``tolerance``: near ties do not split ranges (:func:`settle_near_ties`; 0 = exact winners, the
+    catalog's choice: its buckets are tuned per protocol and instance count, and its report quotes
+    each bucket's winner)."""
     excluded: dict[Config, str] = {}
     while True:
         winners = []
@@ -247,6 +299,7 @@ def choose(tunings: Sequence[BucketTuning], attempt: Attempt) -> Choice:
                 raise SynthError(f"no configuration can be emitted for sizes {t.bucket.lo}.."
                                  f"{t.bucket.hi} ({reasons or 'no candidate runs at that size'})")
             winners.append(pick)
+        winners = settle_near_ties(tunings, winners, excluded, tolerance)
         ranges = merge([t.bucket for t in tunings], winners)
         failed = False
         for r in ranges:

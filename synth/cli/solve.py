@@ -60,7 +60,10 @@ from .console import err, out
               type=click.Choice(["exec", "legacy", "rccl"]), help="Runtime the XML is for.")
 @click.option("--proto", default="Simple", show_default=True,
               type=click.Choice(["Simple", "LL", "LL128"]))
-@click.option("--instances", default=1, show_default=True, help="XML instances (channels).")
+@click.option("--instances", type=int, default=None,
+              help="XML instances (channel sets; every chunk split that many ways). Default: "
+                   "the program model picks 1, 2, 4 or 8 per size range (each file names its "
+                   "count); the lock-step model and --format mscclpp use 1.")
 @click.option("--max-threadblocks", default=64, show_default=True,
               help="Threadblocks per rank an XML may use (all run at once, one SM each); a "
                    "candidate that needs more is passed over, with the count, in the notes.")
@@ -99,7 +102,7 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
           chunks: int | None, root: int | None, inplace: bool | None, sizes: str | None,
           time_limit: float | None, steps: int | None, rounds: int | None, least_steps: bool,
           engine: str | None, sketch: str | None, solver: str | None, want_xml: bool,
-          xml_profile: str, proto: str, instances: int, max_threadblocks: int,
+          xml_profile: str, proto: str, instances: int | None, max_threadblocks: int,
           min_bytes: str, max_bytes: str, out_format: str, target: str, tensors: int,
           nbytes: str | None, calibration: str | None, out_dir: str, max_memory: str | None,
           want_program: bool, winners_by: str, as_json: bool) -> None:
@@ -115,6 +118,7 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
         _solve_closed(topo_spec, coll_spec, nodes, target, tensors, nbytes, calibration, out_dir,
                       as_json)
         return
+    from ..catalog.select import INSTANCES
     from ..emit import XmlOptions
     from ..files import check_writable_dir
     from ..solve import commit, prepare_best, prepare_winners
@@ -125,8 +129,10 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
     if (sketch or solver) and encoding not in ("milp", "auto"):
         raise SynthError(f"--sketch and --solver are options of the milp encoding, not of "
                          f"'{encoding}' (use --encoding milp or auto)")
-    if instances < 1:
+    if instances is not None and instances < 1:
         raise SynthError(f"--instances must be at least 1, got {instances}")
+    tried = None if instances is not None else INSTANCES   # the program model's choice
+    instances = instances or 1
     if out_format == "mscclpp" and proto not in ("Simple", "LL"):
         raise SynthError(f"--format mscclpp emits the Simple or LL protocol, not {proto}")
     size_list = parse_sizes(sizes) if sizes else DEFAULT_SIZES
@@ -183,7 +189,7 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
             from ..solve import winners_model
 
             model, decided_by, model_notes = winners_model(result, topology, xml, winners_by,
-                                                           calibration)
+                                                           calibration, instances=tried)
             result.notes += model_notes
             written = prepare_winners(result, target, xml, model,
                                       _calibration_tag(calibration), decided_by)
@@ -226,14 +232,15 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
 def _runtime(result: Any, written: Any, topology: Topology, sizes: list[int], proto: str,
              instances: int, calibration: str | None) -> Any:
     """:func:`synth.solve.runtime_profile` of what serves each size (the best candidate's file
-    when no size ranges were chosen); ``max_bytes`` is the largest range's file's."""
+    when no size ranges were chosen), each range with its file's instances; ``max_bytes`` and
+    ``instances`` are the largest range's file's."""
     from ..solve import RuntimeProfile, runtime_profile
 
     if not written.ranges:
         return runtime_profile(result.best.schedule, topology, sizes, proto, instances, calibration)
-    parts = [runtime_profile(r.candidate.schedule, topology, list(r.sizes), proto, instances,
+    parts = [runtime_profile(r.candidate.schedule, topology, list(r.sizes), proto, r.instances,
                              calibration) for r in written.ranges if r.sizes]
-    return RuntimeProfile(proto, instances, parts[-1].max_bytes, parts[-1].source,
+    return RuntimeProfile(proto, parts[-1].instances, parts[-1].max_bytes, parts[-1].source,
                           [p for part in parts for p in part.points])
 
 
@@ -458,12 +465,12 @@ def _print_solve(result: Any, files: list[str], written: Any, vs_nccl: Any = Non
         by = written.winners_by
         rt = Table(title=f"size range -> file, winners by the {by} model (times and % of bound "
                          "at the range's largest size)")
-        for col in ("min bytes", "max bytes", "algorithm", f"{by} µs", "lock-step µs",
+        for col in ("min bytes", "max bytes", "algorithm", "x", f"{by} µs", "lock-step µs",
                     "% of bound", "file"):
             rt.add_column(col, justify="left" if col in ("algorithm", "file") else "right")
         for row_ in ranges_table(result, written.ranges, written.range_files, by):
             rt.add_row(str(row_["min_bytes"]), str(row_["max_bytes"] or "unbounded"),
-                       row_["algorithm"],
+                       row_["algorithm"], str(row_["instances"]),
                        f"{row_['decided_us']:.2f}" if row_["decided_us"] is not None else "—",
                        f"{row_['time_us']:.2f}" if row_["time_us"] else "—",
                        f"{row_['pct_of_bound']:.1f}" if row_["pct_of_bound"] else "—",
