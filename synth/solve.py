@@ -379,7 +379,9 @@ once per grid iteration). Measured at 8-16 µs of simulation each (dgx1 and trn1
 the same on every machine. It counts simulation only: compiling and verifying each candidate's XML
 once is not counted (the CLI's size guards have already passed over candidates too large for the
 runtime; the whole program-model phase, compiles included, measured 4.5 s on dgx_a100 x2, 10 s
-on dgx1 and 44 s on trn1_32 allgather)."""
+on dgx1 and 44 s on trn1_32 allgather at one instance count). The higher instance counts
+(:class:`ProgramTimeModel`, ``synth solve`` without ``--instances``) get this budget again, their
+own: where it runs out they stop with a note and the winners are still the program model's."""
 
 PRUNE_FACTOR = 2.0
 """At each size a candidate is simulated only if its lock-step time is at most this many times
@@ -456,7 +458,9 @@ class ProgramTimeModel:
     :func:`choose_ranges`, so a range whose options equal the solve's reuses the compile here.
     Simulation runs in :meth:`run`, which stops with :class:`ProgramBudgetExceeded` before the
     first count's timing would spend more than ``budget`` estimated work (:func:`program_cost`);
-    the higher counts spend what is left, and where that runs out they stop with a note.
+    the higher counts have a ``budget`` of their own (so the first count's timing, which decides
+    whether the program model decides at all, is as before), spent largest size first, and stop
+    with a note where it runs out.
     """
 
     name = "program"
@@ -478,6 +482,8 @@ class ProgramTimeModel:
         self.notes: list[str] = []
         self.cost = 0
         """Estimated work spent so far (:func:`program_cost` units)."""
+        self.instances_cost = 0
+        """The part of ``cost`` spent on the higher instance counts (their own ``budget``)."""
         self.simulated = 0
         """(candidate, instances, size) triples simulated."""
         self.skipped = 0
@@ -509,9 +515,10 @@ class ProgramTimeModel:
 
         The first count: largest size first, so the most expensive sizes meet the budget first,
         and at each size the candidates fastest by lock-step first, pruned by lock-step
-        (:data:`PRUNE_FACTOR`). Each higher count ``2i``: a candidate is compiled and simulated at
-        a size only where, at the count before, it ran within the prune factor of the fastest
-        candidate at that count and, from the third count on, that count beat the one before it
+        (:data:`PRUNE_FACTOR`). Then, largest size first, each higher count ``2i``: a candidate
+        is compiled and simulated at a size only where, at the count before, it ran within the
+        prune factor of the fastest candidate at that count and, from the third count on, that
+        count beat the one before it
         (once doubling stops paying, doubling again is not tried). All counts, no clock, so two
         runs decide alike.
 
@@ -541,11 +548,13 @@ class ProgramTimeModel:
             if program is None:
                 return math.inf
             cost = program_cost(program, sizes[i], self.xml.profile)
-            if self.cost + cost > self.budget:
-                if first:
-                    raise ProgramBudgetExceeded(self.cost, cost, self.budget, sizes[i], c.name)
-                raise _StopInstances(f"{c.name} x{inst} on {sizes[i]} bytes would pass the "
+            if first and self.cost + cost > self.budget:
+                raise ProgramBudgetExceeded(self.cost, cost, self.budget, sizes[i], c.name)
+            if not first and self.instances_cost + cost > self.budget:
+                raise _StopInstances(f"{c.name} x{inst} on {sizes[i]} bytes would pass their "
                                      f"budget ({self.budget:,.0f} op-iterations)")
+            if not first:
+                self.instances_cost += cost
             self.cost += cost
             self.simulated += 1
             if program.proto not in models:
@@ -567,10 +576,10 @@ class ProgramTimeModel:
                     continue
                 best = min(best, simulate(c, base, i, True))
         try:
-            for k, inst in enumerate(self.instances[1:], start=1):
-                prev = self.instances[k - 1]
-                before = self.instances[k - 2] if k >= 2 else None
-                for i in largest_first:
+            for i in largest_first:     # sizes outer: the budget goes to the largest sizes first
+                for k, inst in enumerate(self.instances[1:], start=1):
+                    prev = self.instances[k - 1]
+                    before = self.instances[k - 2] if k >= 2 else None
                     ref = min(times[(c.name, prev)][i] for c in cands)
                     order = sorted(cands, key=lambda c: (times[(c.name, prev)][i], c.name))
                     for c in order:
