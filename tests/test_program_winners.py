@@ -244,3 +244,11 @@ def test_near_ties_do_not_split_ranges():
     assert _ranges(t, 0.01, fail=("A",)) == [("C", (0, 1, 2))]
     # deterministic: the same answer every time
     assert len({tuple(_ranges(t, 0.01)) for _ in range(5)}) == 1
+    # the catalog's tunings carry no times (and it passes no tolerance): its winners never move
+    from dataclasses import replace
+
+    from synth.catalog.select import settle_near_ties
+
+    t, _ = _tunings([(100, 101, 200), (100.15, 100.0, 200), (100, 100.5, 200)])
+    bare = [replace(x, times={}) for x in t]
+    assert settle_near_ties(bare, [x.ranking[0] for x in t], (), 0.01) == [x.ranking[0] for x in t]
