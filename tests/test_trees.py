@@ -210,3 +210,27 @@ def test_sparse_fabric_keeps_the_bound_and_rail_stripes_limit_peers():
     # 1 local peer + about 64/2 + 1 fabric peers instead of 63
     assert max(len(p) for p in peers.values()) <= 1 + 64 // 2 + 2
     assert _pct(s, topo) > 80.0
+
+
+def test_aligned_candidate_has_power_of_two_pieces_and_verifies():
+    """trn1_32 packs best with 120 pieces per root, which no runtime selects at a power-of-two
+    size (nchunksperloop 3840): trees_aligned plans power-of-two pieces within the budget."""
+    topo = load_topology("trn1_32")
+    found = run_encoding("trees", topo, make_collective("allgather", 32), Options())
+    assert found["trees"].collective.chunks_per_rank & (found["trees"].collective.chunks_per_rank - 1)
+    k = found["trees_aligned"].collective.chunks_per_rank
+    assert k & (k - 1) == 0 and 2 * 31 * k <= 3584
+    verify(found["trees_aligned"], topo)
+
+
+def test_striped_candidate_when_a_rank_has_too_many_peers():
+    from synth.encodings.trees.encoding import max_peers
+
+    topo = load_topology("dgx_a100", 12)
+    found = run_encoding("trees", topo, make_collective("allgather", 96),
+                         Options(extra={"striped_peers": 8, "small_size": 0}))
+    main, striped = found["trees"], found["trees_striped"]
+    assert max_peers(main) > 8 and max_peers(striped) < max_peers(main)
+    k = striped.collective.chunks_per_rank
+    assert k & (k - 1) == 0
+    verify(striped, topo)

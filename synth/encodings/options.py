@@ -209,6 +209,11 @@ class TreesOptions(EncodingOptions):
     count is a multiple of its ``nchunksperloop`` (spec §3.1), so a 120-piece plan never serves a
     power-of-two call; 3584 = 64 threadblocks (the default budget) of 56 steps (the exec limit of
     64, less an eighth for dependency nops)."""
+    striped_peers: int = 64
+    """When the main candidate's busiest rank exchanges with more peers than this in one direction
+    (each peer needs a threadblock of its own: 64 is the default budget), a candidate
+    ``trees_striped`` is planned with ``rail_stripes`` and power-of-two pieces within
+    ``aligned_ops``, so that a file can be written at all; 0: none."""
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,10 @@ Options (:class:`..options.TreesOptions`): ``size`` (bytes the plan is tuned for
 per root, e.g. to fit a runtime's per-rank instruction limit), ``small_size`` (a second
 candidate ``trees_<size>`` is planned for this size, default 1 MiB; 0: none), ``rail_stripes``
 (each rank talks to about nodes/8 fabric peers instead of all nodes: fits MSCCL's 32 threadblocks
-per channel).
+per channel), ``aligned_ops`` and ``striped_peers`` (the runtime-friendly candidates
+``trees_aligned``, power-of-two pieces, and ``trees_striped``, rail stripes, planned beside the
+main one when its file could not run at power-of-two sizes or needs a threadblock per peer beyond
+the default budget).
 """
 
 from __future__ import annotations
@@ -290,7 +293,44 @@ def trees_encoding(topology: Topology, collective: Collective, options: Options)
                             f"{', '.join(map(str, aligned))})"):
             out["trees_aligned"] = _schedule_for(topology, kind, collective, phases, group, roots,
                                                  aligned, size, rooted, "trees_aligned")
+    if not (rooted or stripes or options.chunks) and opts.striped_peers and \
+            max_peers(out["trees"]) > opts.striped_peers:
+        striped = _striped(topology, kind, collective, opts, time_limit)
+        if max_peers(striped) < max_peers(out["trees"]):   # else the machine has nothing to stripe
+            out["trees_striped"] = striped
     return out
+
+
+def max_peers(schedule: Schedule) -> int:
+    """The most distinct peers one rank sends to, or receives from."""
+    sends: set[tuple[int, int]] = set()
+    for step in schedule.steps:
+        sends.update((t.src, t.dst) for t in step.transfers)
+    if not sends:
+        return 0
+    pairs = np.array(sorted(sends), dtype=np.int64)
+    return int(max(np.bincount(pairs[:, 0]).max(), np.bincount(pairs[:, 1]).max()))
+
+
+def _striped(topology: Topology, kind: str, collective: Collective, opts: TreesOptions,
+             time_limit: float) -> Schedule:
+    """``trees_striped`` (:class:`TreesOptions` ``striped_peers``): the packing over the rail
+    stripes (each rank reaches about nodes/8 fabric peers), power-of-two pieces within
+    ``aligned_ops`` instructions per rank."""
+    n = topology.num_ranks
+    group = rank_group(topology, enabled=opts.symmetry, nodes_only=True)
+    roots = tuple(group.reps)
+    with progress.phase(f"trees: packing trees_striped (rail stripes, symmetry {group.describe()})"):
+        phases = pack_phases(topology, kind, group, roots, time_limit_s=0.25 * time_limit,
+                             stripes=True)
+    kmax = max(1, min(opts.max_transfers // max((n - 1) * n * len(phases), 1),
+                      opts.max_tasks // max((n - 1) * len(roots), 1), 1024))
+    top = min(kmax, max(1, opts.aligned_ops // max(1, 2 * (n - 1) * len(phases))))
+    p = 1 << (top.bit_length() - 1)
+    ks = sorted({max(1, p // 2), p})
+    with progress.phase(f"trees: planning trees_striped (pieces per root: {', '.join(map(str, ks))})"):
+        return _schedule_for(topology, kind, collective, phases, group, roots, ks, opts.size,
+                             False, "trees_striped")
 
 
 def aligned_pieces(k: int, n: int, n_phases: int, kmax: int, max_ops: int) -> list[int]:
