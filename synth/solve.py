@@ -606,6 +606,33 @@ class ProgramTimeModel:
         return self.at(candidate, self.instances[0])
 
 
+COMPILE_WEIGHT = 4
+"""Op-iterations one compiled and verified XML step is worth in :func:`estimated_program_work`
+(compile + interpreter about 60 µs a step on trn1_32, simulation 8-16 µs an op-iteration)."""
+
+
+def estimated_program_work(result: SolveResult, xml: XmlOptions) -> int:
+    """Work the program model cannot avoid, estimated from the schedules before anything is
+    compiled: every candidate compiled once (:data:`COMPILE_WEIGHT` per step) and timed once at the
+    largest size. Steps per rank come from :func:`synth.guards.xml_estimate` (an under-estimate:
+    nops, copies and unfused sends come on top), grid iterations from the chunk size against the
+    protocol's slice (spec §3.5). A 512-rank machine's candidates are far over the budget here,
+    so ``auto`` decides by lock-step without spending minutes compiling files it cannot time."""
+    from .emit.interpreter import LL128_CHUNK_BYTES, LL_CHUNK_BYTES, SIMPLE_CHUNK_BYTES
+    from .guards import xml_estimate
+
+    slice_bytes = {"Simple": SIMPLE_CHUNK_BYTES, "LL": LL_CHUNK_BYTES,
+                   "LL128": LL128_CHUNK_BYTES}.get(xml.proto, SIMPLE_CHUNK_BYTES)
+    largest = max(p.bytes for p in result.best.costs)
+    total = 0
+    for c in result.candidates:
+        est = xml_estimate(c.schedule, xml.instances)
+        steps = (est.receives + est.sends) * xml.instances * c.schedule.collective.num_ranks
+        chunk = largest / max(1, c.schedule.collective.buffer_chunks * xml.instances)
+        total += steps * (COMPILE_WEIGHT + max(1, math.ceil(chunk / slice_bytes)))
+    return int(total)
+
+
 class _StopInstances(Exception):
     """The higher instance counts would pass the budget: they stop where they are."""
 
@@ -643,6 +670,14 @@ def winners_model(result: SolveResult, topology: Topology, xml: XmlOptions | Non
     if xml is None or xml_unsupported_reason(result.best.schedule, xml):
         return lockstep_model, "lockstep", ["winners by the lock-step model: no XML to time "
                                             "with the program model"]
+    if winners_by == "auto":
+        ahead = estimated_program_work(result, xml)
+        if ahead > budget:
+            return lockstep_model, "lockstep", [
+                f"winners by the lock-step model: compiling and timing the {len(result.candidates)}"
+                f" candidates once at the largest size is estimated at {ahead:,} op-iterations "
+                f"before any is compiled, over the program model's budget ({budget:,.0f}; "
+                "--winners-by program times them all)"]
     model = ProgramTimeModel(result, topology, xml, calibration,
                              math.inf if winners_by == "program" else budget,
                              instances=instances)

@@ -83,6 +83,22 @@ def test_over_budget_falls_back_to_lockstep_with_a_note(dgx1_allgather):
     assert winners_model(res, topo, None, "auto")[1] == "lockstep"
 
 
+def test_work_estimated_over_the_budget_compiles_nothing(dgx1_allgather, monkeypatch):
+    """auto decides by lock-step before compiling anything when the compiles and one timing per
+    candidate are already estimated over the budget (a 512-rank machine: minutes per compile)."""
+    topo, res = dgx1_allgather
+    ahead = solve_mod.estimated_program_work(res, XmlOptions())
+    assert ahead > 0
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("compiled although the estimate is over the budget")
+
+    monkeypatch.setattr(solve_mod, "emit_verified_xml", no_compile)
+    model, by, notes = winners_model(res, topo, XmlOptions(), "auto", budget=ahead - 1)
+    assert model is lockstep_model and by == "lockstep"
+    assert any("before any is compiled" in n for n in notes)
+
+
 def test_range_table_reports_the_deciding_model(dgx1_allgather, tmp_path):
     topo, res = dgx1_allgather
     model, by, _ = winners_model(res, topo, XmlOptions(), "program")
