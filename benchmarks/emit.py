@@ -35,11 +35,12 @@ from typing import Any
 
 from harness import RESULTS, commit, cpus, load_average, machine, python_version, stopwatch, write_results
 
+from synth.catalog.select import INSTANCES
 from synth.collectives import make_collective
 from synth.emit.xml_parse import parse_program
 from synth.errors import SynthError
 from synth.program_model import program_times_us
-from synth.solve import solve, write_winners
+from synth.solve import DEFAULT_XML, solve, winners_model, write_winners
 from synth.topology_io import load_topology
 
 GiB = 2 ** 30
@@ -69,7 +70,8 @@ def _why(best: str, written: str, notes: list[str]) -> str:
     return "; ".join(mine) or f"{best} is faster at 1 GiB but another candidate's file was chosen"
 
 
-def run_case(name: str, topo: str, nodes: int, coll: str) -> dict[str, Any]:
+def run_case(name: str, topo: str, nodes: int, coll: str, winners_by: str = "auto"
+             ) -> dict[str, Any]:
     row: dict[str, Any] = {"case": name, "topology": topo, "nodes": nodes, "collective": coll}
     start = stopwatch()
     topology = load_topology(topo, nodes)
@@ -80,8 +82,15 @@ def run_case(name: str, topo: str, nodes: int, coll: str) -> dict[str, Any]:
         at = {c.name: {p.bytes: p for p in c.costs}[GiB] for c in result.candidates}
         best = max(at, key=lambda n: (at[n].pct_of_bound, n))
         with tempfile.TemporaryDirectory() as tmp:
-            written = write_winners(result, Path(tmp))
+            # the CLI's default: the program model decides (with the instance count) where its
+            # estimated work fits its budget, else lock-step (the note says which)
+            model, by, notes = winners_model(result, topology, DEFAULT_XML, winners_by,
+                                             instances=INSTANCES)
+            result.notes += notes
+            written = write_winners(result, Path(tmp), DEFAULT_XML, model, winners_by=by)
+            row["winners_by"] = by
             serving = next(r for r in written.ranges if GiB in r.sizes)
+            row["instances_1g"] = serving.instances
             if serving.xml is not None:
                 sim = stopwatch()
                 program = parse_program(serving.xml, "serving 1 GiB", "exec")
@@ -119,18 +128,22 @@ def markdown(data: dict[str, Any]) -> str:
         "",
         f"Machine: {env['machine']}, {env['cpu_count']} CPUs shared with other jobs (load "
         f"averages per case in emit.json); Python {env['python']}; commit {env['commit']}. "
-        "Default `solve` per case (auto encoding, 1 KB..1 GB, exec profile, Simple, 1 instance, "
-        "threadblock budget 64). `best %` and `written %`: % of bound at 1 GiB under the lock-step "
-        "model; `program %`: the written file under the timed program model, same bound. `lost` "
-        "= best − written (lock-step), in points.",
+        f"Default `solve` per case (auto encoding, 1 KB..1 GB, exec profile, Simple, threadblock "
+        f"budget 64), winners decided `--winners-by {data.get('winners_by', 'lockstep')}` (auto: "
+        "the timed program model, which also picks each file's instance count, where its "
+        "estimated work fits its budget, else lock-step; `by` says which decided). `best %` and "
+        "`written %`: % of bound at 1 GiB under the lock-step model (the wire: what the schedule "
+        "moves); `program %`: the written file under the timed program model (what the runtime "
+        "does with it: threadblock copy rates, FIFO slots, launch), same bound. `lost` = best − "
+        "written (lock-step), in points.",
         "",
         "| case | ranks | best candidate | best % | written (serves 1 GiB) | written % | program % "
-        "| lost | bar | ranges | wall s | why |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| by | lost | bar | ranges | wall s | why |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in data["cases"]:
         if r.get("status") != "ok":
-            lines.append(f"| {r['case']} | {r.get('ranks', '')} | — | — | — | — | — | — | "
+            lines.append(f"| {r['case']} | {r.get('ranks', '')} | — | — | — | — | — | — | — | "
                          f"{BARS.get(r['case'], '')} | — | {r['wall_s']} | error: "
                          f"{r.get('error', r.get('status'))} |")
             continue
@@ -138,9 +151,10 @@ def markdown(data: dict[str, Any]) -> str:
         if "bar" in r:
             bar = f"≥ {r['bar']:g}: {'meets' if r['meets_bar'] else 'misses'}"
         why = "" if r["lost"] <= 0 else r["why"].replace("|", "/")  # 0: a tie at 1 GiB
+        written = r["written"] + (f" x{r['instances_1g']}" if r.get("instances_1g", 1) > 1 else "")
         lines.append(f"| {r['case']} | {r['ranks']} | {r['best']} | {r['best_pct']} | "
-                     f"{r['written']} | {r['written_pct']} | {r.get('program_pct', '—')} | "
-                     f"{r['lost']} | {bar} | {r['ranges']} | "
+                     f"{written} | {r['written_pct']} | {r.get('program_pct', '—')} | "
+                     f"{r.get('winners_by', 'lockstep')} | {r['lost']} | {bar} | {r['ranges']} | "
                      f"{r['wall_s']} | {why} |")
     missing = [c[0] for c in CASES if c[0] not in {r["case"] for r in data["cases"]}]
     if missing:
@@ -152,10 +166,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="comma-separated case names")
     ap.add_argument("--add", default=None, help="JSON lines of rows run_case measured elsewhere")
+    ap.add_argument("--winners-by", default="auto", choices=("auto", "program", "lockstep"),
+                    help="the model that decides the winners (results/emit.md: auto, the CLI's "
+                         "default; otherwise results/emit_<model>.md)")
     args = ap.parse_args()
     only = {c for c in args.only.split(",") if c}
     previous: dict[str, Any] = {}
-    old = RESULTS / "emit.json"
+    stem = "emit" if args.winners_by == "auto" else f"emit_{args.winners_by}"
+    old = RESULTS / f"{stem}.json"
     if only and old.exists():
         previous = {r["case"]: r for r in json.loads(old.read_text())["cases"]}
     if args.add:
@@ -172,14 +190,14 @@ def main() -> None:
                 rows.append(previous[name])
             continue
         before = load_average(2)
-        row = run_case(name, topo, nodes, coll)
+        row = run_case(name, topo, nodes, coll, args.winners_by)
         row["load_before"], row["load_after"] = before, load_average(2)
         row["commit"] = env["commit"]
         print(json.dumps({k: row.get(k) for k in ("case", "status", "best_pct", "written_pct",
                                                   "lost", "wall_s")}), flush=True)
         rows.append(row)
-    data = {"environment": env, "cases": rows}
-    write_results("emit", data, markdown(data))
+    data = {"environment": env, "winners_by": args.winners_by, "cases": rows}
+    write_results(stem, data, markdown(data))
 
 
 if __name__ == "__main__":
