@@ -121,8 +121,11 @@ def run_case(name: str, topo: str, nodes: int, coll: str, winners_by: str = "aut
     return row
 
 
-def markdown(data: dict[str, Any]) -> str:
+def markdown(data: dict[str, Any], lockstep: dict[str, Any] | None = None) -> str:
+    """The table; with ``lockstep`` (the rows of a ``--winners-by lockstep`` run) each row also
+    gives the program model's % of the file lock-step would have written, side by side."""
     env = data["environment"]
+    other = {r["case"]: r for r in (lockstep or {}).get("cases", [])}
     lines = [
         "# Emit: the best schedule found vs the program written (issue 15)",
         "",
@@ -138,12 +141,12 @@ def markdown(data: dict[str, Any]) -> str:
         "written (lock-step), in points.",
         "",
         "| case | ranks | best candidate | best % | written (serves 1 GiB) | written % | program % "
-        "| by | lost | bar | ranges | wall s | why |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| by | lock-step's pick: program % | lost | bar | ranges | wall s | why |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in data["cases"]:
         if r.get("status") != "ok":
-            lines.append(f"| {r['case']} | {r.get('ranks', '')} | — | — | — | — | — | — | — | "
+            lines.append(f"| {r['case']} | {r.get('ranks', '')} | — | — | — | — | — | — | — | — | "
                          f"{BARS.get(r['case'], '')} | — | {r['wall_s']} | error: "
                          f"{r.get('error', r.get('status'))} |")
             continue
@@ -152,9 +155,16 @@ def markdown(data: dict[str, Any]) -> str:
             bar = f"≥ {r['bar']:g}: {'meets' if r['meets_bar'] else 'misses'}"
         why = "" if r["lost"] <= 0 else r["why"].replace("|", "/")  # 0: a tie at 1 GiB
         written = r["written"] + (f" x{r['instances_1g']}" if r.get("instances_1g", 1) > 1 else "")
+        if r.get("winners_by") == "program" and r["lost"] > 0:
+            generic = why.endswith("another candidate's file was chosen")
+            why = (f"the program model runs the written file faster at 1 GiB than {r['best']}'s "
+                   f"in every configuration it timed" + ("" if generic else f"; {why}"))
+        o = other.get(r["case"], {})
+        pick = f"{o['written']}: {o['program_pct']}" if "program_pct" in o else "—"
         lines.append(f"| {r['case']} | {r['ranks']} | {r['best']} | {r['best_pct']} | "
                      f"{written} | {r['written_pct']} | {r.get('program_pct', '—')} | "
-                     f"{r.get('winners_by', 'lockstep')} | {r['lost']} | {bar} | {r['ranges']} | "
+                     f"{r.get('winners_by', 'lockstep')} | {pick} | {r['lost']} | {bar} | "
+                     f"{r['ranges']} | "
                      f"{r['wall_s']} | {why} |")
     missing = [c[0] for c in CASES if c[0] not in {r["case"] for r in data["cases"]}]
     if missing:
@@ -166,12 +176,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="comma-separated case names")
     ap.add_argument("--add", default=None, help="JSON lines of rows run_case measured elsewhere")
+    ap.add_argument("--render", action="store_true",
+                    help="rewrite the markdown from the JSON already in results/, run nothing")
     ap.add_argument("--winners-by", default="auto", choices=("auto", "program", "lockstep"),
                     help="the model that decides the winners (results/emit.md: auto, the CLI's "
                          "default; otherwise results/emit_<model>.md)")
     args = ap.parse_args()
     only = {c for c in args.only.split(",") if c}
     previous: dict[str, Any] = {}
+    stem0 = "emit" if args.winners_by == "auto" else f"emit_{args.winners_by}"
+    side = RESULTS / "emit_lockstep.json"
+    lockstep = json.loads(side.read_text()) if stem0 != "emit_lockstep" and side.exists() else None
+    if args.render:
+        data = json.loads((RESULTS / f"{stem0}.json").read_text())
+        (RESULTS / f"{stem0}.md").write_text(markdown(data, lockstep))
+        return
     stem = "emit" if args.winners_by == "auto" else f"emit_{args.winners_by}"
     old = RESULTS / f"{stem}.json"
     if only and old.exists():
@@ -197,7 +216,7 @@ def main() -> None:
                                                   "lost", "wall_s")}), flush=True)
         rows.append(row)
     data = {"environment": env, "winners_by": args.winners_by, "cases": rows}
-    write_results(stem, data, markdown(data))
+    write_results(stem, data, markdown(data, lockstep))
 
 
 if __name__ == "__main__":
