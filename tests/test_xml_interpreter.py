@@ -615,3 +615,19 @@ def test_large_ring_is_fast():
     small = ring_allgather(16, 2)
     verify_program(parse_program(to_xml(small), "ring16"))
     rejects(dc.replace(small, proto="Simple"), "deadlock")   # 2 sends up front fill 2 slots
+
+
+def test_declared_chunk_counts_beyond_int16_offsets_are_refused():
+    """A huge s_chunks (or i/o) would make the interpreter hold a cell per chunk (99,999,999:
+    1.8 GB; a fuzz example once took 22 GB): no step can address past offset 32767 anyway."""
+    from pathlib import Path
+
+    from synth.emit.xml_parse import parse_program
+    from synth.errors import SynthError
+
+    text = (Path(__file__).parent / "data" / "msccl_ndv5" / "ndv5__ag-1m.xml").read_text()
+    bad = text.replace('s_chunks="0"', 's_chunks="99999999"', 1)
+    assert bad != text
+    with pytest.raises(SynthError, match="s_chunks=99999999 is above 32768"):
+        parse_program(bad, "x.xml", "exec")
+    parse_program(text.replace('s_chunks="0"', 's_chunks="32768"', 1), "x.xml", "exec")

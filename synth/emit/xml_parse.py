@@ -403,6 +403,11 @@ def parse_program(text: str, source: str = "<xml>", profile: str = "exec") -> Pr
         ic, oc, sc = get_int(g, "i_chunks"), get_int(g, "o_chunks"), get_int(g, "s_chunks")
         if sc < 0:
             raise fail(g, "C2", f"s_chunks={sc} is negative")
+        for what, count in (("i_chunks", ic), ("o_chunks", oc), ("s_chunks", sc)):
+            if count > MAX_OFFSET + 1:     # the interpreter would hold a cell per chunk
+                raise fail(g, "C2", f"{what}={count} is above {MAX_OFFSET + 1}: steps address "
+                                    f"chunks by int16 offsets (at most {MAX_OFFSET}, spec §6), so "
+                                    "no program can use them")
         tbs = []
         for t in g:
             if t.tag != "tb":
