@@ -631,3 +631,18 @@ def test_declared_chunk_counts_beyond_int16_offsets_are_refused():
     with pytest.raises(SynthError, match="s_chunks=99999999 is above 32768"):
         parse_program(bad, "x.xml", "exec")
     parse_program(text.replace('s_chunks="0"', 's_chunks="32768"', 1), "x.xml", "exec")
+
+
+def test_a_huge_threadblock_id_is_refused_without_building_its_range():
+    """A fuzzed tb id of 10**9 once made the id check build a billion-element set (OOM)."""
+    import re
+    from pathlib import Path
+
+    from synth.emit.xml_parse import parse_program
+    from synth.errors import SynthError
+
+    text = (Path(__file__).parent / "data" / "msccl_ndv5" / "ndv5__ag-1m.xml").read_text()
+    bad = re.sub(r'<tb id="\d+"', '<tb id="1000000000"', text, count=1)
+    with pytest.raises(SynthError, match="out of range \\[1000000000\\]"):
+        from synth.emit.interpreter import verify_program
+        verify_program(parse_program(bad, "x.xml", "exec"), profile="exec")

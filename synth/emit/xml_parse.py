@@ -562,9 +562,13 @@ def lint_program(program: Program, profile: str | None = "exec") -> list[str]:
         ntb = len(tids)
         if sorted(tids) != list(range(ntb)):
             dups = sorted({t for t in tids if tids.count(t) > 1})
-            gaps = sorted(set(range(max(tids, default=-1) + 1)) - set(tids))
+            have = set(tids)    # the missing ids among 0..n-1 (an id of 10**9 is not a range to build)
+            gaps = [i for i in range(ntb) if i not in have]
+            out = sorted(t for t in have if not 0 <= t < ntb)
             raise _err("tb_ids", "C3", f"rank {r}: threadblock ids must be unique and exactly "
-                                       f"0..n-1 (duplicated {dups}, missing {gaps})", rank=r)
+                                       f"0..{ntb - 1} (duplicated {dups}, missing {gaps[:8]}"
+                                       f"{' ...' if len(gaps) > 8 else ''}, out of range "
+                                       f"{out[:8]}{' ...' if len(out) > 8 else ''})", rank=r)
         if tids != sorted(tids):
             warn.append(f"[C3] rank {r}: <tb> elements are not in id order (VERIFIER requires it)")
         if prof is not None and ntb > prof.max_tbs:
