@@ -376,10 +376,11 @@ PROGRAM_COST_BUDGET = 3_000_000
 lock-step model, in op-iterations (:func:`program_cost`: one XML step of one threadblock walked
 once per grid iteration). Measured at 8-16 µs of simulation each (dgx1 and trn1_32 allgather,
 1 KB..1 GB), so about 30-50 s: a small fraction of a MILP solve, and a count, so the decision is
-the same on every machine. It counts simulation only: compiling and verifying each candidate's XML
-once is not counted (the CLI's size guards have already passed over candidates too large for the
-runtime; the whole program-model phase, compiles included, measured 4.5 s on dgx_a100 x2, 10 s
-on dgx1 and 44 s on trn1_32 allgather at one instance count). The higher instance counts
+the same on every machine. Before anything is compiled, :func:`estimated_program_work` (compiles
+at :data:`COMPILE_WEIGHT` per step, plus one timing per candidate at the largest size) must fit it
+too; during the timing only simulations are counted (the whole program-model phase, compiles
+included, measured 4.5 s on dgx_a100 x2, 10 s on dgx1 and 44 s on trn1_32 allgather at one
+instance count). The higher instance counts
 (:class:`ProgramTimeModel`, ``synth solve`` without ``--instances``) get this budget again, their
 own: where it runs out they stop with a note and the winners are still the program model's."""
 

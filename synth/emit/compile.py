@@ -202,11 +202,7 @@ def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: in
         ir = P.aggregate(dag, do_aggregate)
         if fuse_on and _unfuse(dag, P.disagreements(ir)):
             continue
-        if instances > 1 and do_aggregate and not P.consistent_groups(ir):
-            ir = P.split_bundles(dag, ir)
-            assert P.consistent_groups(ir)
-        P.order(ir)
-        P.hazards(ir, dag.alias)
+        ir = _ordered(dag, ir, instances, do_aggregate)
         tbs, misfits, bad = _place(ir, lim.max_steps, budget, m, cap, enforce,
                                    max(1, max_threadblocks // instances))
         if misfits:
@@ -245,11 +241,7 @@ def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: in
         except SynthError:
             # over a limit: the same schedule unfused, each connection on as few blocks as it needs
             P.fuse(dag, False)
-            ir = P.aggregate(dag, do_aggregate)
-            if instances > 1 and do_aggregate and not P.consistent_groups(ir):
-                ir = P.split_bundles(dag, ir)
-            P.order(ir)
-            P.hazards(ir, dag.alias)
+            ir = _ordered(dag, P.aggregate(dag, do_aggregate), instances, do_aggregate)
             alt = _place_connections(ir, lim.max_steps, budget, m, cap,
                                      max(1, max_threadblocks // instances))
             if alt is None:
@@ -262,6 +254,17 @@ def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: in
             _check_budget(program, max_threadblocks)
             fused, unfused = 0, candidates if do_fuse else 0
     return _Built(program, fused, unfused)
+
+
+def _ordered(dag: P.Dag, ir: P.Ir, instances: int, do_aggregate: bool) -> P.Ir:
+    """The aggregated Ir made ready for placement: bundles split where instances need every op of a
+    chunk to cover the same chunk group, then the global order and the hazards."""
+    if instances > 1 and do_aggregate and not P.consistent_groups(ir):
+        ir = P.split_bundles(dag, ir)
+        assert P.consistent_groups(ir)
+    P.order(ir)
+    P.hazards(ir, dag.alias)
+    return ir
 
 
 def _place_connections(ir: P.Ir, max_steps: int, max_channels: int, m: int, cap: int,

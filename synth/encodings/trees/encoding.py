@@ -238,8 +238,6 @@ def trees_encoding(topology: Topology, collective: Collective, options: Options)
                             "point-to-point routing (use --encoding flow)")
     opts = TreesOptions.parse(options.extra)
     size = opts.size
-    max_transfers = opts.max_transfers
-    max_tasks = opts.max_tasks
     time_limit = float(options.time_limit_s or 300.0)
     rooted = kind in ("broadcast", "reduce")
     stripes = opts.rail_stripes
@@ -258,11 +256,7 @@ def trees_encoding(topology: Topology, collective: Collective, options: Options)
                              stripes=stripes)
     n_phases = len(phases)
     roots = tuple(roots)
-    # pieces per root: bounded by the transfers the schedule may hold and the tasks we plan
-    per_k_transfers = (n - 1) * (1 if rooted else n) * n_phases
-    per_k_tasks = (n - 1) * len(roots)
-    kmax = max(1, min(max_transfers // max(per_k_transfers, 1), max_tasks // max(per_k_tasks, 1), 1024))
-    kmax = min(kmax, opts.max_pieces if opts.max_pieces is not None else kmax)
+    kmax = max_pieces(n, n_phases, len(roots), rooted, opts)
     if options.chunks:
         ks = [int(options.chunks)]
     else:
@@ -301,15 +295,22 @@ def trees_encoding(topology: Topology, collective: Collective, options: Options)
     return out
 
 
+def max_pieces(n: int, n_phases: int, n_roots: int, rooted: bool, opts: TreesOptions) -> int:
+    """Pieces per root: bounded by the transfers the schedule may hold, the tasks we plan and
+    ``max_pieces``."""
+    per_k_transfers = (n - 1) * (1 if rooted else n) * n_phases
+    per_k_tasks = (n - 1) * n_roots
+    kmax = max(1, min(opts.max_transfers // max(per_k_transfers, 1),
+                      opts.max_tasks // max(per_k_tasks, 1), 1024))
+    return min(kmax, opts.max_pieces if opts.max_pieces is not None else kmax)
+
+
 def max_peers(schedule: Schedule) -> int:
-    """The most distinct peers one rank sends to, or receives from."""
-    sends: set[tuple[int, int]] = set()
-    for step in schedule.steps:
-        sends.update((t.src, t.dst) for t in step.transfers)
-    if not sends:
-        return 0
-    pairs = np.array(sorted(sends), dtype=np.int64)
-    return int(max(np.bincount(pairs[:, 0]).max(), np.bincount(pairs[:, 1]).max()))
+    """The most distinct peers one rank sends to, or receives from: the threadblocks its program
+    needs at least (:func:`synth.guards.xml_estimate`, which the size guards use too)."""
+    from ...guards import xml_estimate
+
+    return xml_estimate(schedule).threadblocks
 
 
 def _striped(topology: Topology, kind: str, collective: Collective, opts: TreesOptions,
@@ -323,11 +324,8 @@ def _striped(topology: Topology, kind: str, collective: Collective, opts: TreesO
     with progress.phase(f"trees: packing trees_striped (rail stripes, symmetry {group.describe()})"):
         phases = pack_phases(topology, kind, group, roots, time_limit_s=0.25 * time_limit,
                              stripes=True)
-    kmax = max(1, min(opts.max_transfers // max((n - 1) * n * len(phases), 1),
-                      opts.max_tasks // max((n - 1) * len(roots), 1), 1024))
-    top = min(kmax, max(1, opts.aligned_ops // max(1, 2 * (n - 1) * len(phases))))
-    p = 1 << (top.bit_length() - 1)
-    ks = sorted({max(1, p // 2), p})
+    kmax = max_pieces(n, len(phases), len(roots), False, opts)
+    ks = power_of_two_pieces(n, len(phases), kmax, opts.aligned_ops) or [1]
     with progress.phase(f"trees: planning trees_striped (pieces per root: {', '.join(map(str, ks))})"):
         return _schedule_for(topology, kind, collective, phases, group, roots, ks, opts.size,
                              False, "trees_striped")
@@ -339,6 +337,12 @@ def aligned_pieces(k: int, n: int, n_phases: int, kmax: int, max_ops: int) -> li
     ``max_ops``; none when ``k`` is a power of two already or nothing fits."""
     if max_ops <= 0 or k & (k - 1) == 0:
         return []
+    return power_of_two_pieces(n, n_phases, kmax, max_ops)
+
+
+def power_of_two_pieces(n: int, n_phases: int, kmax: int, max_ops: int) -> list[int]:
+    """The two largest powers of two up to ``kmax`` whose ``2 (n - 1) k`` instructions per rank
+    and phase fit ``max_ops`` (none when not even 1 does)."""
     top = min(kmax, max_ops // max(1, 2 * (n - 1) * n_phases))
     if top < 1:
         return []
