@@ -75,3 +75,52 @@ def test_an_over_budget_program_is_placed_per_connection(trees_trn1, monkeypatch
     # within the budget the fused program is kept
     assert any(s.type == "rcs" for g in compile_schedule(trees_trn1).gpus for tb in g.tbs
                for s in tb.steps)
+
+
+def _unfused_ir(schedule):
+    from synth.emit import compile as C
+    from synth.emit import passes as P
+
+    dag = P.lower(schedule, C._mode(schedule, "exec", None))
+    P.fuse(dag, False)
+    return C._ordered(dag, P.aggregate(dag, True), 1, True)
+
+
+def test_a_connection_on_several_blocks_deals_its_ops_in_turn(trees_trn1):
+    """Every block of a connection has work all through the schedule (not one contiguous run
+    each, which leaves one block copying at a time), and spare blocks of a budget go to the
+    connections with the most ops per block."""
+    from synth.emit import passes as P
+
+    ir = _unfused_ir(trees_trn1)
+    cap = 8
+    fewest = P.allocate_connections(ir, cap, 64, MAX_TBS_PER_CHANNEL)
+    minimal = max(len(row) for row in fewest)
+    conns: dict[tuple[int, int], list[int]] = {}
+    for op in ir.ordered:
+        if op.sendp >= 0:
+            conns.setdefault((op.rank, op.sendp), []).append(op.chan)
+    for chans in conns.values():
+        runs = len(set(chans))
+        assert runs == -(-len(chans) // cap)
+        assert chans == [chans[i % runs] for i in range(len(chans))]    # round robin
+    wide = P.allocate_connections(ir, cap, 64, MAX_TBS_PER_CHANNEL, budget=minimal + 8)
+    blocks = [len(row) for row in wide]
+    assert minimal < max(blocks) <= minimal + 8
+    spread: dict[tuple[int, int], int] = {}
+    for op in ir.ordered:
+        if op.sendp >= 0:
+            spread.setdefault((op.rank, op.sendp), set()).add(op.chan)
+    busiest = max(conns, key=lambda c: (len(conns[c]), c))
+    assert len(spread[busiest]) > len(set(conns[busiest]))
+
+
+def test_the_fallback_uses_the_budget_it_is_given(trees_trn1):
+    prog = compile_schedule(trees_trn1, max_threadblocks=18)    # the fused program needs 20
+    assert not any(s.type in ("rcs", "rrs", "rrcs") for g in prog.gpus for tb in g.tbs
+                   for s in tb.steps)
+    assert max(len(g.tbs) for g in prog.gpus) <= 18
+    assert max(len(g.tbs) for g in prog.gpus) > max(
+        len(g.tbs) for g in compile_schedule(trees_trn1, max_threadblocks=16).gpus)
+    _, reports = emit_verified_xml(trees_trn1, XmlOptions(max_threadblocks=18))
+    assert {r.mode for r in reports} == {"inplace", "outofplace"}

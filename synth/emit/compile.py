@@ -238,8 +238,10 @@ def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: in
         try:
             check_limits(program, profile)
             _check_budget(program, max_threadblocks)
-        except SynthError:
+        except SynthError as first:
             # over a limit: the same schedule unfused, each connection on as few blocks as it needs
+            # (more where the budget leaves blocks spare); the first error stands if that breaks
+            # a limit too
             P.fuse(dag, False)
             ir = _ordered(dag, P.aggregate(dag, do_aggregate), instances, do_aggregate)
             alt = _place_connections(ir, lim.max_steps, budget, m, cap,
@@ -247,11 +249,12 @@ def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: in
             if alt is None:
                 raise
             second = assemble(alt)
-            if max(len(g.tbs) for g in second.gpus) >= max(len(g.tbs) for g in program.gpus):
-                raise
+            try:
+                check_limits(second, profile)
+                _check_budget(second, max_threadblocks)
+            except SynthError:
+                raise first from None
             program = second
-            check_limits(program, profile)
-            _check_budget(program, max_threadblocks)
             fused, unfused = 0, candidates if do_fuse else 0
     return _Built(program, fused, unfused)
 
@@ -274,7 +277,8 @@ def _place_connections(ir: P.Ir, max_steps: int, max_channels: int, m: int, cap:
     of one channel shared where a rank is still over ``tb_budget`` (:func:`synth.emit.passes.pack`,
     kept only when the progress check still passes). The run length leaves room for copies and
     dependency nops, shorter runs are tried while a block is over ``max_steps``. None when no run
-    length fits."""
+    length fits. Where the fewest blocks leave part of ``tb_budget`` spare, the busiest connections
+    are spread over the spare blocks (kept when that still fits)."""
     for run in (max_steps - max_steps // 8, max_steps - max_steps // 4, max_steps // 2):
         for packing in (True, False):
             per_rank = P.allocate_connections(ir, run, max_channels, MAX_TBS_PER_CHANNEL)
@@ -284,9 +288,20 @@ def _place_connections(ir: P.Ir, max_steps: int, max_channels: int, m: int, cap:
                     continue
                 return None     # cannot happen without fused ops (synth.emit.passes)
             tbs = P.dependencies(per_rank)
-            if max(len(tb.steps) for row in tbs for tb in row) <= max_steps:
+            if max(len(tb.steps) for row in tbs for tb in row) > max_steps:
+                break
+            if packed or max(len(row) for row in per_rank) >= tb_budget:
                 return tbs
-            break
+            wide = P.allocate_connections(ir, run, max_channels, MAX_TBS_PER_CHANNEL, tb_budget)
+            if (max(len(row) for row in wide) <= tb_budget and _side_excess(wide) == 0
+                    and not P.progress(ir, m, cap)):
+                spread = P.dependencies(wide)
+                if max(len(tb.steps) for row in spread for tb in row) <= max_steps:
+                    return spread
+            # the spread did not fit: place the fewest blocks again (the ops carry their placement)
+            per_rank = P.allocate_connections(ir, run, max_channels, MAX_TBS_PER_CHANNEL)
+            P.progress(ir, m, cap)
+            return P.dependencies(per_rank)
     return None
 
 
