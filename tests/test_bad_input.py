@@ -64,6 +64,10 @@ CASES = [
     (["solve", "--topo", "ring:x", "--coll", "allgather"], "whole number"),
     (["topo", "show", "nope"], "unknown topology"),
     (["verify", "missing.json"], "does not exist"),
+    (["solve", "--topo", "dgx1", "--coll", "allgather", "--bogus"], "No such option '--bogus'"),
+    (["solve", "--coll", "allgather"], "Missing option '--topo'"),
+    (["solve", "--topo", "dgx1", "--coll", "allgather", "--proto", "XX"], "Invalid value for '--proto'"),
+    (["nope"], "No such command 'nope'"),
 ]
 
 

@@ -48,6 +48,11 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         err.print("synth: aborted")
         sys.exit(130)
+    except click.UsageError as exc:     # click's own is three lines (usage, hint, error)
+        where = exc.ctx.command_path if exc.ctx is not None else "synth"
+        text = " ".join(exc.format_message().split())
+        err.print(f"{where}: error: {text} (see '{where} --help')", markup=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
