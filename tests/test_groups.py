@@ -182,3 +182,21 @@ def test_synthesis_for_the_shared_machine_moves_traffic_off_a_shared_nic():
     (t_aware,) = schedule_times_us(aware, shared, [size])
     bound = lower_bound(shared, coll).inv_bandwidth_us_per_byte * size
     assert t_aware < 0.8 * t_naive and t_aware <= 1.02 * bound + 10
+
+
+def test_a_failing_group_takes_back_the_folders_of_the_groups_before_it(synth_cli, tmp_path):
+    """--concurrent alone solves group after group; all are written or none."""
+    out = tmp_path / "o"
+    args = ("solve", "--topo", "switch:8", "--coll", "allgather", "--concurrent", "0,1|2,3,4",
+            "--algo", "recursive_doubling")
+    result = synth_cli(*args, "--out", str(out))
+    assert result.returncode == 2 and "power-of-two" in result.stderr, result.stderr
+    assert not out.exists()
+    kept = tmp_path / "k"
+    (kept / "mine").mkdir(parents=True)
+    (kept / "mine" / "notes.txt").write_text("x")
+    assert synth_cli(*args, "--out", str(kept)).returncode == 2
+    assert sorted(p.name for p in kept.iterdir()) == ["mine"]
+    # the first group alone is fine: the folder was written before the second group failed
+    assert synth_cli(*args[:6], "0,1|2,3", *args[7:], "--out", str(out)).returncode == 0
+    assert sorted(p.name for p in out.iterdir()) == ["0_1", "2_3"]

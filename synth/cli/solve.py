@@ -6,6 +6,7 @@ Parse arguments, call the library, print; nothing else lives here.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -247,7 +248,9 @@ def _runtime(result: Any, written: Any, topology: Topology, sizes: list[int], pr
 def _solve_partition(ctx: click.Context, topo_spec: str, nodes: int, partition: str,
                      coll_spec: str, out_dir: str, as_json: bool) -> None:
     """``solve --concurrent P`` without ``--group``: each group of P, into OUT/<group>/, after a
-    table of each group's bound alone and with the others running."""
+    table of each group's bound alone and with the others running. When a group fails, the
+    folders this call created for the groups before it are removed (a folder that was there
+    before keeps what the earlier groups wrote into it)."""
     from ..bounds import lower_bound
     from ..collectives import make_collective
     from ..groups import concurrent, induced, parse_partition
@@ -272,10 +275,17 @@ def _solve_partition(ctx: click.Context, topo_spec: str, nodes: int, partition: 
     out.print(table)
     out.print(f"{len(shares)} port(s)/NIC(s) shared between groups"
               + (f", e.g. {shares[0].resource} by {', '.join(shares[0].groups)}" if shares else ""))
-    for g in groups:
-        out.print(f"[bold]group {g.spec}[/bold]")
-        ctx.invoke(solve, **{**ctx.params, "group_spec": g.spec,
-                             "out_dir": str(Path(out_dir) / g.label)})
+    base = Path(out_dir)
+    created = [p for p in (base, *(base / g.label for g in groups)) if not p.exists()]
+    try:
+        for g in groups:
+            out.print(f"[bold]group {g.spec}[/bold]")
+            ctx.invoke(solve, **{**ctx.params, "group_spec": g.spec, "out_dir": str(base / g.label)})
+    except BaseException:
+        # all groups or none: a later group's failure takes back the folders this call made
+        for path in reversed(created):
+            shutil.rmtree(path, ignore_errors=True)
+        raise
 
 
 def _program_times(written: Any, texts: dict[Path, str], topology: Topology, sizes: list[int],
