@@ -203,12 +203,13 @@ class TreesOptions(EncodingOptions):
     rail_stripes: bool = False
     """Each rank talks to about nodes/8 fabric peers (fits MSCCL's 32 threadblocks per channel)."""
     aligned_ops: int = 3584
-    """When the main candidate's pieces per root are not a power of two, a candidate
-    ``trees_aligned`` is planned with power-of-two pieces and at most this many instructions per
-    rank (two per transfer); 0: none. The MSCCL runtimes select a file only for calls whose element
-    count is a multiple of its ``nchunksperloop`` (spec §3.1), so a 120-piece plan never serves a
-    power-of-two call; 3584 = 64 threadblocks (the default budget) of 56 steps (the exec limit of
-    64, less an eighth for dependency nops)."""
+    """When the main candidate's pieces per root are not a power of two, or its program is over
+    the runtime's 4095 nodes a rank, a candidate ``trees_aligned`` is planned with (fewer)
+    power-of-two pieces and at most this many instructions per rank (two per transfer); 0: none.
+    The MSCCL runtimes select a file only for calls whose element count is a multiple of its
+    ``nchunksperloop`` (spec §3.1), so a 120-piece plan never serves a power-of-two call;
+    3584 = 64 threadblocks (the default budget) of 56 steps (the exec limit of 64, less an eighth
+    for dependency nops)."""
     striped_peers: int = 64
     """When the main candidate's busiest rank exchanges with more peers than this in one direction
     (each peer needs a threadblock of its own: 64 is the default budget), a candidate

@@ -30,8 +30,8 @@ candidate ``trees_<size>`` is planned for this size, default 1 MiB; 0: none), ``
 (each rank talks to about nodes/8 fabric peers instead of all nodes: fits MSCCL's 32 threadblocks
 per channel), ``aligned_ops`` and ``striped_peers`` (the runtime-friendly candidates
 ``trees_aligned``, power-of-two pieces, and ``trees_striped``, rail stripes, planned beside the
-main one when its file could not run at power-of-two sizes or needs a threadblock per peer beyond
-the default budget).
+main one when its file could not run at power-of-two sizes or is over the runtime's node limit,
+and when it needs a threadblock per peer beyond the default budget).
 """
 
 from __future__ import annotations
@@ -281,7 +281,7 @@ def trees_encoding(topology: Topology, collective: Collective, options: Options)
             continue  # same plan as the main candidate
         out[name] = sched
     aligned = aligned_pieces(out["trees"].collective.chunks_per_rank, n, n_phases, kmax,
-                             opts.aligned_ops)
+                             opts.aligned_ops, over_nodes(out["trees"]))
     if aligned and not options.chunks and not rooted:
         with progress.phase(f"trees: planning trees_aligned (pieces per root: "
                             f"{', '.join(map(str, aligned))})"):
@@ -331,13 +331,25 @@ def _striped(topology: Topology, kind: str, collective: Collective, opts: TreesO
                              False, "trees_striped")
 
 
-def aligned_pieces(k: int, n: int, n_phases: int, kmax: int, max_ops: int) -> list[int]:
+def aligned_pieces(k: int, n: int, n_phases: int, kmax: int, max_ops: int,
+                   oversized: bool = False) -> list[int]:
     """Power-of-two pieces per root worth planning when ``k`` is not one (:class:`TreesOptions`
     ``aligned_ops``): the two largest whose ``2 (n - 1) k`` instructions per rank and phase fit
-    ``max_ops``; none when ``k`` is a power of two already or nothing fits."""
-    if max_ops <= 0 or k & (k - 1) == 0:
+    ``max_ops``; none when nothing fits, or when ``k`` is a power of two already and its plan's
+    program is not ``oversized`` (then only the counts below ``k``: dgx_h100 x 64's 8-piece plan
+    needs about 6,900 nodes a rank, its 2-piece one 2,500)."""
+    if max_ops <= 0 or (k & (k - 1) == 0 and not oversized):
         return []
-    return power_of_two_pieces(n, n_phases, kmax, max_ops)
+    return [p for p in power_of_two_pieces(n, n_phases, kmax, max_ops)
+            if (p < k if oversized else p != k)]
+
+
+def over_nodes(schedule: Schedule) -> bool:
+    """Whether the schedule's program is over the runtime's node limit by the size guards'
+    estimate (:func:`synth.guards.xml_estimate`, an under-estimate: over it, no file can be made)."""
+    from ...guards import MAX_NODES, xml_estimate
+
+    return xml_estimate(schedule).nodes > MAX_NODES
 
 
 def power_of_two_pieces(n: int, n_phases: int, kmax: int, max_ops: int) -> list[int]:
