@@ -124,3 +124,24 @@ def test_the_fallback_uses_the_budget_it_is_given(trees_trn1):
         len(g.tbs) for g in compile_schedule(trees_trn1, max_threadblocks=16).gpus)
     _, reports = emit_verified_xml(trees_trn1, XmlOptions(max_threadblocks=18))
     assert {r.mode for r in reports} == {"inplace", "outofplace"}
+
+
+def test_the_any_order_progress_check_passes_shared_blocks_and_finds_a_cycle():
+    """Two ranks exchange their chunks with a block each that sends and receives: the order
+    send-then-receive runs, receive-then-send on both sides waits forever."""
+    from synth.emit import passes as P
+
+    topo = load_topology("switch:2")
+    sched = run_encoding("baseline", topo, make_collective("allgather", 2),
+                         Options(algorithm="direct"))["direct"]
+    ir = _unfused_ir(sched)
+    per_rank = P.allocate_connections(ir, 8, 4)
+    assert P.pack(per_rank, 64, 1) == 2 and all(len(row) == 1 for row in per_rank)
+    assert P.progress_any_order(ir, 1, 2) == []
+    for row in per_rank:
+        tb = row[0]
+        assert [op.typ for op in tb.ops if op.typ != "cpy"] == ["s", "r"]
+        i, j = (k for k, op in enumerate(tb.ops) if op.typ != "cpy")
+        tb.ops[i], tb.ops[j] = tb.ops[j], tb.ops[i]
+    stuck = P.progress_any_order(ir, 1, 2)
+    assert sorted((op.rank, op.typ) for op in stuck) == [(0, "r"), (1, "r")]

@@ -283,7 +283,8 @@ def _place_connections(ir: P.Ir, max_steps: int, max_channels: int, m: int, cap:
         for packing in (True, False):
             per_rank = P.allocate_connections(ir, run, max_channels, MAX_TBS_PER_CHANNEL)
             packed = P.pack(per_rank, max_steps, tb_budget) if packing else 0
-            if P.progress(ir, m, cap):
+            # shared blocks: the global order's check is stricter than the runtime needs
+            if P.progress(ir, m, cap) and (not packed or P.progress_any_order(ir, m, cap)):
                 if packed:
                     continue
                 return None     # cannot happen without fused ops (synth.emit.passes)

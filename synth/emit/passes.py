@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, bisect_right
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass
 from itertools import pairwise
 from math import ceil
@@ -1173,6 +1173,85 @@ def progress(ir: Ir, max_count: int, capacity: int) -> list[IOp]:
             else:
                 occ[(op.rank, op.sendp, op.chan)] += units
     return bad
+
+
+def progress_any_order(ir: Ir, max_count: int, capacity: int) -> list[IOp]:
+    """Like :func:`progress`, but not tied to the global order: any block whose next op can run
+    runs it, until none can; returns, for each block that cannot finish, the op it is stuck at
+    (empty: no deadlock).
+
+    Blocks run their ops in order; an op runs when its predecessors are done, its incoming message
+    was sent and, for a send part, ``ceil(cnt / max_count)`` messages fit in the connection's FIFO
+    (a plain send streams into a plain receive that is its block's next op instead). Every wait is
+    for something no other block can take away (each FIFO has one sending block), so when one
+    interleaving finishes every fair one does. Blocks that share a send side and a receive side
+    (:func:`pack`) need this: in the global order such a block's send can come while the FIFO
+    holds messages its receiver drains only later in the same step, which :func:`progress`
+    reports as blocked though the runtime only waits for that receiver."""
+    for op in ir.ordered:
+        op.done = False
+    blocks: list[Tb] = []
+    seen: set[int] = set()
+    for op in ir.ordered:
+        if id(op.tb) not in seen:
+            seen.add(id(op.tb))
+            blocks.append(op.tb)
+    pos = {id(tb): 0 for tb in blocks}
+    waiters: dict[int, list[Tb]] = defaultdict(list)
+    for op in ir.ordered:
+        for p in op.preds:
+            waiters[id(p)].append(op.tb)
+    occ: dict[tuple[int, int, int], int] = defaultdict(int)
+    queue = deque(blocks)
+    queued = set(seen)
+
+    def wake(tb: Tb | None) -> None:
+        if tb is not None and id(tb) not in queued:
+            queued.add(id(tb))
+            queue.append(tb)
+
+    def head(tb: Tb) -> IOp | None:
+        i = pos[id(tb)]
+        return tb.ops[i] if i < len(tb.ops) else None
+
+    def finish(op: IOp) -> None:
+        op.done = True
+        pos[id(op.tb)] += 1
+        for tb in waiters.get(id(op), ()):
+            wake(tb)
+        if op.nxt is not None:
+            wake(op.nxt.tb)
+        if op.prev is not None and op.recvp >= 0:
+            wake(op.prev.tb)
+        nxt = head(op.tb)
+        if nxt is not None and nxt.recvp >= 0 and nxt.prev is not None:
+            wake(nxt.prev.tb)
+        wake(op.tb)
+
+    while queue:
+        tb = queue.popleft()
+        queued.discard(id(tb))
+        op = head(tb)
+        if op is None or not all(p.done for p in op.preds):
+            continue
+        if op.recvp >= 0 and not op.prev.done:
+            continue
+        units = -(-op.cnt // max_count)
+        if op.sendp >= 0:
+            conn = (op.rank, op.sendp, op.chan)
+            y = op.nxt
+            if occ[conn] + units <= capacity:
+                occ[conn] += units
+            elif op.typ == "s" and y.sendp < 0 and head(y.tb) is y and all(p.done for p in y.preds):
+                finish(op)
+                finish(y)
+                continue
+            else:
+                continue
+        if op.recvp >= 0:       # a streamed message finished with its send, above
+            occ[(op.recvp, op.rank, op.chan)] -= units
+        finish(op)
+    return [op for tb in blocks if (op := head(tb)) is not None]
 
 
 # ================================================================================== dependencies
