@@ -646,3 +646,23 @@ def test_a_huge_threadblock_id_is_refused_without_building_its_range():
     with pytest.raises(SynthError, match="out of range \\[1000000000\\]"):
         from synth.emit.interpreter import verify_program
         verify_program(parse_program(bad, "x.xml", "exec"), profile="exec")
+
+
+def test_a_cell_with_many_readers_is_still_checked_statically():
+    """An in-place allgather's own chunk is read by a send block per peer (70 on dgx_h100 x 64):
+    only the (write, access) pairs are checked, so such a cell needs no vector clocks, whose
+    memory grows with blocks x blocks (14 GB there); an unordered reader still fails the check."""
+    import numpy as np
+
+    from synth.emit.interpreter import _Machine
+
+    readers = 70
+    order = [np.full((1, readers + 1), -1, dtype=np.int32) for _ in range(readers + 1)]
+    for b in range(1, readers + 1):
+        order[b][0][0] = 0          # the write (block 0, op 0) precedes every read
+    acc = {(0, 0): True, **{(b, 0): False for b in range(1, readers + 1)}}
+    assert _Machine._statically_ordered(acc, order, 0)
+    order[37][0][0] = -1
+    assert not _Machine._statically_ordered(acc, order, 0)
+    assert not _Machine._statically_ordered({**acc, **{(b, 0): True for b in range(1, 70)}},
+                                            order, 0)     # too many pairs: left to the run
