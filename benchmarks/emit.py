@@ -126,11 +126,16 @@ def markdown(data: dict[str, Any], lockstep: dict[str, Any] | None = None) -> st
     gives the program model's % of the file lock-step would have written, side by side."""
     env = data["environment"]
     other = {r["case"]: r for r in (lockstep or {}).get("cases", [])}
+    by_commit: dict[str, list[str]] = {}
+    for r in data["cases"]:
+        by_commit.setdefault(r.get("commit") or "an earlier run", []).append(r["case"])
+    commits = (f"commit {env['commit']}" if len(by_commit) <= 1 else "rows measured at commits "
+               + "; ".join(f"{c} ({', '.join(cases)})" for c, cases in by_commit.items()))
     lines = [
         "# Emit: the best schedule found vs the program written (issue 15)",
         "",
         f"Machine: {env['machine']}, {env['cpu_count']} CPUs shared with other jobs (load "
-        f"averages per case in emit.json); Python {env['python']}; commit {env['commit']}. "
+        f"averages per case in emit.json); Python {env['python']}; {commits}. "
         f"Default `solve` per case (auto encoding, 1 KB..1 GB, exec profile, Simple, threadblock "
         f"budget 64), winners decided `--winners-by {data.get('winners_by', 'lockstep')}` (auto: "
         "the timed program model, which also picks each file's instance count, where its "
