@@ -28,10 +28,11 @@ def xml_corpus_file(name: str) -> Path:
     raise FileNotFoundError(f"{name} is in none of {[str(d) for d in XML_CORPUS_DIRS]}")
 
 
-def run_synth(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run_synth(*args: str, cwd: Path | None = None, timeout: float = 300
+              ) -> subprocess.CompletedProcess[str]:
     """Run ``synth`` as a user would (a separate process), capturing output and the exit code."""
     return subprocess.run([sys.executable, "-m", "synth", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=300)
+                          cwd=cwd, timeout=timeout)
 
 
 @pytest.fixture(autouse=True)
