@@ -239,12 +239,13 @@ def test_striped_candidate_when_a_rank_has_too_many_peers():
 def test_aligned_pieces_also_when_the_main_plan_is_over_the_node_limit():
     """dgx_h100 x 64 packs best with 8 pieces per root, a power of two, but its program needs
     about 6,900 nodes a rank (the runtime holds 4095): fewer power-of-two pieces are planned."""
-    from synth.encodings.trees.encoding import aligned_pieces, over_nodes
+    from synth.encodings.trees.encoding import aligned_pieces
+    from synth.guards import MAX_NODES, xml_estimate
 
     assert aligned_pieces(8, 512, 1, 64, 3584) == []
     assert aligned_pieces(8, 512, 1, 64, 3584, oversized=True) == [1, 2]
     assert aligned_pieces(2, 512, 1, 64, 3584, oversized=True) == [1]
     assert aligned_pieces(120, 32, 1, 200, 3584) == [16, 32]
     topo = load_topology("dgx1")
-    assert not over_nodes(run_encoding("trees", topo, make_collective("allgather", 8),
-                                       Options())["trees"])
+    assert xml_estimate(run_encoding("trees", topo, make_collective("allgather", 8),
+                                     Options())["trees"]).nodes <= MAX_NODES

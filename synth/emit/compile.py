@@ -300,9 +300,8 @@ def _place_connections(ir: P.Ir, max_steps: int, max_channels: int, m: int, cap:
                 if max(len(tb.steps) for row in spread for tb in row) <= max_steps:
                     return spread
             # the spread did not fit: place the fewest blocks again (the ops carry their placement)
-            per_rank = P.allocate_connections(ir, run, max_channels, MAX_TBS_PER_CHANNEL)
-            P.progress(ir, m, cap)
-            return P.dependencies(per_rank)
+            return P.dependencies(P.allocate_connections(ir, run, max_channels,
+                                                         MAX_TBS_PER_CHANNEL))
     return None
 
 

@@ -965,7 +965,7 @@ def allocate(ir: Ir, spread: int, max_channels: int, pair_sets: int | None = Non
 def allocate_connections(ir: Ir, cap: int, max_channels: int, side_limit: int = 0,
                          budget: int = 0) -> list[list[Tb]]:
     """Channels and threadblocks for a program without fused ops: each connection's ops, in the
-    global order, go in ``ceil(ops / cap)`` contiguous runs to consecutive channels.
+    global order, are dealt over ``ceil(ops / cap)`` consecutive channels.
 
     Every block is then send-only or receive-only and holds at most ``cap`` ops of one connection
     side (before copies and dependency nops), so a rank has ``sum(ceil(ops / cap))`` blocks over its

@@ -280,17 +280,20 @@ def trees_encoding(topology: Topology, collective: Collective, options: Options)
                 and sched.num_steps == out["trees"].num_steps:
             continue  # same plan as the main candidate
         out[name] = sched
+    from ...guards import MAX_NODES, xml_estimate
+
+    main = xml_estimate(out["trees"])    # the size guards' estimate of its program
     aligned = aligned_pieces(out["trees"].collective.chunks_per_rank, n, n_phases, kmax,
-                             opts.aligned_ops, over_nodes(out["trees"]))
+                             opts.aligned_ops, main.nodes > MAX_NODES)
     if aligned and not options.chunks and not rooted:
         with progress.phase(f"trees: planning trees_aligned (pieces per root: "
                             f"{', '.join(map(str, aligned))})"):
             out["trees_aligned"] = _schedule_for(topology, kind, collective, phases, group, roots,
                                                  aligned, size, rooted, "trees_aligned")
     if not (rooted or stripes or options.chunks) and opts.striped_peers and \
-            max_peers(out["trees"]) > opts.striped_peers:
+            main.threadblocks > opts.striped_peers:
         striped = _striped(topology, kind, collective, opts, time_limit)
-        if max_peers(striped) < max_peers(out["trees"]):   # else the machine has nothing to stripe
+        if max_peers(striped) < main.threadblocks:   # else the machine has nothing to stripe
             out["trees_striped"] = striped
     return out
 
@@ -342,14 +345,6 @@ def aligned_pieces(k: int, n: int, n_phases: int, kmax: int, max_ops: int,
         return []
     return [p for p in power_of_two_pieces(n, n_phases, kmax, max_ops)
             if (p < k if oversized else p != k)]
-
-
-def over_nodes(schedule: Schedule) -> bool:
-    """Whether the schedule's program is over the runtime's node limit by the size guards'
-    estimate (:func:`synth.guards.xml_estimate`, an under-estimate: over it, no file can be made)."""
-    from ...guards import MAX_NODES, xml_estimate
-
-    return xml_estimate(schedule).nodes > MAX_NODES
 
 
 def power_of_two_pieces(n: int, n_phases: int, kmax: int, max_ops: int) -> list[int]:
