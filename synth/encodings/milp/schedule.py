@@ -30,12 +30,13 @@ from ..work import WorkBudget
 from .problem import Edge, MilpProblem
 from .solvers import pulp  # OR-Tools must load before PuLP: see milp.solvers
 
-STAGE3_NODES = 2000
+STAGE3_NODES = 300
 """Branch-and-bound nodes the scheduling MILP may explore (HiGHS, CBC, Gurobi): a deterministic
 budget, so the plan it returns does not depend on the machine's speed; the wall-clock limit is only
-a safety net (:mod:`synth.encodings.work`). CP-SAT gets the stage's work budget instead. The drain
-model is small (trn1_32 allgather, 16 chunks: 230 binaries), so nodes are cheap: HiGHS proves it
-optimal within 1,000 nodes in 1.7 s there, where 300 stopped at a 1.7 % gap."""
+a safety net (:mod:`synth.encodings.work`). CP-SAT gets the stage's work budget instead. More
+nodes pay on some drains (trn1_32 allgather, 16 chunks: proven optimal within 1,000 nodes in 1.7 s,
+2772.7 µs at 1 GiB, where 300 stop at 2776.0) and cost minutes on others (dgx2 x 2 allgather: 2,000
+nodes ran into the wall-clock safety net at 556 s), so the budget stays at 300."""
 
 
 @dataclass
