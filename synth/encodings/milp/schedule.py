@@ -30,13 +30,15 @@ from ..work import WorkBudget
 from .problem import Edge, MilpProblem
 from .solvers import pulp  # OR-Tools must load before PuLP: see milp.solvers
 
-STAGE3_NODES = 300
+STAGE3_NODES = 2000
 """Branch-and-bound nodes the scheduling MILP may explore (HiGHS, CBC, Gurobi): a deterministic
 budget, so the plan it returns does not depend on the machine's speed; the wall-clock limit is only
-a safety net (:mod:`synth.encodings.work`). CP-SAT gets the stage's work budget instead. More
-nodes pay on some drains (trn1_32 allgather, 16 chunks: proven optimal within 1,000 nodes in 1.7 s,
-2772.7 µs at 1 GiB, where 300 stop at 2776.0) and cost minutes on others (dgx2 x 2 allgather: 2,000
-nodes ran into the wall-clock safety net at 556 s), so the budget stays at 300."""
+a safety net (:mod:`synth.encodings.work`). CP-SAT gets the stage's work budget instead. 2,000 is
+the default stage budget's worth (10 units, :data:`synth.encodings.work.NODES_PER_UNIT`): the drain
+model has at most ``2 window + 1`` binaries per task of the last ``window + 1`` steps, so its nodes
+are cheap (trn1_32 allgather, 16 chunks: 230 binaries, proven optimal within 1,000 nodes in 1.7 s,
+2772.7 µs at 1 GiB, where 300 nodes stopped at 2776.0). The whole-plan model this replaced needed
+0.36 s a node there, which is why it had 300."""
 
 
 @dataclass
