@@ -927,8 +927,10 @@ def allocate(ir: Ir, spread: int, max_channels: int, pair_sets: int | None = Non
     for chain in chains:
         fused = chain[1:-1]
         if fill:
-            base = next((c for c in range(spread) if not overflow(chain, c) and all(
-                load[k] + 1 <= fill for op in chain for k in sides(op, c))), None)
+            # the load test first: it is cheaper than overflow's and fails more often
+            base = next((c for c in range(spread) if all(
+                load[k] + 1 <= fill for op in chain for k in sides(op, c))
+                and not overflow(chain, c)), None)
             if base is None:
                 base = min(range(spread), key=lambda c: (
                     overflow(chain, c), max(load[k] + 1 for op in chain for k in sides(op, c)), c))
