@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import synth.solve as solve_mod
@@ -214,6 +215,32 @@ def test_instances_are_timed_where_they_may_matter(dgx1_allgather):
     for t in tunings:   # the ranking is by the program model, configurations per instance count
         finite = [t.times[c] for c in t.ranking if math.isfinite(t.times[c])]
         assert finite == sorted(finite)
+
+
+def test_a_higher_count_is_tried_within_the_count_ratio_of_the_prune(dgx1_allgather):
+    """At x2 a candidate is timed wherever its x1 time is within 2 x PRUNE_FACTOR of the fastest
+    x1 file (doubling the instances can speed a file up more than the plain factor: trn1_32's milp
+    went 7,699 -> 2,863 µs at 1 GiB), and skipped beyond it."""
+    from synth.catalog.select import runs_at
+
+    topo, res = dgx1_allgather
+    model = ProgramTimeModel(res, topo, XmlOptions(), instances=(1, 2))
+    model.run()
+    assert model.stopped is None
+    widened = 0
+    for i, size in enumerate(SIZES):
+        ref = min(model.at(c, 1)[i] for c in res.candidates)
+        for c in res.candidates:
+            t1, t2 = model.at(c, 1)[i], model.at(c, 2)[i]
+            if not math.isfinite(t1) or not runs_at(
+                    np.array([size]), c.schedule.collective.buffer_chunks, 2)[0]:
+                continue
+            if t1 <= model.prune_factor * 2 * ref:
+                assert math.isfinite(t2), (c.name, size)
+                widened += t1 > model.prune_factor * ref
+            else:
+                assert not math.isfinite(t2), (c.name, size)
+    assert widened     # dgx1 tree at 4 MiB: 2.8 times the fastest x1 file, timed at x2
 
 
 # ----------------------------------------------------------------------- near ties, one range
