@@ -166,3 +166,28 @@ def test_chunk_images_identity_first():
     group = sketch_group(topo, all_links(topo))
     images = chunk_images(make_collective("allgather", 4, 3), group)
     assert np.array_equal(images[0], np.arange(12))
+
+
+def test_stage3_rebatches_the_drain_and_keeps_the_rest():
+    """Stage 3 frees only the ordering's last ``window + 1`` steps (plus ``window`` new ones): the
+    tasks before them keep their steps, and on trn1_32 allgather (16 chunks, 1 GiB) the drain's
+    trailing step of intra-chip copies is re-batched: 2782.8 -> 2772.7 µs."""
+    from synth.encodings.milp.encoding import _Phase
+    from synth.encodings.milp.schedule import order, plan_cost, schedule_tasks
+    from synth.encodings.options import MilpOptions
+    from synth.encodings.work import WorkBudget
+    from synth.topology import MB
+
+    topo = load_topology("trn1_32")
+    _, links, policies = resolve_sketch(topo, None)
+    phase = _Phase(topo, make_collective("allgather", 32, 16), links, policies, reverse=False,
+                   opts=MilpOptions(), solver="highs", work=None, safety=WorkBudget(60),
+                   progress=None)
+    chunk_mb = 2**30 / (32 * 16) / MB
+    initial, cost, _ = order(phase.tasks, chunk_mb)
+    steps, report = schedule_tasks(phase.tasks, initial, chunk_mb, window=2, solver="highs",
+                                   time_limit_s=120, work=10)
+    first = max(initial) - 2
+    assert all(s == s0 for s, s0 in zip(steps, initial, strict=True) if s0 < first)
+    assert plan_cost(phase.tasks, steps, chunk_mb) < cost - 5
+    assert report["stage3"].startswith("highs: optimal")
