@@ -169,7 +169,8 @@ class MilpOptions(EncodingOptions):
     size: Size = DEFAULT_SIZE
     """Bytes the plan is tuned for."""
     window: int = 2
-    """Stage-3 slack in steps (0: no batching MILP)."""
+    """Stage 3 re-batches the ordering's last ``window + 1`` steps into up to ``window`` more
+    (0: no batching MILP)."""
     max_extra_hops: int | None = None
     """Route-length slack over shortest paths; default the sketch's hint, else 1 for alltoall, 0."""
     mip_gap: float | None = None

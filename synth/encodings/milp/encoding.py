@@ -9,7 +9,7 @@ The request passes through a chain of reductions, each a small module, and the s
 3. **routing MILP** (:mod:`.route`): a tree (allgather) or path (alltoall) per representative
    chunk minimising the busiest resource orbit, with the sketch's switch policies.
 4. **ordering** (:mod:`.schedule`): list scheduling into synchronous steps.
-5. **scheduling MILP** (:mod:`.schedule`): batching within a window (α paid once per batch).
+5. **scheduling MILP** (:mod:`.schedule`): re-batching the ordering's drain (α paid once per batch).
 6. **replication**: every group element maps the representative's steps to its ranks; the
    verifier (called by :func:`synth.solve.solve`) checks the whole schedule.
 
@@ -18,8 +18,8 @@ reductions); allreduce is that reducescatter followed by the allgather. Solvers 
 (HiGHS default, CBC, CP-SAT; Gurobi when installed) via :mod:`.solvers`.
 
 :class:`..options.MilpOptions`: ``sketch`` (name or file; default the shipped sketch fitting the topology),
-``solver``, ``size`` (bytes the plan is tuned for, default 1 GiB), ``window`` (stage-3 slack in
-steps, default 2), ``max_extra_hops``, ``mip_gap``, ``symmetry``.
+``solver``, ``size`` (bytes the plan is tuned for, default 1 GiB), ``window`` (stage 3 re-batches
+the ordering's last ``window + 1`` steps, default 2), ``max_extra_hops``, ``mip_gap``, ``symmetry``.
 
 Time limits are deterministic work budgets (:mod:`synth.encodings.work`): ``--time-limit S`` (or
 the sketch's ``time_limit_s`` hint, or :data:`AUTO_TIME_LIMIT_S` under auto) is S work units, of
