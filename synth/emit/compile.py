@@ -200,8 +200,7 @@ def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: in
     dag = P.lower(schedule, mode)
     fuse_on = do_fuse
     attempts = 0
-    most = max(2, min(MAX_ATTEMPTS, FUSE_WORK // max(1, sum(len(st.transfers)
-                                                          for st in schedule.steps))))
+    most = max(2, min(MAX_ATTEMPTS, FUSE_WORK // max(1, schedule.num_transfers)))
     while True:
         attempts += 1
         if attempts > most and fuse_on:

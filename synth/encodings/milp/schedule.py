@@ -326,13 +326,12 @@ def schedule_tasks(tasks: Tasks, initial: list[int], chunk_mb: float, *, window:
     if result.status not in ("optimal", "feasible"):
         return initial, report
     steps = list(initial)
-    placed = set()
+    placed = {i for (i, s), var in y.items() if (var.varValue or 0) > 0.5}
+    if placed != {i for i, _ in y}:
+        return initial, report
     for (i, s), var in y.items():
         if (var.varValue or 0) > 0.5:
             steps[i] = s
-            placed.add(i)
-    if len(placed) != len({i for i, _ in y}):
-        return initial, report
     # drop empty steps (the MILP may leave gaps)
     used = sorted(set(steps))
     renumber = {s: k for k, s in enumerate(used)}
