@@ -191,3 +191,62 @@ def test_stage3_rebatches_the_drain_and_keeps_the_rest():
     assert all(s == s0 for s, s0 in zip(steps, initial, strict=True) if s0 < first)
     assert plan_cost(phase.tasks, steps, chunk_mb) < cost - 5
     assert report["stage3"].startswith("highs: optimal")
+
+
+def test_node_budget_shrinks_with_the_model_and_big_roots_are_not_started():
+    """A work unit buys fewer nodes of a bigger model, and a model whose root alone may cost more
+    than ``max_root_work`` is not solved (dgx2 x 2's routing roots ran minutes past the budget)."""
+    from synth.encodings.milp.route import NoRouting, route
+    from synth.encodings.milp.solvers import solve_milp
+    from synth.encodings.work import nodes_for, root_work, units_for_nodes
+
+    assert nodes_for(10, 0) == nodes_for(10, 2000) == 2000
+    assert nodes_for(10, 20000) < nodes_for(10, 8000) < 2000
+    assert units_for_nodes(nodes_for(10, 50000), 50000) == pytest.approx(10, rel=0.05)
+    assert root_work(155634) > 100 * root_work(6000)
+
+    topo = load_topology("torus:2x2")
+    problem = build_problem(topo, make_collective("allgather", 4, 2), all_links(topo))
+    model, _ = build_routing_model(problem, ())
+    result = solve_milp(model, "highs", work=10, max_root_work=1e-6)
+    assert (result.status, result.stopped_by, result.nodes, result.work_used) == \
+        ("no_solution", "work", 0, 0.0)
+    assert "not started" in result.note
+    with pytest.raises(NoRouting) as err:
+        route(problem, (), solver="highs", time_limit_s=60, mip_gap=None, work=10,
+              max_root_work=1e-6)
+    assert err.value.result.work_used == 0.0
+    assert route(problem, (), solver="highs", time_limit_s=60, mip_gap=None, work=10,
+                 max_root_work=1e6).result.status == "optimal"
+
+
+@pytest.mark.parametrize("kind", ["allgather", "alltoall"])
+def test_a_finer_chunking_can_follow_a_coarser_routing(kind):
+    """When a chunking's own routing model is not solved, its pieces follow the routes of a chunking
+    that divides it: same load on every resource, a verified schedule, and the phase says so."""
+    from synth.encodings.milp.encoding import _Phase
+    from synth.encodings.milp.schedule import orbit_totals
+    from synth.encodings.options import MilpOptions
+    from synth.encodings.work import WorkBudget
+    from synth.schedule import Schedule
+    from synth.topology import MB
+
+    topo = load_topology("torus:2x2")
+    base = _Phase(topo, make_collective(kind, 4, 1), all_links(topo), (), reverse=False,
+                  opts=MilpOptions(), solver="highs", work=None, safety=WorkBudget(60),
+                  progress=None)
+    fine = _Phase.split(base, make_collective(kind, 4, 3))
+    assert fine is not None and fine.split_from == 1 and fine.describe()["routing_split_from"] == 1
+    assert len(fine.tasks) == 3 * len(base.tasks)
+    coarse_load, fine_load = orbit_totals(base.tasks), orbit_totals(fine.tasks)
+    assert fine_load.keys() == coarse_load.keys()
+    assert all(fine_load[o] == pytest.approx(3 * w) for o, w in coarse_load.items())
+    assert _Phase.split(base, make_collective("allgather" if kind == "alltoall" else "alltoall",
+                                              4, 2)) is None
+    assert _Phase.split(fine, make_collective(kind, 4, 4)) is None  # 3 does not divide 4
+    chunk_mb = 2**30 / 12 / MB
+    initial, _, rate = fine.order(chunk_mb)
+    steps, _ = fine.finish(initial, rate, chunk_mb, window=0, solver="highs", work=1.0,
+                           safety=WorkBudget(60), progress=None)
+    coll = make_collective(kind, 4, 3)
+    verify(Schedule(coll, topo.name, topo.content_hash, tuple(steps), "milp", "milp", {}), topo)

@@ -7,7 +7,8 @@ stops earlier, at another incumbent or undecided instance). So a time limit of `
 
 * CP-SAT (smt engine ``cpsat``, milp ``--solver cpsat``): ``max_deterministic_time`` — CP-SAT's own
   deterministic clock, built to be about one second of a single worker on a typical machine;
-* HiGHS / CBC / Gurobi (milp): a branch-and-bound node limit, ``nodes_for(units)``.
+* HiGHS / CBC / Gurobi (milp): a branch-and-bound node limit, ``nodes_for(units, nonzeros)``
+  (fewer nodes for a bigger model: each costs more).
 
 A wall-clock limit stays, only as a safety net of :data:`SAFETY_FACTOR` times the budget (at least
 :data:`SAFETY_FLOOR_S`): it should never be what stops a search. When it is (a very loaded machine,
@@ -30,7 +31,35 @@ NODES_PER_UNIT = 200
 Measured with HiGHS on ``synth solve --topo dgx1 --coll allreduce`` (milp under auto, the shared
 2-core machine): the routing MILPs explored about 380 nodes a second (221 nodes in 0.58 s), the
 scheduling MILPs about 6 (55 nodes in 9.4 s); 200 keeps a routing budget near its old seconds.
-Stage 3 is capped by its own node budget (``STAGE3_NODES``) anyway."""
+Stage 3 is capped by its own node budget (``STAGE3_NODES``) anyway. That figure holds for models of
+up to :data:`NODE_REF_NONZEROS` nonzeros; a node of a bigger model costs more (:func:`node_weight`)."""
+NODE_REF_NONZEROS = 2000
+"""Constraint-matrix nonzeros up to which one branch-and-bound node is one node's worth of work.
+
+A node re-solves the LP, so its cost grows with the model. Measured with HiGHS 1.16 on this 2-core
+machine (dgx2 x 2 allgather routing models, the same model run to two node limits, the difference
+per node): 0.03 s a node at 19,512 nonzeros, 0.04 s at 38,958, 0.28 s at 77,850, 0.37 s at 116,742,
+0.45 s at 155,634, against 0.0018 s at 1,292 (dgx1): about nonzeros^1.25."""
+ROOT_REF_NONZEROS = 6000
+"""Scale of :func:`root_work`: the root of a model this size costs about one work unit."""
+
+
+def node_weight(nonzeros: int) -> float:
+    """Work of one branch-and-bound node of a model with ``nonzeros`` constraint-matrix entries, in
+    nodes of a small model (1 up to :data:`NODE_REF_NONZEROS`, then growing as nonzeros^1.25)."""
+    return max(1.0, (nonzeros / NODE_REF_NONZEROS) ** 1.25)
+
+
+def root_work(nonzeros: int) -> float:
+    """Work units the root of a model this size may take before any node limit applies.
+
+    A node limit cannot stop the root (presolve, the first LP, cuts, heuristics), and on big models
+    the root is most of the solve: measured with HiGHS 1.16 on the dgx2 x 2 allgather routing
+    models, 8 s at 19,512 nonzeros, 11 s at 38,958, 100 s at 77,850, 34 s at 116,742, 290 s at
+    155,634 (a unit is about a second here). ``(nonzeros / 6000) ** 1.7`` is near the worst of those
+    (7, 24, 78, 158, 255); models whose root alone would take most of a budget are not started
+    (``max_root_work`` in :func:`synth.encodings.milp.solvers.solve_milp`)."""
+    return (nonzeros / ROOT_REF_NONZEROS) ** 1.7
 
 
 def cpsat_work_used(solver: object) -> float:
@@ -45,9 +74,15 @@ def cpsat_work_used(solver: object) -> float:
     return float(used() if callable(used) else used)
 
 
-def nodes_for(units: float) -> int:
-    """The node limit that stands for ``units`` of work (at least one node: the root)."""
-    return max(1, math.ceil(NODES_PER_UNIT * units))
+def nodes_for(units: float, nonzeros: int = 0) -> int:
+    """The node limit that stands for ``units`` of work on a model with ``nonzeros`` constraint-matrix
+    entries (at least one node: the root)."""
+    return max(1, math.ceil(NODES_PER_UNIT * units / node_weight(nonzeros)))
+
+
+def units_for_nodes(nodes: int, nonzeros: int = 0) -> float:
+    """The work units that ``nodes`` branch-and-bound nodes of such a model stand for."""
+    return nodes * node_weight(nonzeros) / NODES_PER_UNIT
 
 
 class WorkBudget:

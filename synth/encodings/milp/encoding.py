@@ -23,8 +23,10 @@ the ordering's last ``window + 1`` steps, default 2), ``max_extra_hops``, ``mip_
 
 Time limits are deterministic work budgets (:mod:`synth.encodings.work`): ``--time-limit S`` (or
 the sketch's ``time_limit_s`` hint, or :data:`AUTO_TIME_LIMIT_S` under auto) is S work units, of
-which the routing MILPs share :data:`ROUTING_SHARE` (as node limits for HiGHS/CBC/Gurobi, CP-SAT
-deterministic seconds) and each scheduling MILP gets :data:`STAGE3_NODES` nodes / a quarter of it.
+which the routing MILPs share :data:`ROUTING_SHARE` (as node limits for HiGHS/CBC/Gurobi, fewer
+for bigger models, CP-SAT deterministic seconds; a model whose root alone may take more than
+:data:`ROOT_SHARE` of it is not started, its pieces then following a coarser chunking's routes)
+and each scheduling MILP gets :data:`STAGE3_NODES` nodes / a quarter of it.
 So which chunkings are routed, and each solve's incumbent, are the same on any machine; the
 wall-clock limit (ten times the budget) is only a safety net, noted in ``synth solve``'s notes
 when it is what stopped a solve.
@@ -43,9 +45,9 @@ from ...errors import NotApplicable, SynthError
 from ...schedule import Schedule, Step
 from ...topology import MB, Topology
 from ..options import MilpOptions, Options
-from ..work import NODES_PER_UNIT, WorkBudget
+from ..work import WorkBudget
 from .problem import MILP_KINDS, LogicalLinks, MilpProblem, all_links, build_problem, reversed_links
-from .route import InfeasibleSketch, PeerPolicy, Routes, route
+from .route import InfeasibleSketch, NoRouting, PeerPolicy, Routes, route
 from .schedule import Tasks, make_tasks, order, outcome, schedule_tasks, step_arrays
 
 DEFAULT_WINDOW = MilpOptions.window
@@ -102,6 +104,11 @@ def _replicate(problem: MilpProblem, tasks: Tasks, steps: list[int], topology: T
 ROUTING_SHARE = 0.6
 """Of ``--time-limit``'s work budget, the part the routing MILPs share (stage 3 gets
 min(1/4, STAGE3_MAX_S) each)."""
+ROOT_SHARE = 0.5
+"""A routing model whose root alone may cost more than this part of the routing budget
+(:func:`synth.encodings.work.root_work`) is not started: its chunking counts as not routed in
+time. Without it, ``--time-limit 55`` on dgx2 x 2 allgather spent 547 s in the roots of the finer
+chunkings' routing models (up to 233,418 nonzeros) until the wall-clock safety net stopped them."""
 MAX_TREE_DEEPENING = 2
 """Hops beyond the sketch's slack that broadcast trees may take when the sketch is otherwise
 infeasible (a peer cap of k through a switch needs depth about log_k of the ranks)."""
@@ -122,8 +129,9 @@ class _Phase:
 
     def __init__(self, topology: Topology, routed: Collective, links: LogicalLinks, policies, *,
                  reverse: bool, opts: MilpOptions, solver: str, work: float | None,
-                 safety: WorkBudget, progress) -> None:
+                 safety: WorkBudget, progress, max_root_work: float | None = None) -> None:
         """Route it; ``work`` is this phase's share of the routing work budget (per model);
+        ``max_root_work`` the most a model's root may cost (bigger models are not started);
         ``safety`` the run's wall-clock safety net. :attr:`work_used` is what the models used
         (deterministic: nodes explored, or the whole share where a backend does not say)."""
         t0 = time.perf_counter()
@@ -154,14 +162,14 @@ class _Phase:
                 routes = route(problem, policies, solver=solver,
                                time_limit_s=_wall(safety), mip_gap=opts.mip_gap,
                                progress=progress, diagnose=(tree_hops, path_hops) == last,
-                               work=work, safety=safety)
+                               work=work, safety=safety, max_root_work=max_root_work)
                 self.work_used += _used(routes.result, work)
             except InfeasibleSketch:
                 if (tree_hops, path_hops) == last:
                     raise
                 continue
-            except SynthError:
-                self.work_used += work or 0.0
+            except SynthError as exc:
+                self.work_used += _used(exc.result, work) if isinstance(exc, NoRouting) else work or 0.0
                 if best is None:
                     raise
                 break  # the detour model found nothing in its budget: keep the DAG's routing
@@ -171,6 +179,44 @@ class _Phase:
         _, self.problem, self.routes = best
         self.tasks = make_tasks(self.problem, self.routes.edges)
         self.seconds = time.perf_counter() - t0
+        self.split_from: int | None = None
+        """Chunks per rank of the routing this phase's pieces follow (:meth:`split`); None: its own."""
+
+    @classmethod
+    def split(cls, base: _Phase, routed: Collective) -> _Phase | None:
+        """``base``'s routing with each chunk cut into ``m`` pieces that follow its route, for a
+        chunking whose own routing model was not solved in its budget (None when the chunk ids
+        do not nest). The load on every resource is base's, so the routing stays as good; only the
+        ordering and scheduling stages work on the finer pieces (a shorter pipeline fill and
+        drain). Measured on dgx2 x 2 allgather: the 2-chunk routing proves optimal in 41 nodes,
+        the 12-chunk model (233,418 nonzeros) found no routing in 99 s."""
+        old = base.problem
+        k_old, k_new = old.collective.chunks_per_rank, routed.chunks_per_rank
+        if routed.kind != old.collective.kind or k_new % k_old or k_new == k_old:
+            return None
+        m = k_new // k_old
+        chunks = []
+        for rep in old.chunks:
+            for j in range(m):
+                c = rep.chunk * m + j
+                if (routed.pre[c], routed.post[c]) != (old.collective.pre[rep.chunk],
+                                                       old.collective.post[rep.chunk]):
+                    return None
+                chunks.append(dataclasses.replace(rep, chunk=c))
+        from .problem import chunk_images
+
+        problem = dataclasses.replace(old, collective=routed, chunks=chunks,
+                                      chunk_image=chunk_images(routed, old.group))
+        edges = {rep.chunk * m + j: list(base.routes.edges[rep.chunk])
+                 for rep in old.chunks for j in range(m)}
+        phase = cls.__new__(cls)
+        phase.problem = problem
+        phase.routes = Routes(edges, base.routes.objective_us_per_mb * m, base.routes.result)
+        phase.tasks = make_tasks(problem, edges)
+        phase.work_used = 0.0
+        phase.seconds = 0.0
+        phase.split_from = k_old
+        return phase
 
     def order(self, chunk_mb: float) -> tuple[list[int], float, float]:
         return order(self.tasks, chunk_mb)
@@ -187,6 +233,7 @@ class _Phase:
         res = self.routes.result
         # no wall-clock figures here: the schedule (meta included) must be byte-identical per input
         return {"group": self.problem.group.describe(), "rep_chunks": len(self.problem.chunks),
+                "routing_split_from": self.split_from,
                 "candidate_pairs": self.problem.num_candidate_pairs,
                 "routing": outcome(res),
                 "routing_size": {"variables": res.variables,  # type: ignore[attr-defined]
@@ -194,6 +241,18 @@ class _Phase:
                                  "constraints": res.constraints},  # type: ignore[attr-defined]
                 "routing_gap": res.gap,  # type: ignore[attr-defined]
                 "routing_busiest_us_per_mb": round(self.routes.objective_us_per_mb, 6)}
+
+
+def _split_coarser(phases: dict[tuple[int, bool], _Phase], routed: Collective, reverse: bool
+                   ) -> _Phase | None:
+    """A routing for ``routed`` cut from the finest routed chunking that divides it, or None."""
+    k = routed.chunks_per_rank
+    for k_old in sorted((key[0] for key in phases if key[1] == reverse and k % key[0] == 0
+                         and key[0] < k and phases[key].split_from is None), reverse=True):
+        phase = _Phase.split(phases[(k_old, reverse)], routed)
+        if phase is not None:
+            return phase
+    return None
 
 
 def _wall(safety: WorkBudget) -> float | None:
@@ -204,8 +263,8 @@ def _wall(safety: WorkBudget) -> float | None:
 
 def _used(result, work: float | None) -> float:
     """Work units a routing solve used: its nodes where the backend counts them, else its share."""
-    if result.nodes is not None:
-        return result.nodes / NODES_PER_UNIT
+    if result.work_used is not None:
+        return result.work_used
     return work or 0.0
 
 
@@ -267,6 +326,7 @@ def milp_encoding(topology: Topology, collective: Collective, options: Options) 
     failed: dict[int, str] = {}
     to_route = sorted({(k, r) for _, ks, _ in targets for k in ks for r in directions})
     routing_left = None if time_limit is None else ROUTING_SHARE * time_limit
+    max_root_work = None if routing_left is None else ROOT_SHARE * routing_left
     out: dict[str, Schedule] = {}
     for name, ks, target in sorted(targets, key=lambda t: t[1]):  # fewest chunks first: cheapest
         best: tuple[float, int, list] | None = None
@@ -288,11 +348,13 @@ def milp_encoding(topology: Topology, collective: Collective, options: Options) 
                         try:
                             phase = _Phase(topology, routed, links, policies, reverse=reverse,
                                            opts=opts, solver=solver, work=share, safety=safety,
-                                           progress=progress)
+                                           progress=progress, max_root_work=max_root_work)
                         except SynthError:
                             if routing_left is not None and share is not None:
                                 routing_left = max(0.0, routing_left - share)
-                            raise
+                            phase = _split_coarser(phases, routed, reverse)
+                            if phase is None:
+                                raise
                         if routing_left is not None:
                             routing_left = max(0.0, routing_left - phase.work_used)
                         phases[(k, reverse)] = phase

@@ -32,6 +32,15 @@ class InfeasibleSketch(SynthError):
     """The routing model has no solution under the sketch; the message names the groups."""
 
 
+class NoRouting(SynthError):
+    """The routing solve stopped (or was not started) without a routing; ``result`` says what it
+    spent, so the caller charges its budget with that and not with the whole share."""
+
+    def __init__(self, message: str, result) -> None:
+        super().__init__(message, exit_code=3)
+        self.result = result
+
+
 @dataclass(frozen=True)
 class PeerPolicy:
     """A sketch switch policy resolved to a topology switch name ("*" = every intra-node switch)."""
@@ -168,16 +177,18 @@ def build_routing_model(problem: MilpProblem, policies: Sequence[PeerPolicy] = (
 def route(problem: MilpProblem, policies: Sequence[PeerPolicy], *, solver: str,
           time_limit_s: float | None, mip_gap: float | None, progress=None,
           diagnose: bool = True, work: float | None = None,
-          safety: WorkBudget | None = None) -> Routes:
+          safety: WorkBudget | None = None, max_root_work: float | None = None) -> Routes:
     """Solve stage 1 and read each chunk's tree/path back (BFS from its origin).
 
     ``work`` bounds the solve deterministically (:mod:`synth.encodings.work`); ``time_limit_s``
-    is the wall-clock safety net, and ``safety`` records when it is what stopped the solve."""
+    is the wall-clock safety net, and ``safety`` records when it is what stopped the solve.
+    ``max_root_work``: a model too big for it is not solved (:func:`.solvers.solve_milp`)."""
     from .solvers import diagnose_infeasible, solve_milp
 
     model, var = build_routing_model(problem, policies)
     result = solve_milp(model, solver, time_limit_s=time_limit_s, mip_gap=mip_gap,
-                        stage="routing", progress=progress, work=work)
+                        stage="routing", progress=progress, work=work,
+                        max_root_work=max_root_work)
     if result.stopped_by == "wall" and safety is not None:
         safety.note_safety_stop(f"milp routing ({solver})")
     if result.status == "infeasible" and not diagnose:
@@ -193,8 +204,8 @@ def route(problem: MilpProblem, policies: Sequence[PeerPolicy], *, solver: str,
                          f"group(s) responsible: {', '.join(groups) or 'undetermined'} "
                          "(relax the sketch's switch policies or allow more links)")
     if result.status not in ("optimal", "feasible"):
-        raise SynthError(f"the routing model found no solution within the time limit "
-                         f"({result.summary()}); raise --time-limit", exit_code=3)
+        raise NoRouting(f"the routing model found no solution within the time limit "
+                        f"({result.summary()}); raise --time-limit", result)
     chosen: dict[int, list[Edge]] = {}
     for i, ch in enumerate(problem.chunks):
         used = [e for e in ch.edges if (var["x"][(i, e)].varValue or 0) > 0.5]

@@ -94,7 +94,7 @@ from rich.progress import Progress as RichProgress
 from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from ...errors import SynthError, unknown_name
-from ..work import cpsat_work_used
+from ..work import cpsat_work_used, nodes_for, root_work, units_for_nodes
 
 SOLVERS = ("highs", "cbc", "cpsat", "gurobi")
 """Backend names, in the order they are offered."""
@@ -144,6 +144,13 @@ class MilpResult:
     ``wall`` (the wall-clock limit: the answer may differ run to run), ``""`` (nothing did)."""
     nodes: int | None = None
     """Branch-and-bound nodes explored (HiGHS), None when the backend does not say."""
+    nonzeros: int = 0
+    """Constraint-matrix entries: what a node's work grows with (:func:`..work.node_weight`)."""
+
+    @property
+    def work_used(self) -> float | None:
+        """The deterministic work units the nodes explored stand for (None: the backend did not say)."""
+        return None if self.nodes is None else units_for_nodes(self.nodes, self.nonzeros)
 
     @property
     def has_solution(self) -> bool:
@@ -423,7 +430,8 @@ def _unavailable_reason(name: str) -> str | None:
 def solve_milp(problem: pulp.LpProblem, solver: str = "highs", *, time_limit_s: float | None = None,
                threads: int = 2, mip_gap: float | None = None, stage: str = "",
                progress: Progress | None = None, warm_start: bool = False,
-               node_limit: int | None = None, work: float | None = None) -> MilpResult:
+               node_limit: int | None = None, work: float | None = None,
+               max_root_work: float | None = None) -> MilpResult:
     """Solve a PuLP model with the named backend; the incumbent is left in every ``var.varValue``.
 
     ``time_limit_s`` is wall-clock; when it stops the search the result is ``feasible`` (with the
@@ -437,11 +445,15 @@ def solve_milp(problem: pulp.LpProblem, solver: str = "highs", *, time_limit_s: 
     CP-SAT ignores it): unlike a wall-clock limit it stops at the same incumbent on every machine,
     so a schedule built from a stopped search is still byte-identical run to run. ``work``: a
     deterministic budget in work units (:mod:`synth.encodings.work`): CP-SAT's deterministic
-    seconds, ``nodes_for(work)`` nodes for the others (the smaller of it and ``node_limit``).
+    seconds, ``nodes_for(work, nonzeros)`` nodes for the others (the smaller of it and ``node_limit``).
 
     ``warm_start``: the variables' initial values (``var.setInitialValue``) are a feasible
     point; HiGHS starts from it as its first incumbent (other backends ignore it), so a time limit
     can never return worse than the caller's heuristic.
+
+    ``max_root_work``: a model whose root alone may cost more work units than this
+    (:func:`synth.encodings.work.root_work` of its nonzeros; no node limit stops a root) is not
+    solved: the result is ``no_solution`` with ``stopped_by == "work"`` and a note saying why.
 
     Unknown or unavailable solvers and bad limits raise :class:`SynthError` (exit code 2).
     """
@@ -449,7 +461,7 @@ def solve_milp(problem: pulp.LpProblem, solver: str = "highs", *, time_limit_s: 
         raise SynthError(f"work budget must be positive, got {work}")
     return _solve(problem, solver, time_limit_s=time_limit_s, threads=threads, mip_gap=mip_gap,
                   stage=stage, progress=progress, warm_start=warm_start, node_limit=node_limit,
-                  work=work)
+                  work=work, max_root_work=max_root_work)
 
 
 def _check_args(solver: str, time_limit_s: float | None, threads: int, mip_gap: float | None) -> None:
@@ -471,7 +483,8 @@ def _check_args(solver: str, time_limit_s: float | None, threads: int, mip_gap: 
 def _solve(problem: pulp.LpProblem, solver: str, *, time_limit_s: float | None, threads: int,
            mip_gap: float | None, stage: str, progress: Progress | None, relax: bool = False,
            feasibility: bool = False, warm_start: bool = False,
-           node_limit: int | None = None, work: float | None = None) -> MilpResult:
+           node_limit: int | None = None, work: float | None = None,
+           max_root_work: float | None = None) -> MilpResult:
     """:func:`solve_milp` plus two modes for :func:`diagnose_infeasible`: ``relax`` drops
     integrality (LP relaxation), ``feasibility`` drops the objective (any feasible point will do;
     CBC keeps it, see :func:`_solve_cbc`)."""
@@ -487,11 +500,14 @@ def _solve(problem: pulp.LpProblem, solver: str, *, time_limit_s: float | None, 
     if progress is not None:
         progress.begin(stage, solver)
     if work is not None:
-        from ..work import nodes_for
-
-        node_limit = min(nodes_for(work), node_limit or nodes_for(work))
+        node_limit = min(nodes_for(work, mat.a.nnz), node_limit or nodes_for(work, mat.a.nnz))
     start = time.perf_counter()
-    if mat.num_cols == 0 or mat.num_rows == 0:
+    if max_root_work is not None and solver != "cpsat" and root_work(mat.a.nnz) > max_root_work:
+        out = _Outcome("no_solution", stopped_by="work", nodes=0,
+                       note=f"not started: {mat.a.nnz:,} nonzeros, whose root alone may take about "
+                            f"{root_work(mat.a.nnz):.0f} work units, over the {max_root_work:.0f} "
+                            "allowed (raise --time-limit)")
+    elif mat.num_cols == 0 or mat.num_rows == 0:
         out = _solve_box(mat)  # CBC cannot read a model without rows; nobody needs a solver here
     elif solver == "highs":
         start_point = None
@@ -544,7 +560,7 @@ def _finish(problem: pulp.LpProblem, mat: _Matrix, solver: str, out: _Outcome, s
                       stage=stage, note=out.note,
                       stopped_by=out.stopped_by if out.status not in ("optimal", "infeasible",
                                                                       "unbounded") else "",
-                      nodes=out.nodes)
+                      nodes=out.nodes, nonzeros=int(mat.a.nnz))
 
 
 def _solve_box(mat: _Matrix) -> _Outcome:
