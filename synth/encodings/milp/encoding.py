@@ -106,8 +106,10 @@ ROUTING_SHARE = 0.6
 min(1/4, STAGE3_MAX_S) each)."""
 ROOT_SHARE = 0.5
 """A routing model whose root alone may cost more than this part of the routing budget
-(:func:`synth.encodings.work.root_work`) is not started: its chunking counts as not routed in
-time. Without it, ``--time-limit 55`` on dgx2 x 2 allgather spent 547 s in the roots of the finer
+(:func:`synth.encodings.work.root_work`) is not started when a routed coarser chunking divides its
+chunking: the pieces then follow that routing (:meth:`_Phase.split`). The coarsest chunking is
+always started (dgx2 x 2 alltoall's single-chunk model has 134,911 nonzeros and routes). Without
+the cap, ``--time-limit 55`` on dgx2 x 2 allgather spent 547 s in the roots of the finer
 chunkings' routing models (up to 233,418 nonzeros) until the wall-clock safety net stopped them."""
 MAX_TREE_DEEPENING = 2
 """Hops beyond the sketch's slack that broadcast trees may take when the sketch is otherwise
@@ -345,10 +347,14 @@ def milp_encoding(topology: Topology, collective: Collective, options: Options) 
                         share = (None if routing_left is None
                                  else max(1.0, routing_left / len(left)))
                         routed = make_collective("alltoall" if kind == "alltoall" else "allgather", n, k)
+                        # only a chunking that a routed one divides may be left unstarted: its
+                        # pieces can follow that routing (:meth:`_Phase.split`)
+                        coarser = any(r == reverse and k % k2 == 0 and k2 < k for k2, r in phases)
                         try:
                             phase = _Phase(topology, routed, links, policies, reverse=reverse,
                                            opts=opts, solver=solver, work=share, safety=safety,
-                                           progress=progress, max_root_work=max_root_work)
+                                           progress=progress,
+                                           max_root_work=max_root_work if coarser else None)
                         except SynthError:
                             if routing_left is not None and share is not None:
                                 routing_left = max(0.0, routing_left - share)
