@@ -250,3 +250,27 @@ def test_a_finer_chunking_can_follow_a_coarser_routing(kind):
                            safety=WorkBudget(60), progress=None)
     coll = make_collective(kind, 4, 3)
     verify(Schedule(coll, topo.name, topo.content_hash, tuple(steps), "milp", "milp", {}), topo)
+
+
+def test_unstarted_chunkings_follow_the_coarsest_routing(monkeypatch):
+    """With every root priced over the cap, only the coarsest chunking is solved (it always runs:
+    nothing coarser to cut) and every finer one is its routing cut into pieces."""
+    import synth.encodings.milp.solvers as solvers
+    from synth.encodings.milp.encoding import _Phase
+
+    monkeypatch.setattr(solvers, "root_work", lambda nonzeros: 1e9)
+    cut: list[tuple[int, int]] = []
+    split = _Phase.split.__func__
+
+    def recorded(cls, base, routed):
+        cut.append((base.problem.collective.chunks_per_rank, routed.chunks_per_rank))
+        return split(cls, base, routed)
+
+    monkeypatch.setattr(_Phase, "split", classmethod(recorded))
+    topo = load_topology("torus:4x4")
+    schedule = milp_encoding(topo, make_collective("allgather", 16, 1),
+                             Options(time_limit_s=60, extra=FAST))["milp"]
+    verify(schedule, topo)
+    tried = schedule.meta["chunkings_tried"]
+    assert cut == [(1, k) for k in tried if k > 1] and len(cut) >= 3
+    assert schedule.meta["chunkings_not_routed_in_time"] == []
