@@ -574,9 +574,12 @@ def render(data: dict) -> str:
         "schedule — both MILP candidates and every baseline — passed `synth.verify.verify`. "
         "*synth s* is the encoding's wall time (all stages, both candidates; imports excluded), "
         "*verify s* verifying both candidates; the time bar is checked on their sum. Solver: "
-        "HiGHS (default). *limit* is the `time_limit_s` passed (routing MILPs get half each, "
-        "stage-3 MILPs min(¼, 10 s)), chosen so that the worst case fits 80% of the time bar; the "
-        "sketches' own hints (300-600 s) are above the bars.", "",
+        "HiGHS (default). *limit* is the `time_limit_s` passed, a deterministic work budget "
+        "(`synth.encodings.work`; about a second a unit here): the routing MILPs share 0.6 of it "
+        "(a model whose root alone may take over half of that is not started when a coarser "
+        "chunking can be cut into its pieces), stage-3 MILPs get min(¼, 10 s) each; chosen so "
+        "that this worst case fits 80% of the time bar; the sketches' own hints (300-600 s) are "
+        "above the bars.", "",
         "| problem | ranks | sketch | k (milp / 1MB) | synth s | verify s | limit s | % of bound "
         "@1GB | bound µs @1GB | best baseline @1GB (% of bound) | MILP / best baseline, worst "
         "over 1KB-1GB | bar | verdict |",
@@ -774,6 +777,7 @@ def diagnose(r: dict) -> str:
     bound = r["bound_us_1GB"]
     floor = c["floor_us"]
     st2 = sum(ph["stage2_us"] or 0 for ph in phases)
+    st3 = sum(ph["stage3_us"] or ph["stage2_us"] or 0 for ph in phases)
     gaps = [ph["routing_gap"] for ph in phases if ph["routing_gap"]]
     routing = (f"routing {', '.join(str(ph['routing_status']) for ph in phases)}"
                + (f" (gap {', '.join(f'{100 * g:.1f}%' for g in gaps)})" if gaps else ""))
@@ -791,7 +795,9 @@ def diagnose(r: dict) -> str:
                      f"{c['steps']} synchronous steps: +{order_loss:.0f} µs over that floor "
                      f"(Σα over steps {c['alpha_sum_us']:.0f} µs, the rest per-step imbalance; "
                      f"stage 2 predicted {st2:.0f} µs, stage 3 "
-                     f"{', '.join(str(ph['stage3_status']) for ph in phases)} did not improve it)")
+                     f"{', '.join(str(ph['stage3_status']) for ph in phases)} "
+                     + (f"re-batched its drain to {st3:.0f} µs)" if st3 < st2 - 1e-6
+                        else "did not improve it)"))
     diag = r.get("tree_hop_diagnostic") or []
     if diag:
         bits = []
