@@ -168,9 +168,9 @@ class MilpOptions(EncodingOptions):
     """``highs`` (default) | ``cbc`` | ``cpsat`` | ``gurobi``."""
     size: Size = DEFAULT_SIZE
     """Bytes the plan is tuned for."""
-    window: int = 2
+    window: int = 4
     """Stage 3 re-batches the ordering's last ``window + 1`` steps into up to ``window`` more
-    (0: no batching MILP)."""
+    (0: no batching MILP); a window over 2 runs after a first pass with 2, from its plan."""
     max_extra_hops: int | None = None
     """Route-length slack over shortest paths; default the sketch's hint, else 1 for alltoall, 0."""
     mip_gap: float | None = None

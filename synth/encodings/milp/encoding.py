@@ -13,13 +13,20 @@ The request passes through a chain of reductions, each a small module, and the s
 6. **replication**: every group element maps the representative's steps to its ranks; the
    verifier (called by :func:`synth.solve.solve`) checks the whole schedule.
 
+Candidates: ``milp`` (the chunking whose ordering is cheapest at ``size``), ``milp_coarse`` (the
+best with at most half its chunks, when one was routed: a smaller program that fits more instances
+under the runtimes' limits, so the timed program model can prefer it; on trn1_32 allgather the
+32-chunk ``milp`` is 95.15 % of bound at 1 GiB but 114 nodes over the exec limit at 2 instances,
+the 16-chunk ``milp_coarse`` 94.54 % and fits), and ``milp_1MB`` (one chunk, planned for 1 MB).
+
 Reducescatter routes an allgather over the reversed links and reverses its steps (copies become
 reductions); allreduce is that reducescatter followed by the allgather. Solvers are open
 (HiGHS default, CBC, CP-SAT; Gurobi when installed) via :mod:`.solvers`.
 
 :class:`..options.MilpOptions`: ``sketch`` (name or file; default the shipped sketch fitting the topology),
 ``solver``, ``size`` (bytes the plan is tuned for, default 1 GiB), ``window`` (stage 3 re-batches
-the ordering's last ``window + 1`` steps, default 2), ``max_extra_hops``, ``mip_gap``, ``symmetry``.
+the ordering's last ``window + 1`` steps, default 4, after a first pass over the last 3),
+``max_extra_hops``, ``mip_gap``, ``symmetry``.
 
 Time limits are deterministic work budgets (:mod:`synth.encodings.work`): ``--time-limit S`` (or
 the sketch's ``time_limit_s`` hint, or :data:`AUTO_TIME_LIMIT_S` under auto) is S work units, of
@@ -48,7 +55,7 @@ from ..options import MilpOptions, Options
 from ..work import WorkBudget
 from .problem import MILP_KINDS, LogicalLinks, MilpProblem, all_links, build_problem, reversed_links
 from .route import InfeasibleSketch, NoRouting, PeerPolicy, Routes, route
-from .schedule import Tasks, make_tasks, order, outcome, schedule_tasks, step_arrays
+from .schedule import FIRST_WINDOW, Tasks, make_tasks, order, outcome, schedule_tasks, step_arrays
 
 DEFAULT_WINDOW = MilpOptions.window
 AUTO_MAX_RANKS = 80
@@ -270,8 +277,12 @@ def _used(result, work: float | None) -> float:
     return work or 0.0
 
 
-CHUNK_MULTIPLES = (1, 2, 3, 4, 6, 8, 16)
-"""Chunkings tried for the main candidate: the sketch's chunks per rank times these."""
+CHUNK_MULTIPLES = (1, 2, 3, 4, 6, 8, 16, 32)
+"""Chunkings tried for the main candidate: the sketch's chunks per rank times these. 32: on trn1_32
+allgather the 32-chunk ordering (each chunk half of a 16-chunk route, or its own routing) beats the
+16-chunk one at 1 GiB, 2779.5 against 2782.8 µs, and its drain re-batches to 2755.0 (95.15 %).
+(48 reached 2751.7, but 1536 chunks per loop do not divide power-of-two sizes: no runtime runs it
+there, spec §3.1.)"""
 MAX_REP_TASKS = 3000
 """Largest representative transfer count a chunking may have (keeps stage 3 and memory small)."""
 
@@ -332,6 +343,7 @@ def milp_encoding(topology: Topology, collective: Collective, options: Options) 
     out: dict[str, Schedule] = {}
     for name, ks, target in sorted(targets, key=lambda t: t[1]):  # fewest chunks first: cheapest
         best: tuple[float, int, list] | None = None
+        routed_ks: dict[int, tuple[float, int, list]] = {}
         for k in ks:
             if k in failed:
                 continue
@@ -374,6 +386,7 @@ def milp_encoding(topology: Topology, collective: Collective, options: Options) 
                 failed[k] = exc.message  # no routing in its share of the work: try other chunkings
                 to_route = [key for key in to_route if key[0] != k]
                 continue
+            routed_ks[k] = (total, k, plans)
             if best is None or total < best[0] - 1e-9:
                 best = (total, k, plans)
         if best is None:
@@ -384,25 +397,37 @@ def milp_encoding(topology: Topology, collective: Collective, options: Options) 
             raise SynthError("milp: no chunking could be routed within the time limit ("
                              + "; ".join(f"{k} chunks: {m}" for k, m in sorted(failed.items()))
                              + "); raise --time-limit", exit_code=3)
-        _, k, plans = best
-        coll = make_collective(kind, n, k, collective.root, collective.inplace)
-        chunk_mb = target / coll.buffer_chunks / MB
-        steps: list[Step] = []
-        reports = []
-        for phase, initial, rate, reverse in plans:
-            part, report = phase.finish(initial, rate, chunk_mb, window=window, solver=solver,
-                                        work=stage3_work, safety=safety, progress=progress)
-            steps.extend(part)
-            reports.append({**phase.describe(), **report,
-                            "direction": "reduce (reversed allgather)" if reverse else "forward"})
-        why = (f"milp: TACCL-style routing MILP + ordering + scheduling MILP ({solver}), sketch "
-               f"{sketch.name if sketch else 'none (every link)'}, {k} chunk(s) per rank (of "
-               f"{', '.join(map(str, ks))} tried), planned for {format_size(target)}")
-        meta = {"why": why, "sketch": sketch.name if sketch else None, "solver": solver,
-                "planned_bytes": int(target), "chunkings_tried": [x for x in ks if x not in failed],
-                "chunkings_not_routed_in_time": sorted(x for x in ks if x in failed),
-                "stages": reports}
-        out[name] = Schedule(coll, topology.name, topology.content_hash, tuple(steps), name, "milp", meta)
+        picks = [(name, best, "", window)]
+        coarse = [c for c in routed_ks.values() if 2 <= c[1] <= best[1] // 2]
+        if name == "milp" and coarse:
+            # a second candidate with at most half the chunks: a smaller program that fits more
+            # instances under the runtime's limits, for the program model to weigh (its drain gets
+            # the narrow stage-3 pass only: the wide one costs ~20 s on trn1_32 for ~0.1 %)
+            picks.append((f"{name}_coarse", min(coarse, key=lambda c: (c[0], c[1])),
+                          f"; the best chunking with at most half of {best[1]} chunks per rank",
+                          min(window, FIRST_WINDOW)))
+        for cand, (_, k, plans), extra, cand_window in picks:
+            coll = make_collective(kind, n, k, collective.root, collective.inplace)
+            chunk_mb = target / coll.buffer_chunks / MB
+            steps: list[Step] = []
+            reports = []
+            for phase, initial, rate, reverse in plans:
+                part, report = phase.finish(initial, rate, chunk_mb, window=cand_window,
+                                            solver=solver, work=stage3_work, safety=safety,
+                                            progress=progress)
+                steps.extend(part)
+                reports.append({**phase.describe(), **report,
+                                "direction": "reduce (reversed allgather)" if reverse else "forward"})
+            why = (f"milp: TACCL-style routing MILP + ordering + scheduling MILP ({solver}), sketch "
+                   f"{sketch.name if sketch else 'none (every link)'}, {k} chunk(s) per rank (of "
+                   f"{', '.join(map(str, ks))} tried), planned for {format_size(target)}{extra}")
+            meta = {"why": why, "sketch": sketch.name if sketch else None, "solver": solver,
+                    "planned_bytes": int(target),
+                    "chunkings_tried": [x for x in ks if x not in failed],
+                    "chunkings_not_routed_in_time": sorted(x for x in ks if x in failed),
+                    "stages": reports}
+            out[cand] = Schedule(coll, topology.name, topology.content_hash, tuple(steps), cand,
+                                 "milp", meta)
     if options.notes is not None:
         options.notes.extend(n for n in safety.safety_notes if n not in options.notes)
     return out
