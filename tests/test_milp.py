@@ -274,3 +274,38 @@ def test_unstarted_chunkings_follow_the_coarsest_routing(monkeypatch):
     tried = schedule.meta["chunkings_tried"]
     assert cut == [(1, k) for k in tried if k > 1] and len(cut) >= 3
     assert schedule.meta["chunkings_not_routed_in_time"] == []
+
+
+def test_a_coarse_candidate_keeps_a_smaller_program():
+    """Besides the cheapest chunking, ``milp_coarse`` is the best with at most half its chunks (the
+    program model may prefer its smaller XML at more instances); both verify."""
+    topo = load_topology("torus:4x4")
+    out = milp_encoding(topo, make_collective("allgather", 16, 1), Options(time_limit_s=60,
+                                                                          extra=FAST))
+    assert set(out) == {"milp", "milp_coarse", "milp_1MB"}
+    main, coarse = out["milp"], out["milp_coarse"]
+    assert 2 <= coarse.collective.chunks_per_rank <= main.collective.chunks_per_rank // 2
+    assert coarse.meta["chunkings_tried"] == main.meta["chunkings_tried"]
+    for schedule in (main, coarse):
+        verify(schedule, topo)
+
+
+def test_a_wide_stage3_window_runs_after_the_narrow_one_and_never_loses():
+    from synth.encodings.milp.encoding import _Phase
+    from synth.encodings.milp.schedule import order, plan_cost, schedule_tasks
+    from synth.encodings.options import MilpOptions
+    from synth.encodings.work import WorkBudget
+    from synth.topology import MB
+
+    topo = load_topology("torus:4x4")
+    phase = _Phase(topo, make_collective("allgather", 16, 4), all_links(topo), (), reverse=False,
+                   opts=MilpOptions(), solver="highs", work=None, safety=WorkBudget(60),
+                   progress=None)
+    chunk_mb = 2**30 / 64 / MB
+    initial, _, _ = order(phase.tasks, chunk_mb)
+    narrow, _ = schedule_tasks(phase.tasks, initial, chunk_mb, window=2, solver="highs",
+                               time_limit_s=120, work=2)
+    wide, report = schedule_tasks(phase.tasks, initial, chunk_mb, window=4, solver="highs",
+                                  time_limit_s=120, work=2)
+    assert [p["window"] for p in report["stage3_passes"]] == [2, 4]
+    assert plan_cost(phase.tasks, wide, chunk_mb) <= plan_cost(phase.tasks, narrow, chunk_mb) + 1e-9
