@@ -16,8 +16,9 @@ step's time is ``max_O (α_O + S · Σ_tasks τ_O · mult)`` for a chunk of S MB
   whole-plan MILP (each task within ``window`` steps of its stage-2 step) won over stage 2 was won
   at the drain, where the last chunks' final hops trail the busiest links (2782.8 -> 2772.5 µs and
   4215.6 -> 4117.5 µs at 1 GiB), and the drain model finds it (2772.7, 4123.0) in 2 % of the
-  whole model's time (1.7 s against 109 s on trn1_32). The MILP keeps the stage-2 plan if it
-  cannot beat it in its budget.
+  whole model's time (1.7 s against 109 s on trn1_32). A ``window`` over :data:`FIRST_WINDOW` runs
+  as a second, wider pass from the first pass's plan (:func:`schedule_tasks`). The MILP keeps the
+  stage-2 plan if it cannot beat it in its budget.
 """
 
 from __future__ import annotations
