@@ -304,8 +304,12 @@ def test_a_wide_stage3_window_runs_after_the_narrow_one_and_never_loses():
     chunk_mb = 2**30 / 64 / MB
     initial, _, _ = order(phase.tasks, chunk_mb)
     narrow, _ = schedule_tasks(phase.tasks, initial, chunk_mb, window=2, solver="highs",
-                               time_limit_s=120, work=2)
+                               time_limit_s=120, work=10)
     wide, report = schedule_tasks(phase.tasks, initial, chunk_mb, window=4, solver="highs",
-                                  time_limit_s=120, work=2)
+                                  time_limit_s=120, work=10)
     assert [p["window"] for p in report["stage3_passes"]] == [2, 4]
     assert plan_cost(phase.tasks, wide, chunk_mb) <= plan_cost(phase.tasks, narrow, chunk_mb) + 1e-9
+    # a small stage-3 budget runs the narrow pass only (the wide one's nodes are too dear for it)
+    _, small = schedule_tasks(phase.tasks, initial, chunk_mb, window=4, solver="highs",
+                              time_limit_s=120, work=2)
+    assert [p["window"] for p in small["stage3_passes"]] == [2]

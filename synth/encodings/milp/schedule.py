@@ -305,6 +305,11 @@ def build_scheduling_model(tasks: Tasks, initial: list[int], chunk_mb: float, wi
 FIRST_WINDOW = 2
 """Stage 3's first pass frees the last ``FIRST_WINDOW + 1`` steps; a wider ``window`` then runs as a
 second pass from its plan (:func:`schedule_tasks`)."""
+WIDE_PASS_MIN_WORK = 10.0
+"""The wider pass runs only with at least this stage-3 work budget (the default's; ``--time-limit``
+of 40 or more). Its nodes cost several times a routing node of the same size (trn1_32, 32 chunks:
+237 nodes of an 11,034-nonzero model in 18 s, against 377 nodes of the 1,106-nonzero narrow model
+in 1.7 s), so a small budget's node limit would not keep it short."""
 
 
 def schedule_tasks(tasks: Tasks, initial: list[int], chunk_mb: float, *, window: int, solver: str,
@@ -314,7 +319,8 @@ def schedule_tasks(tasks: Tasks, initial: list[int], chunk_mb: float, *, window:
 
     A ``window`` wider than :data:`FIRST_WINDOW` runs as two passes: the narrow drain model first
     (small, usually proven optimal), then the wide one warm-started from its plan, so the wide
-    pass, stopped by its node budget, can only improve on the narrow one. Measured on trn1_32
+    pass, stopped by its node budget, can only improve on the narrow one. The wide pass needs
+    :data:`WIDE_PASS_MIN_WORK` and a root that fits ``work`` (:func:`..work.root_work`). Measured on trn1_32
     allgather at 1 GiB (32 chunks per rank, each half of a 16-chunk route): window 2 gives
     2762.8 µs (94.88 % of bound), window 4 alone 2749.0 (95.36 %, stopped at its node budget);
     on dgx_a100 x 4 the wide model alone stopped above the narrow one's optimum (4127 > 4123 µs).
@@ -328,9 +334,13 @@ def schedule_tasks(tasks: Tasks, initial: list[int], chunk_mb: float, *, window:
         return initial, report
     steps, cost = initial, base
     passes = []
-    for w in sorted({min(window, FIRST_WINDOW), window}):
+    windows = sorted({min(window, FIRST_WINDOW), window})
+    if work is not None and work < WIDE_PASS_MIN_WORK:
+        windows = windows[:1]
+    for w in windows:
         found, outcome_line, size = _schedule_pass(tasks, steps, chunk_mb, w, solver, time_limit_s,
-                                                   progress, work, safety)
+                                                   progress, work, safety,
+                                                   max_root_work=work if w > FIRST_WINDOW else None)
         passes.append({"window": w, "outcome": outcome_line, "size": size})
         if found is not None:
             found_cost = plan_cost(tasks, found, chunk_mb)
@@ -347,15 +357,17 @@ def schedule_tasks(tasks: Tasks, initial: list[int], chunk_mb: float, *, window:
 
 def _schedule_pass(tasks: Tasks, initial: list[int], chunk_mb: float, window: int, solver: str,
                    time_limit_s: float | None, progress, work: float | None,
-                   safety: WorkBudget | None) -> tuple[list[int] | None, str, dict]:
+                   safety: WorkBudget | None, max_root_work: float | None = None
+                   ) -> tuple[list[int] | None, str, dict]:
     """One scheduling MILP over ``initial``'s drain: (its plan, renumbered; None when it has no
-    complete plan), its outcome line, its model size."""
+    complete plan, or was not started: ``max_root_work``), its outcome line, its model size."""
     from .solvers import solve_milp
 
     model, y = build_scheduling_model(tasks, initial, chunk_mb, window)
     _start_from(model, y, tasks, initial, chunk_mb)
     result = solve_milp(model, solver, time_limit_s=time_limit_s, stage="scheduling",
-                        progress=progress, warm_start=True, node_limit=STAGE3_NODES, work=work)
+                        progress=progress, warm_start=True, node_limit=STAGE3_NODES, work=work,
+                        max_root_work=max_root_work)
     if result.stopped_by == "wall" and safety is not None:
         safety.note_safety_stop(f"milp scheduling ({solver})")
     size = {"variables": result.variables, "constraints": result.constraints}
