@@ -180,8 +180,8 @@ def test_stage3_rebatches_the_drain_and_keeps_the_rest():
 
     topo = load_topology("trn1_32")
     _, links, policies = resolve_sketch(topo, None)
-    phase = _Phase(topo, make_collective("allgather", 32, 16), links, policies, reverse=False,
-                   opts=MilpOptions(), solver="highs", work=None, safety=WorkBudget(60),
+    phase = _Phase.solve(topo, make_collective("allgather", 32, 16), links, policies,
+                         reverse=False, opts=MilpOptions(), solver="highs", work=None, safety=WorkBudget(60),
                    progress=None)
     chunk_mb = 2**30 / (32 * 16) / MB
     initial, cost, _ = order(phase.tasks, chunk_mb)
@@ -232,9 +232,9 @@ def test_a_finer_chunking_can_follow_a_coarser_routing(kind):
     from synth.topology import MB
 
     topo = load_topology("torus:2x2")
-    base = _Phase(topo, make_collective(kind, 4, 1), all_links(topo), (), reverse=False,
-                  opts=MilpOptions(), solver="highs", work=None, safety=WorkBudget(60),
-                  progress=None)
+    base = _Phase.solve(topo, make_collective(kind, 4, 1), all_links(topo), (), reverse=False,
+                        opts=MilpOptions(), solver="highs", work=None, safety=WorkBudget(60),
+                        progress=None)
     fine = _Phase.split(base, make_collective(kind, 4, 3))
     assert fine is not None and fine.split_from == 1 and fine.describe()["routing_split_from"] == 1
     assert len(fine.tasks) == 3 * len(base.tasks)
@@ -250,6 +250,25 @@ def test_a_finer_chunking_can_follow_a_coarser_routing(kind):
                            safety=WorkBudget(60), progress=None)
     coll = make_collective(kind, 4, 3)
     verify(Schedule(coll, topo.name, topo.content_hash, tuple(steps), "milp", "milp", {}), topo)
+
+
+def test_an_unstarted_routing_is_charged_nothing():
+    """A chunking whose routing model is not started (its root over the cap) fails with the work
+    its models used, 0, so the chunkings after it keep the routing budget; one that runs is
+    charged its nodes."""
+    from synth.encodings.milp.encoding import _Phase, _Unrouted
+    from synth.encodings.options import MilpOptions
+    from synth.encodings.work import WorkBudget
+
+    topo = load_topology("torus:2x2")
+    kw = dict(reverse=False, opts=MilpOptions(), solver="highs", work=10.0,
+              safety=WorkBudget(60), progress=None)
+    coll = make_collective("allgather", 4, 2)
+    with pytest.raises(_Unrouted) as err:
+        _Phase.solve(topo, coll, all_links(topo), (), max_root_work=1e-6, **kw)
+    assert err.value.work_used == 0.0 and "not started" in err.value.message
+    phase = _Phase.solve(topo, coll, all_links(topo), (), max_root_work=1e6, **kw)
+    assert 0.0 < phase.work_used <= 10.0
 
 
 def test_unstarted_chunkings_follow_the_coarsest_routing(monkeypatch):
@@ -298,9 +317,9 @@ def test_a_wide_stage3_window_runs_after_the_narrow_one_and_never_loses():
     from synth.topology import MB
 
     topo = load_topology("torus:4x4")
-    phase = _Phase(topo, make_collective("allgather", 16, 4), all_links(topo), (), reverse=False,
-                   opts=MilpOptions(), solver="highs", work=None, safety=WorkBudget(60),
-                   progress=None)
+    phase = _Phase.solve(topo, make_collective("allgather", 16, 4), all_links(topo), (),
+                         reverse=False, opts=MilpOptions(), solver="highs", work=None,
+                         safety=WorkBudget(60), progress=None)
     chunk_mb = 2**30 / 64 / MB
     initial, _, _ = order(phase.tasks, chunk_mb)
     narrow, _ = schedule_tasks(phase.tasks, initial, chunk_mb, window=2, solver="highs",

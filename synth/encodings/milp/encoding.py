@@ -53,7 +53,15 @@ from ...schedule import Schedule, Step
 from ...topology import MB, Topology
 from ..options import MilpOptions, Options
 from ..work import WorkBudget
-from .problem import MILP_KINDS, LogicalLinks, MilpProblem, all_links, build_problem, reversed_links
+from .problem import (
+    MILP_KINDS,
+    LogicalLinks,
+    MilpProblem,
+    all_links,
+    build_problem,
+    chunk_images,
+    reversed_links,
+)
 from .route import InfeasibleSketch, NoRouting, PeerPolicy, Routes, route
 from .schedule import FIRST_WINDOW, Tasks, make_tasks, order, outcome, schedule_tasks, step_arrays
 
@@ -133,18 +141,44 @@ def _bound_proxy(topology: Topology, routed: Collective) -> float:
     return bound.inv_bandwidth_us_per_byte * routed.buffer_chunks * MB
 
 
-class _Phase:
-    """One routed allgather (forward, or reversed for a reduction) with ``k`` chunks per rank."""
+class _Unrouted(SynthError):
+    """A chunking's routing failed; ``work_used`` is what its models spent (0 for a model that was
+    not started), so the caller charges the routing budget with that and not with the whole
+    share."""
 
-    def __init__(self, topology: Topology, routed: Collective, links: LogicalLinks, policies, *,
-                 reverse: bool, opts: MilpOptions, solver: str, work: float | None,
-                 safety: WorkBudget, progress, max_root_work: float | None = None) -> None:
+    def __init__(self, message: str, work_used: float) -> None:
+        super().__init__(message, exit_code=3)
+        self.work_used = work_used
+
+
+class _Phase:
+    """One routed allgather (forward, or reversed for a reduction) with ``k`` chunks per rank:
+    its problem, its routes and the transfer tasks they make. Built by :meth:`solve` (its own
+    routing models) or :meth:`split` (a coarser chunking's routes cut into pieces)."""
+
+    def __init__(self, problem: MilpProblem, routes: Routes, *, work_used: float = 0.0,
+                 seconds: float = 0.0, split_from: int | None = None) -> None:
+        self.problem = problem
+        self.routes = routes
+        self.tasks = make_tasks(problem, routes.edges)
+        self.work_used = work_used
+        """Work units the routing models used (deterministic: nodes explored, or the whole share
+        where a backend does not say)."""
+        self.seconds = seconds
+        self.split_from = split_from
+        """Chunks per rank of the routing this phase's pieces follow (:meth:`split`); None: its own."""
+
+    @classmethod
+    def solve(cls, topology: Topology, routed: Collective, links: LogicalLinks, policies, *,
+              reverse: bool, opts: MilpOptions, solver: str, work: float | None,
+              safety: WorkBudget, progress, max_root_work: float | None = None) -> _Phase:
         """Route it; ``work`` is this phase's share of the routing work budget (per model);
         ``max_root_work`` the most a model's root may cost (bigger models are not started);
-        ``safety`` the run's wall-clock safety net. :attr:`work_used` is what the models used
-        (deterministic: nodes explored, or the whole share where a backend does not say)."""
+        ``safety`` the run's wall-clock safety net. Raises :class:`_Unrouted` (with the work its
+        models used) when no model found a routing, :class:`InfeasibleSketch` when the sketch
+        allows none."""
         t0 = time.perf_counter()
-        self.work_used = 0.0
+        work_used = 0.0
         hops = (opts.max_extra_hops if opts.max_extra_hops is not None
                 else 1 if routed.kind == "alltoall" else 0)
         logical = reversed_links(links) if reverse else links
@@ -172,24 +206,21 @@ class _Phase:
                                time_limit_s=_wall(safety), mip_gap=opts.mip_gap,
                                progress=progress, diagnose=(tree_hops, path_hops) == last,
                                work=work, safety=safety, max_root_work=max_root_work)
-                self.work_used += _used(routes.result, work)
+                work_used += _used(routes.result, work)
             except InfeasibleSketch:
                 if (tree_hops, path_hops) == last:
                     raise
                 continue
             except SynthError as exc:
-                self.work_used += _used(exc.result, work) if isinstance(exc, NoRouting) else work or 0.0
+                work_used += _used(exc.result, work) if isinstance(exc, NoRouting) else work or 0.0
                 if best is None:
-                    raise
+                    raise _Unrouted(exc.message, work_used) from exc
                 break  # the detour model found nothing in its budget: keep the DAG's routing
             if best is None or routes.objective_us_per_mb < best[0] - 1e-9:
                 best = (routes.objective_us_per_mb, problem, routes)
         assert best is not None
-        _, self.problem, self.routes = best
-        self.tasks = make_tasks(self.problem, self.routes.edges)
-        self.seconds = time.perf_counter() - t0
-        self.split_from: int | None = None
-        """Chunks per rank of the routing this phase's pieces follow (:meth:`split`); None: its own."""
+        _, problem, routes = best
+        return cls(problem, routes, work_used=work_used, seconds=time.perf_counter() - t0)
 
     @classmethod
     def split(cls, base: _Phase, routed: Collective) -> _Phase | None:
@@ -212,20 +243,12 @@ class _Phase:
                                                        old.collective.post[rep.chunk]):
                     return None
                 chunks.append(dataclasses.replace(rep, chunk=c))
-        from .problem import chunk_images
-
         problem = dataclasses.replace(old, collective=routed, chunks=chunks,
                                       chunk_image=chunk_images(routed, old.group))
         edges = {rep.chunk * m + j: list(base.routes.edges[rep.chunk])
                  for rep in old.chunks for j in range(m)}
-        phase = cls.__new__(cls)
-        phase.problem = problem
-        phase.routes = Routes(edges, base.routes.objective_us_per_mb * m, base.routes.result)
-        phase.tasks = make_tasks(problem, edges)
-        phase.work_used = 0.0
-        phase.seconds = 0.0
-        phase.split_from = k_old
-        return phase
+        routes = Routes(edges, base.routes.objective_us_per_mb * m, base.routes.result)
+        return cls(problem, routes, split_from=k_old)
 
     def order(self, chunk_mb: float) -> tuple[list[int], float, float]:
         return order(self.tasks, chunk_mb)
@@ -363,18 +386,19 @@ def milp_encoding(topology: Topology, collective: Collective, options: Options) 
                         # pieces can follow that routing (:meth:`_Phase.split`)
                         coarser = any(r == reverse and k % k2 == 0 and k2 < k for k2, r in phases)
                         try:
-                            phase = _Phase(topology, routed, links, policies, reverse=reverse,
-                                           opts=opts, solver=solver, work=share, safety=safety,
-                                           progress=progress,
-                                           max_root_work=max_root_work if coarser else None)
-                        except SynthError:
-                            if routing_left is not None and share is not None:
-                                routing_left = max(0.0, routing_left - share)
+                            phase = _Phase.solve(topology, routed, links, policies,
+                                                 reverse=reverse, opts=opts, solver=solver,
+                                                 work=share, safety=safety, progress=progress,
+                                                 max_root_work=max_root_work if coarser else None)
+                            spent = phase.work_used
+                        except SynthError as exc:
+                            # charged with what its models used: nothing for one not started
+                            spent = exc.work_used if isinstance(exc, _Unrouted) else share or 0.0
                             phase = _split_coarser(phases, routed, reverse)
                             if phase is None:
                                 raise
                         if routing_left is not None:
-                            routing_left = max(0.0, routing_left - phase.work_used)
+                            routing_left = max(0.0, routing_left - spent)
                         phases[(k, reverse)] = phase
                     phase = phases[(k, reverse)]
                     initial, cost, rate = phase.order(chunk_mb)
