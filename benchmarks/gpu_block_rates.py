@@ -30,7 +30,7 @@ import statistics
 import sys
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent.parent / "results"
+from harness import write_results
 
 KERNELS = r"""
 extern "C" __global__ void copy16(const int4* __restrict__ src, int4* __restrict__ dst,
@@ -181,9 +181,7 @@ def main() -> None:
             data = json.loads(Path(args.render).read_text())
         except (OSError, ValueError) as exc:
             sys.exit(f"gpu_block_rates: cannot read {args.render}: {exc}")
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "gpu_block_rates.json").write_text(json.dumps(data, indent=1) + "\n")
-        (RESULTS / "gpu_block_rates.md").write_text(render(data))
+        write_results("gpu_block_rates", data, render(data))
         return
     if not args.out:
         ap.error("give --out DIR (measure) or --render FILE")
@@ -194,9 +192,7 @@ def main() -> None:
     data = measure(args.mib << 20, args.repeats, [256, 512, 640, 1024],
                    [1, 2, 4, 8, 16, 32, 64, 132])
     data["bytes_label"] = f"{args.mib} MiB"
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "gpu_block_rates.json").write_text(json.dumps(data, indent=1) + "\n")
+    write_results("gpu_block_rates", data, out_dir=args.out)
     print(json.dumps({k: v for k, v in data.items() if k != "rows"}))
     for r in data["rows"]:
         print(r["op"], r["threads"], r["blocks"], round(r["us"], 1), round(r["GBps_per_block"], 1))
