@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,22 @@ def _why(best: str, written: str, notes: list[str]) -> str:
     return "; ".join(mine) or f"{best} is faster at 1 GiB but another candidate's file was chosen"
 
 
+def _program_at_1g(model: Any, result: Any) -> dict[str, dict[str, float]]:
+    """Each candidate's fastest timed configuration at 1 GiB in the program model that decided
+    the winners: ``{name: {"instances": i, "us": t}}``; candidates it did not time there (the
+    file cannot run at 1 GiB, is over a limit, or the prunes skipped it) are absent."""
+    sizes = [p.bytes for p in result.best.costs]
+    if GiB not in sizes:
+        return {}
+    i = sizes.index(GiB)
+    out: dict[str, dict[str, float]] = {}
+    for (cand, inst), times in sorted(model.run().items()):
+        t = times[i]
+        if math.isfinite(t) and (cand not in out or t < out[cand]["us"]):
+            out[cand] = {"instances": inst, "us": round(t, 1)}
+    return out
+
+
 def run_case(name: str, topo: str, nodes: int, coll: str, winners_by: str = "auto",
              time_program: bool = True) -> dict[str, Any]:
     row: dict[str, Any] = {"case": name, "topology": topo, "nodes": nodes, "collective": coll}
@@ -89,6 +106,8 @@ def run_case(name: str, topo: str, nodes: int, coll: str, winners_by: str = "aut
             result.notes += notes
             written = write_winners(result, Path(tmp), DEFAULT_XML, model, winners_by=by)
             row["winners_by"] = by
+            if by == "program":
+                row["program_1g"] = _program_at_1g(model, result)
             serving = next(r for r in written.ranges if GiB in r.sizes)
             row["instances_1g"] = serving.instances
             if serving.xml is not None and not time_program:
@@ -121,6 +140,22 @@ def run_case(name: str, topo: str, nodes: int, coll: str, winners_by: str = "aut
         row["bar"] = BARS[name]
         row["meets_bar"] = row["written_pct"] >= BARS[name]
     return row
+
+
+def _faster_by_lockstep(r: dict[str, Any]) -> str:
+    """The program model's 1 GiB times of the candidates the lock-step model ranks above the
+    written one (their best instance count), beside the written file's: why each lost."""
+    timed = r["program_1g"]
+    written = r["written"]
+    above = sorted((n for n, p in r["candidates"].items() if p > r["written_pct"]),
+                   key=lambda n: -r["candidates"][n])
+    parts = []
+    for n in [written, *above]:
+        t = timed.get(n)
+        what = (f"{t['us']:,.1f} µs at x{t['instances']}" if t else
+                "not timed there (over a limit, not runnable at 1 GiB, or pruned)")
+        parts.append(f"{n}{' (written)' if n == written else ''} {what}")
+    return "program model at 1 GiB: " + ", ".join(parts)
 
 
 def markdown(data: dict[str, Any], lockstep: dict[str, Any] | None = None) -> str:
@@ -166,6 +201,8 @@ def markdown(data: dict[str, Any], lockstep: dict[str, Any] | None = None) -> st
             generic = why.endswith("another candidate's file was chosen")
             why = (f"the program model runs the written file faster at 1 GiB than {r['best']}'s "
                    f"in every configuration it timed" + ("" if generic else f"; {why}"))
+            if "program_1g" in r:
+                why += "; " + _faster_by_lockstep(r)
         program_na = "not timed" if "program_skipped" in r else "—"
         o = other.get(r["case"], {})
         pick = f"{o['written']}: {o['program_pct']}" if "program_pct" in o else "—"
