@@ -66,6 +66,13 @@ Building the pre/postconditions of 2^20 chunks takes about 0.5 s and 300 MB here
 then needs far more, so a larger count is refused while parsing, before anything is built."""
 
 
+def max_chunks_per_rank(kind: str, num_ranks: int) -> int:
+    """The most chunks per rank a standard collective of ``kind`` on ``num_ranks`` ranks may have
+    (:data:`MAX_GLOBAL_CHUNKS`): an encoding that tries several chunkings stays within it."""
+    per_chunk = num_ranks * num_ranks if kind == "alltoall" else num_ranks
+    return max(1, MAX_GLOBAL_CHUNKS // max(1, per_chunk))
+
+
 def _check_chunks(num_chunks: int, what: str) -> None:
     if num_chunks > MAX_GLOBAL_CHUNKS:
         raise SynthError(f"{what} names {num_chunks} chunks in all; synth handles at most "

@@ -35,6 +35,21 @@ def test_alltoall_switch_4x2_verifies_with_lp_gap():
     assert _pct(s, topo) >= 90.0
 
 
+def test_chunkings_stay_within_the_global_chunk_cap(monkeypatch):
+    """The chunkings tried never name more chunks than a collective may (MAX_GLOBAL_CHUNKS):
+    dgx_h100 x 64's default alltoall solve failed on an 8-chunk try (2,097,152 chunks) that the
+    transfer cap allowed. Here the cap is lowered to 2 chunks per rank on 8 ranks."""
+    import synth.collectives as collectives
+
+    monkeypatch.setattr(collectives, "MAX_GLOBAL_CHUNKS", 8 * 8 * 2)
+    assert collectives.max_chunks_per_rank("alltoall", 8) == 2
+    assert collectives.max_chunks_per_rank("allgather", 8) == 16
+    topo = load_topology("switch:4", nodes=2)
+    s = flow_encoding(topo, make_collective("alltoall", 8), Options())["flow"]
+    assert s.collective.chunks_per_rank <= 2
+    verify(s, topo)
+
+
 @pytest.mark.parametrize("spec,nodes", [("torus:4x4", 1), ("ring:6", 1), ("dgx1", 1), ("line:4", 1),
                                         ("trn1_32", 1)])
 def test_alltoall_multi_hop_verifies(spec, nodes):

@@ -36,7 +36,7 @@ import scipy.sparse as sp
 from scipy.optimize import linprog
 from scipy.sparse.csgraph import dijkstra, shortest_path
 
-from ...collectives import Collective, make_collective
+from ...collectives import Collective, make_collective, max_chunks_per_rank
 from ...cost import step_from_arrays
 from ...errors import NotApplicable, SynthError
 from ...schedule import Schedule, Step
@@ -324,7 +324,9 @@ def flow_encoding(topology: Topology, collective: Collective, options: Options) 
     if options.chunks or not standard:
         ks = [int(options.chunks or collective.chunks_per_rank)]
     else:
-        ks = [k for k in (1, 2, 4, 8, 16, 32, 64) if moved * k * s_min <= max_transfers] or [1]
+        cap = max_chunks_per_rank(collective.kind, n)     # dgx_h100 x 64 alltoall: 4, not 8
+        ks = [k for k in (1, 2, 4, 8, 16, 32, 64)
+              if moved * k * s_min <= max_transfers and k <= cap] or [1]
     sized_by_k: dict[int, tuple[Collective, list[Commodity]]] = {}
     for k in ks:
         coll_k = (make_collective(collective.kind, n, k, collective.root, collective.inplace)
