@@ -124,9 +124,10 @@ def measure(nbytes: int, repeats: int, threads: list[int], blocks: list[int]) ->
 
 
 def render(data: dict) -> str:
-    from synth.protocols import _CH_SIMPLE
+    from synth.protocols import default_model
+    from synth.topology_io import load_topology
 
-    model = _CH_SIMPLE["hopper"]
+    model = default_model(load_topology("dgx_h100")).get("Simple").channel_GBps  # Hopper's cap
     lines = [
         "# One threadblock's local copy and reduce rates, and the launch floor, measured on a GPU",
         "",
