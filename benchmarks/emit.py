@@ -31,6 +31,7 @@ import argparse
 import json
 import math
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from synth.catalog.select import INSTANCES
 from synth.collectives import make_collective
 from synth.emit.xml_parse import parse_program
 from synth.errors import SynthError
+from synth.guards import Budget, TooBig, check_schedule
 from synth.program_model import program_times_us
 from synth.solve import DEFAULT_XML, solve, winners_model, write_winners
 from synth.topology_io import load_topology
@@ -87,6 +89,30 @@ def _program_at_1g(model: Any, result: Any) -> dict[str, dict[str, float]]:
     return out
 
 
+def _writable(result: Any) -> Any:
+    """``result`` with only the candidates ``synth solve`` would try to write: the CLI sizes every
+    candidate against its XML budget before compiling (:func:`synth.guards.check_schedule` with
+    the default ``--max-memory`` and XML options) and passes over, with a note, one whose
+    estimated program is over a limit (the estimate never exceeds the compiled program, so no
+    file that could be written is lost). The solve above ran without that budget so that every
+    candidate is costed for the best-found column. Without this, a 512-rank case compiled each
+    such candidate for minutes before rejecting it."""
+    budget = Budget.of(None, DEFAULT_XML)
+    kept, notes, held = [], [], 0
+    for c in sorted(result.candidates, key=lambda c: (c.schedule.num_transfers, c.name)):
+        try:
+            check_schedule(c.schedule, budget, held)
+        except TooBig as exc:
+            notes.append(f"{c.name} passed over: {exc.message}")
+            continue
+        kept.append(c)
+        held += c.schedule.num_transfers
+    if not kept:
+        raise SynthError("no candidate fits the XML budget: " + "; ".join(notes))
+    kept.sort(key=lambda c: result.candidates.index(c))     # the solve's ranking
+    return replace(result, best=kept[0], candidates=kept, notes=[*result.notes, *notes])
+
+
 def run_case(name: str, topo: str, nodes: int, coll: str, winners_by: str = "auto",
              time_program: bool = True) -> dict[str, Any]:
     row: dict[str, Any] = {"case": name, "topology": topo, "nodes": nodes, "collective": coll}
@@ -98,6 +124,7 @@ def run_case(name: str, topo: str, nodes: int, coll: str, winners_by: str = "aut
         row["solve_s"] = round(result.seconds, 1)
         at = {c.name: {p.bytes: p for p in c.costs}[GiB] for c in result.candidates}
         best = max(at, key=lambda n: (at[n].pct_of_bound, n))
+        result = _writable(result)
         with tempfile.TemporaryDirectory() as tmp:
             # the CLI's default: the program model decides (with the instance count) where its
             # estimated work fits its budget, else lock-step (the note says which)
