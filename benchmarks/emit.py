@@ -41,9 +41,9 @@ from synth.catalog.select import INSTANCES
 from synth.collectives import make_collective
 from synth.emit.xml_parse import parse_program
 from synth.errors import SynthError
-from synth.guards import MAX_NODES, Budget, TooBig, check_schedule, xml_estimate
+from synth.guards import Budget, TooBig
 from synth.program_model import program_times_us
-from synth.solve import DEFAULT_XML, solve, winners_model, write_winners
+from synth.solve import DEFAULT_XML, solve, winners_model, within_budget, write_winners
 from synth.topology_io import load_topology
 
 GiB = 2 ** 30
@@ -89,40 +89,21 @@ def _program_at_1g(model: Any, result: Any) -> dict[str, dict[str, float]]:
     return out
 
 
-def _writable(result: Any) -> Any | None:
-    """``result`` with only the candidates ``synth solve`` would try to write: the CLI sizes every
-    candidate against its XML budget before compiling (:func:`synth.guards.check_schedule` with
-    the default ``--max-memory`` and XML options) and passes over, with a note, one whose
-    estimated program is over a limit (the estimate never exceeds the compiled program, so no
-    file that could be written is lost). The solve above ran without that budget so that every
-    candidate is costed for the best-found column. Without this, a 512-rank case compiled each
-    such candidate for minutes before rejecting it. None when no candidate fits (the CLI then
-    refuses the run, naming each candidate's reason)."""
-    budget = Budget.of(None, DEFAULT_XML)
-    kept, notes, held = [], [], 0
-    for c in sorted(result.candidates, key=lambda c: (c.schedule.num_transfers, c.name)):
-        try:
-            check_schedule(c.schedule, budget, held)
-        except TooBig as exc:
-            notes.append(f"{c.name} passed over: {exc.message}")
-            continue
-        kept.append(c)
-        held += c.schedule.num_transfers
-    if not kept:
-        return None
-    kept.sort(key=lambda c: result.candidates.index(c))     # the solve's ranking
-    return replace(result, best=kept[0], candidates=kept, notes=[*result.notes, *notes])
-
-
-def _nothing_fits(result: Any) -> str:
-    """Why no file is written: each candidate's fewest threadblocks and nodes per rank
-    (:func:`synth.guards.xml_estimate`) against the default budget and the runtime's node limit."""
-    parts = []
-    for c in result.candidates:
-        est = xml_estimate(c.schedule, DEFAULT_XML.instances)
-        parts.append(f"{c.name} ≥ {est.threadblocks} blocks, ≈ {est.nodes:,} nodes")
-    return (f"no candidate fits {DEFAULT_XML.max_threadblocks} threadblocks per rank and "
-            f"{MAX_NODES} nodes: " + "; ".join(parts))
+def _writable(result: Any) -> tuple[Any | None, str]:
+    """``result`` with only the candidates ``synth solve`` would try to write, and why none when
+    none fits. The CLI sizes every candidate against its XML budget before compiling
+    (:func:`synth.solve.within_budget` with the default ``--max-memory`` and XML options) and
+    passes over, with a note, one whose estimated program is over a limit (the estimate never
+    exceeds the compiled program, so no file that could be written is lost). The solve above ran
+    without that budget so that every candidate is costed for the best-found column. Without
+    this, a 512-rank case compiled each such candidate for minutes before rejecting it."""
+    try:
+        kept, notes = within_budget({c.name: c.schedule for c in result.candidates},
+                                    Budget.of(None, DEFAULT_XML))
+    except TooBig as exc:      # the CLI refuses the run with this message
+        return None, exc.message
+    cands = [c for c in result.candidates if c.name in kept]    # the solve's ranking
+    return replace(result, best=cands[0], candidates=cands, notes=[*result.notes, *notes]), ""
 
 
 def run_case(name: str, topo: str, nodes: int, coll: str, winners_by: str = "auto",
@@ -136,11 +117,11 @@ def run_case(name: str, topo: str, nodes: int, coll: str, winners_by: str = "aut
         row["solve_s"] = round(result.seconds, 1)
         at = {c.name: {p.bytes: p for p in c.costs}[GiB] for c in result.candidates}
         best = max(at, key=lambda n: (at[n].pct_of_bound, n))
-        writable = _writable(result)
+        writable, refused = _writable(result)
         if writable is None:
             row.update({"best": best, "best_pct": round(at[best].pct_of_bound, 2),
                         "candidates": {n: round(p.pct_of_bound, 2) for n, p in sorted(at.items())},
-                        "status": "no_file", "why": _nothing_fits(result)})
+                        "status": "no_file", "why": refused})
             row["wall_s"] = round(start(), 1)
             return row
         result = writable

@@ -125,7 +125,7 @@ def solve(topology: Topology, collective: Collective, *, encoding: str = "auto",
                              Options(algorithm=algorithm, chunks=chunks, time_limit_s=time_limit_s,
                                      extra=extra, budget=budget, notes=notes), notes)
     if budget is not None:
-        found, passed = _within_budget(found, budget)
+        found, passed = within_budget(found, budget)
         notes += passed
     bound = lower_bound(topology, collective)
     candidates = []
@@ -142,7 +142,7 @@ def solve(topology: Topology, collective: Collective, *, encoding: str = "auto",
                        time.perf_counter() - start, notes=notes)
 
 
-def _within_budget(found: dict[str, Schedule], budget: Budget
+def within_budget(found: dict[str, Schedule], budget: Budget
                    ) -> tuple[dict[str, Schedule], list[str]]:
     """The candidates that fit ``budget`` (smallest first share the memory) and notes on the rest."""
     kept: dict[str, Schedule] = {}

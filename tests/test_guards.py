@@ -14,7 +14,7 @@ from synth.encodings.baseline import baseline
 from synth.errors import SynthError
 from synth.guards import Budget, TooBig
 from synth.schedule import Schedule, Step, Transfer
-from synth.solve import _within_budget
+from synth.solve import within_budget
 from synth.topology_io import load_topology
 
 BIG = Budget(64 * guards.GB)
@@ -129,12 +129,12 @@ def test_candidate_over_the_node_limit_is_passed_over_fast():
     start = time.perf_counter()
     with pytest.raises(TooBig, match=r"4,5\d\d receives.*MAX_NODES.*--no-xml"):
         guards.check_schedule(big, BIG)
-    kept, notes = _within_budget({"big": big, "ok": ok}, BIG)
+    kept, notes = within_budget({"big": big, "ok": ok}, BIG)
     assert time.perf_counter() - start < 5
     assert list(kept) == ["ok"] and notes[0].startswith("big passed over:")
     guards.check_schedule(big, Budget(64 * guards.GB, None))  # --no-xml: it fits
     with pytest.raises(TooBig, match="no candidate fits"):
-        _within_budget({"big": big}, BIG)
+        within_budget({"big": big}, BIG)
 
 
 def test_candidate_over_memory():

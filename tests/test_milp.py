@@ -181,8 +181,8 @@ def test_stage3_rebatches_the_drain_and_keeps_the_rest():
     topo = load_topology("trn1_32")
     _, links, policies = resolve_sketch(topo, None)
     phase = _Phase.solve(topo, make_collective("allgather", 32, 16), links, policies,
-                         reverse=False, opts=MilpOptions(), solver="highs", work=None, safety=WorkBudget(60),
-                   progress=None)
+                         reverse=False, opts=MilpOptions(), solver="highs", work=None,
+                         safety=WorkBudget(60), progress=None)
     chunk_mb = 2**30 / (32 * 16) / MB
     initial, cost, _ = order(phase.tasks, chunk_mb)
     steps, report = schedule_tasks(phase.tasks, initial, chunk_mb, window=2, solver="highs",
