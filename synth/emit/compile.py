@@ -36,7 +36,9 @@ from ..schedule import Schedule
 from . import passes as P
 from .program import Gpu, Program, Threadblock
 from .xml_write import (
+    MAX_NODES,
     MAX_TBS_PER_CHANNEL,
+    PROFILES,
     PROTOCOLS,
     check_limits,
     coll_name,
@@ -172,16 +174,88 @@ class _Built:
 
 
 def _build(schedule: Schedule, **kw: Any) -> _Built:
-    """Run the passes. The cyclic garbage collector is paused meanwhile: the passes allocate
-    millions of small acyclic objects (a 512-rank ring: 260k ops), and its scans would double the
-    time; the op graph's few cycles are collected once it is back on."""
+    """Run the passes with aggregated ops and, where the schedule could fit the node limit with one
+    op per chunk (:func:`_narrow_fits`) and the aggregated program has an op of several chunks,
+    again with one op per chunk; the narrow program is kept when its busiest threadblock moves
+    fewer chunks (:func:`_block_load`), else the aggregated one (fewer instructions, fewer
+    messages).
+
+    Why: an aggregated op is one step of one threadblock, which moves its ``cnt`` chunks one
+    message after another at that block's copy rate, however fast the link, while the same chunks
+    as separate ops go round-robin over the connection's blocks
+    (:func:`synth.emit.passes.allocate_connections`) and copy in parallel. Measured with the timed
+    program model (:mod:`synth.program_model`) on trn1_32 allgather at x1: trees_aligned at 1 GiB
+    takes 2,894 µs narrow against 3,776 µs aggregated (its first step sends 21 of rank 0's 32
+    pieces to the 205 GB/s neighbour as one op), milp (32 pieces) 2,931 against 5,436 µs; at 64 MiB
+    273 against 321 µs. The price is latency where messages are small: 2.8% from 1 KiB to 1 MiB
+    (104 against 101 µs), each op being a message of its own. Where aggregation only bundles
+    what one block carries anyway (a ring: one block a rank, every op two chunks), the loads tie
+    and the aggregated program stays.
+
+    The cyclic garbage collector is paused meanwhile: the passes allocate millions of small acyclic
+    objects (a 512-rank ring: 260k ops), and its scans would double the time; the op graph's few
+    cycles are collected once it is back on."""
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _build_passes(schedule, **kw)
+        narrow = kw.get("do_aggregate", True) and kw.get("enforce", True) and _narrow_fits(
+            schedule, kw.get("instances", 1), kw.get("profile", "exec"))
+        narrow_kw = {**kw, "do_aggregate": False}
+        try:
+            built = _build_passes(schedule, **kw)
+        except SynthError as first:
+            if not narrow:
+                raise
+            try:
+                return _build_passes(schedule, **narrow_kw)
+            except SynthError:
+                raise first from None
+        if not narrow or _widest_op(built.program) <= 1:
+            return built
+        try:
+            alt = _build_passes(schedule, **narrow_kw)
+        except SynthError:
+            return built
+        return alt if _block_load(alt.program) < _block_load(built.program) else built
     finally:
         if enabled:
             gc.enable()
+
+
+def _widest_op(program: Program) -> int:
+    """The most chunks one step of the program covers."""
+    return max((st.cnt for g in program.gpus for tb in g.tbs for st in tb.steps
+                if st.type != "nop"), default=0)
+
+
+def _block_load(program: Program) -> int:
+    """The most chunks one threadblock moves (the ``cnt`` of its steps, nops aside): the block
+    runs its steps one after another at one block's copy rate, so this bounds the program's time
+    from below wherever chunks are large."""
+    return max((sum(st.cnt for st in tb.steps if st.type != "nop")
+                for g in program.gpus for tb in g.tbs), default=0)
+
+
+def _narrow_fits(schedule: Schedule, instances: Any, profile: Any) -> bool:
+    """Whether the program with one op per chunk can stay within the runtime's node limit: the
+    busiest rank's sends and receives, ``instances`` times, plus the fewest blocks that hold them
+    (``max_steps`` each), the gpu nodes and the algorithm node. Counted unfused (copies left out,
+    so it under-counts): a fused op saves a step but pairs two peers in one block, and over the
+    block budget the placement unfuses. A schedule over it is not compiled narrow at all (a
+    64-rank reduce-scatter of 128 pieces has 16,128 such ops a rank; compiling it narrow took
+    minutes before it broke a limit)."""
+    if not isinstance(instances, int) or instances < 1 or profile not in PROFILES:
+        return False
+    coll = schedule.collective
+    n = coll.num_ranks
+    ops = [0] * n
+    for step in schedule.steps:
+        for tr in step.transfers:
+            if 0 <= tr.src < n and 0 <= tr.dst < n:
+                ops[tr.src] += 1
+                ops[tr.dst] += 1
+    steps = max(ops, default=0) * instances
+    return 1 + n + ceil(steps / PROFILES[profile].max_steps) + steps <= MAX_NODES
 
 
 def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: int, min_bytes: int,
