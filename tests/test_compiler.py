@@ -129,6 +129,28 @@ def test_fusion_and_aggregation_shrink_ring_allgather() -> None:
     assert st_.get("program").steps == agg.steps
 
 
+def test_wide_ops_are_split_where_they_would_serialise_one_block() -> None:
+    """dgx1 allgather by trees: aggregation bundles up to 12 chunks into one op, which one
+    threadblock moves message after message; the compiler keeps the one-op-per-chunk program,
+    whose busiest block moves fewer chunks, and the program model runs it faster at 1 GiB (the
+    ring above keeps its aggregated ops: one block a rank carries them either way)."""
+    from synth.emit import compile as C
+    from synth.program_model import program_times_us
+    from synth.solve import solve
+
+    t = topo("dgx1")
+    sch = next(c.schedule for c in solve(t, make_collective("allgather", 8, 1), encoding="trees",
+                                         sizes=[1 << 30]).candidates if c.name == "trees")
+    kw = dict(profile="exec", proto="Simple", instances=1, min_bytes=0, max_bytes=0, inplace=None)
+    agg = C._build_passes(sch, **kw).program
+    prog = compile_schedule(sch)
+    assert check(prog) == ["inplace", "outofplace"]
+    assert C._widest_op(agg) > 1 and C._widest_op(prog) == 1
+    assert C._block_load(prog) < C._block_load(agg)
+    narrow_us, agg_us = (program_times_us(p, t, [1 << 30])[0] for p in (prog, agg))
+    assert narrow_us < 0.9 * agg_us
+
+
 def test_fusion_and_aggregation_shrink_direct_allreduce() -> None:
     # dgx1 is not fully connected: direct relays through neighbours (4 steps)
     sch = baseline(topo("dgx1"), make_collective("allreduce", 8, 2), "direct")
