@@ -371,14 +371,16 @@ WINNERS_BY = ("auto", "program", "lockstep")
 """``synth solve --winners-by``: auto = the timed program model where its estimated cost fits
 :data:`PROGRAM_COST_BUDGET`, else the lock-step model (with a note saying why)."""
 
-PROGRAM_COST_BUDGET = 4_000_000
+PROGRAM_COST_BUDGET = 5_000_000
 """Estimated program-model work :func:`winners_model` ``auto`` spends before falling back to the
 lock-step model, in op-iterations (:func:`program_cost`: one XML step of one threadblock walked
 once per grid iteration). Measured at 8-16 µs of simulation each (dgx1 and trn1_32 allgather,
-1 KB..1 GB), so about 30-65 s: a small fraction of a MILP solve, and a count, so the decision is
+1 KB..1 GB), so about 40-80 s: a small fraction of a MILP solve, and a count, so the decision is
 the same on every machine. It was 3,000,000 until files were compiled one op per chunk where that
-lightens their busiest block (:func:`synth.emit.compile._build`): trn1_32 allgather's first
-instance count then measured 3,495,974 (171 simulations), and its winners fell back to lock-step. Before anything is compiled, :func:`estimated_program_work` (compiles
+lightens their busiest block (:func:`synth.emit.compile._build`): their simulations cost more,
+trn1_32 allgather's first instance count then measured 3,495,974 (171 simulations), and at
+4,000,000 dgx_a100 x 4 allreduce ran out at 4 KiB (3,962,082 spent) and fell back to lock-step,
+whose pick runs 1 GiB at 45.79% of the bound by the program model against 68.32% for its own. Before anything is compiled, :func:`estimated_program_work` (compiles
 at :data:`COMPILE_WEIGHT` per step, plus one timing per candidate at the largest size) must fit it
 too; during the timing only simulations are counted (the whole program-model phase, compiles
 included, measured 4.5 s on dgx_a100 x2, 10 s on dgx1 and 44 s on trn1_32 allgather at one
