@@ -380,11 +380,12 @@ the same on every machine. It was 3,000,000 until files were compiled one op per
 lightens their busiest block (:func:`synth.emit.compile._build`): their simulations cost more,
 trn1_32 allgather's first instance count then measured 3,495,974 (171 simulations), and at
 4,000,000 dgx_a100 x 4 allreduce ran out at 4 KiB (3,962,082 spent) and fell back to lock-step,
-whose pick runs 1 GiB at 45.79% of the bound by the program model against 68.32% for its own. Before anything is compiled, :func:`estimated_program_work` (compiles
-at :data:`COMPILE_WEIGHT` per step, plus one timing per candidate at the largest size) must fit it
-too; during the timing only simulations are counted (the whole program-model phase, compiles
-included, measured 4.5 s on dgx_a100 x2, 10 s on dgx1 and 44 s on trn1_32 allgather at one
-instance count). The higher instance counts
+whose pick runs 1 GiB at 45.79% of the bound by the program model, where the program
+model's own pick had run at 68.32% before the change. Before anything is compiled,
+:func:`estimated_program_work` (compiles at :data:`COMPILE_WEIGHT` per step, plus one timing
+per candidate at the largest size) must fit it too; during the timing only simulations are
+counted (the whole program-model phase, compiles included, measured 4.5 s on dgx_a100 x2, 10 s on
+dgx1 and 44 s on trn1_32 allgather at one instance count). The higher instance counts
 (:class:`ProgramTimeModel`, ``synth solve`` without ``--instances``) get this budget again, their
 own: where it runs out they stop with a note and the winners are still the program model's."""
 
