@@ -187,10 +187,10 @@ def _build(schedule: Schedule, **kw: Any) -> _Built:
     program model (:mod:`synth.program_model`) on trn1_32 allgather at x1: trees_aligned at 1 GiB
     takes 2,894 µs narrow against 3,776 µs aggregated (its first step sends 21 of rank 0's 32
     pieces to the 205 GB/s neighbour as one op), milp (32 pieces) 2,931 against 5,436 µs; at 64 MiB
-    273 against 321 µs. The price is latency where messages are small: 2.8% from 1 KiB to 1 MiB
-    (104 against 101 µs), each op being a message of its own. Where aggregation only bundles
-    what one block carries anyway (a ring: one block a rank, every op two chunks), the loads tie
-    and the aggregated program stays.
+    273 against 321 µs. The price is latency where messages are small: 2.5-2.8% from 1 KiB to
+    256 KiB (104 against 101 µs), 1.6% at 1 MiB, each op being a message of its own. Where
+    aggregation only bundles what one block carries anyway (a ring: one block a rank, every op two
+    chunks), the loads tie and the aggregated program stays.
 
     The cyclic garbage collector is paused meanwhile: the passes allocate millions of small acyclic
     objects (a 512-rank ring: 260k ops), and its scans would double the time; the op graph's few
