@@ -244,17 +244,18 @@ def _narrow_fits(schedule: Schedule, instances: Any, profile: Any) -> bool:
     block budget the placement unfuses. A schedule over it is not compiled narrow at all (a
     64-rank reduce-scatter of 128 pieces has 16,128 such ops a rank; compiling it narrow took
     minutes before it broke a limit)."""
+    import numpy as np
+
+    from ..guards import schedule_arrays
+
     if not isinstance(instances, int) or instances < 1 or profile not in PROFILES:
-        return False
-    coll = schedule.collective
-    n = coll.num_ranks
-    ops = [0] * n
-    for step in schedule.steps:
-        for tr in step.transfers:
-            if 0 <= tr.src < n and 0 <= tr.dst < n:
-                ops[tr.src] += 1
-                ops[tr.dst] += 1
-    steps = max(ops, default=0) * instances
+        return False    # invalid arguments: the aggregated build names them
+    n = schedule.collective.num_ranks
+    _, src, dst, _ = schedule_arrays(schedule)
+    if src.min(initial=0) < 0 or max(src.max(initial=0), dst.max(initial=0)) >= n:
+        return False    # not a schedule of this collective: the aggregated build says so
+    ops = np.bincount(src, minlength=n) + np.bincount(dst, minlength=n)
+    steps = int(ops.max(initial=0)) * instances
     return 1 + n + ceil(steps / PROFILES[profile].max_steps) + steps <= MAX_NODES
 
 
