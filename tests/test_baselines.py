@@ -9,8 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from synth.bounds import lower_bound
 from synth.builders import fully_connected, hypercube, line, multinode, ring, switch, torus
 from synth.collectives import KINDS, ROOTED, custom_collective, make_collective
+from synth.cost import schedule_times_us
 from synth.encodings.baseline.algorithms import (
     ALGORITHMS,
     all_baselines,
@@ -20,6 +22,7 @@ from synth.encodings.baseline.algorithms import (
     dtree_parents,
     preferred_chunks,
 )
+from synth.encodings.baseline.rails import StepPrices, batches_time_us, plan_batches
 from synth.errors import NotApplicable, SynthError
 from synth.topology import Link, Topology
 from synth.topology_io import load_topology
@@ -219,6 +222,57 @@ def test_hierarchical_allgather_phases():
     verify(sched, t)
 
 
+def _peers(sched, rank: int) -> set[int]:
+    return {t.dst for st in sched.steps for t in st.transfers if t.src == rank}
+
+
+def test_rail_blocks_meets_the_nic_bound_with_few_peers():
+    """dgx_h100 x 8: every NIC moves its (N-1)k chunks and the fan-out hides under it, so the
+    step model lands within 5% of the cut bound at 1 GiB, with 7 node peers and 1-2 rail peers a
+    rank (``direct``: 63), in fewer steps than ``hierarchical``'s rings."""
+    t = load_topology("dgx_h100", 8)
+    k = preferred_chunks("rail_blocks", "allgather", t.num_ranks, t)
+    coll = make_collective("allgather", t.num_ranks, k)
+    sched = baseline(t, coll, "rail_blocks")
+    verify(sched, t)
+    pct = lower_bound(t, coll).time_us(2**30) / schedule_times_us(sched, t, [2**30])[0]
+    assert pct > 0.95, pct
+    for r in (0, 13, 63):
+        fabric = {d for d in _peers(sched, r) if t.node_of[d] != t.node_of[r]}
+        assert all(d % 8 == r % 8 for d in fabric) and 1 <= len(fabric) <= 2  # its own rail only
+        assert len(_peers(sched, r)) <= 9
+    hier = baseline(t, coll, "hierarchical")
+    assert sched.num_steps < hier.num_steps
+    assert schedule_times_us(sched, t, [2**30])[0] < schedule_times_us(hier, t, [2**30])[0]
+    batches = sched.meta["rail_batches"]
+    assert sum(batches) == (8 - 1) * k and batches[-1] == 1  # the last fan-out is one chunk
+
+
+def test_rail_blocks_reducescatter_is_the_allgather_mirrored():
+    """Each copy reversed into a reduce: same steps, same time on a symmetric fabric; allreduce is
+    the two back to back."""
+    t = multinode(switch(4), 3)
+    times = {}
+    for kind in ("allgather", "reducescatter", "allreduce"):
+        sched = baseline(t, make_collective(kind, 12, 2), "rail_blocks")
+        verify(sched, t)
+        times[kind] = schedule_times_us(sched, t, [2**20, 2**30])
+    assert times["reducescatter"] == pytest.approx(times["allgather"])
+    assert times["allreduce"] == pytest.approx(2 * times["allgather"])
+
+
+def test_rail_blocks_batches():
+    prices = StepPrices(rail_us=10.0, rail_alpha_us=2.0, fan_us=7.0, fan_alpha_us=1.0)
+    # step 0: 3 rail chunks (30 + 2) against the own fan-out (4 * 7 + 1); then the last fan-out
+    assert batches_time_us([3], 4, prices) == pytest.approx(32 + 1 + 21)
+    assert batches_time_us([0, 2], 4, prices) == pytest.approx(29 + 22 + 15)  # nothing held at 0
+    for first in (0, 3, 50):
+        plan = plan_batches(100, first, 4, prices)
+        assert sum(plan) == 100 and plan[0] <= first and plan[-1] >= 1
+        worst = batches_time_us([first, 100 - first], 4, prices)  # two batches: no pipeline
+        assert batches_time_us(plan, 4, prices) <= worst
+
+
 def test_multinode_ring_crosses_nodes_once_per_node():
     for t in (multinode(torus((2, 2)), 2), multinode(switch(4), 3), multinode(line(3), 4)):
         order = baseline(t, make_collective("allgather", t.num_ranks), "ring").meta["order"]
@@ -269,6 +323,8 @@ def test_not_applicable_reasons():
         baseline(switch(4), make_collective("broadcast", 4, 1), "double_binary_tree")
     with pytest.raises(NotApplicable, match="multi-node"):
         baseline(switch(4), make_collective("allgather", 4), "hierarchical")
+    with pytest.raises(NotApplicable, match="rail_blocks needs every node's ranks directly"):
+        baseline(multinode(ring(4), 2), make_collective("allgather", 8), "rail_blocks")
     with pytest.raises(NotApplicable, match="does not implement alltoall"):
         baseline(switch(4), make_collective("alltoall", 4), "binomial_tree")
     with pytest.raises(NotApplicable, match="not directly connected"):
@@ -301,6 +357,9 @@ def test_preferred_chunks():
     assert preferred_chunks("ring", "reduce", 5) == 10
     assert preferred_chunks("direct", "broadcast", 8) == 1
     assert preferred_chunks("ring", "allgather", 8) == 1
+    assert preferred_chunks("rail_blocks", "allgather", 64) == 8
+    assert preferred_chunks("rail_blocks", "allgather", 512) == 4  # about a million transfers
+    assert preferred_chunks("rail_blocks", "allreduce", 512) == 2
 
 
 def test_custom_collectives_go_through_direct():
@@ -326,7 +385,7 @@ def test_single_rank_is_trivial():
 # ----------------------------------------------------------------------------- determinism, scale
 def test_deterministic():
     t = multinode(switch(4), 2)
-    for name in ("ring", "direct", "hierarchical", "tree", "double_binary_tree"):
+    for name in ("ring", "direct", "hierarchical", "rail_blocks", "tree", "double_binary_tree"):
         a = baseline(t, make_collective("allreduce", 8, 2), name).to_json()
         b = baseline(multinode(switch(4), 2), make_collective("allreduce", 8, 2), name).to_json()
         assert a == b

@@ -10,7 +10,8 @@ adjacent ranks (a link or a switch):
   in-tree per chunk). Where an algorithm's logical partner is not adjacent, it is not applicable.
 
 Algorithms (``ALGORITHMS``): ``ring``, ``bidir_ring``, ``direct``, ``recursive_doubling``,
-``recursive_halving``, ``binomial_tree``, ``double_binary_tree``, ``hierarchical`` and ``tree``.
+``recursive_halving``, ``binomial_tree``, ``double_binary_tree``, ``hierarchical``, ``rail_blocks``
+and ``tree``.
 :func:`baseline` builds one, raising :class:`~synth.errors.NotApplicable` with the reason when it
 does not apply; :func:`applicable` and :func:`all_baselines` try them all; :func:`preferred_chunks`
 is the chunk count an algorithm wants (e.g. an even count for ``bidir_ring``).
@@ -33,6 +34,7 @@ from .graph import RankGraph, Tree, tree_from_parent
 from .hier import hierarchical
 from .job import Job
 from .nccl_trees import btree_parent, dtree_parents
+from .rails import rail_blocks
 from .ring import nccl_ring_algorithm, nccl_rings, ring_algorithm
 
 __all__ = ["ALGORITHMS", "Algorithm", "all_baselines", "applicable", "baseline", "baseline_encoding",
@@ -334,6 +336,9 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
               _double_binary_tree),
     Algorithm("hierarchical", ALL_KINDS, "intra-node then inter-node phases on multi-node "
               "topologies", hierarchical),
+    Algorithm("rail_blocks", ("allgather", "reducescatter", "allreduce"),
+              "each node's block dealt over its rails in contiguous runs, fanned out inside the "
+              "nodes; meets the NIC bound with about nodes/m + m peers a rank", rail_blocks),
     Algorithm("tree", ALL_KINDS, "one BFS spanning tree of the real topology, pipelined; allreduce "
               "= reduce + broadcast", _tree),
     Algorithm("nccl", NCCL_KINDS, "NCCL as it runs: one ring per rail (alltoall: direct point-to-"
@@ -344,6 +349,10 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
 
 _EVEN_SPLIT = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce")
 
+
+RAIL_BLOCKS_CHUNKS = (8, 4, 2)
+"""Chunks per rank ``rail_blocks`` prefers, finest first, within ``RAIL_BLOCKS_MAX_TRANSFERS``."""
+RAIL_BLOCKS_MAX_TRANSFERS = 1_100_000
 
 PIPELINED = ("ring", "bidir_ring", "binomial_tree", "double_binary_tree", "tree")
 """Algorithms whose rooted broadcast/reduce pipeline chunks down a chain or tree."""
@@ -367,6 +376,12 @@ def preferred_chunks(algorithm: str, kind: str, n: int, topology: Topology | Non
         # a rooted collective on a chain/tree only streams when the buffer is cut into pieces;
         # 2n pieces keep the pipeline fill below a third of the time, as NCCL's chunking does
         return 2 * max(n, 1)
+    if algorithm == "rail_blocks" and kind in ALGORITHMS["rail_blocks"].kinds:
+        # finer chunks let the rail batches ramp down to a small last fan-out; the cap keeps a
+        # 512-rank schedule about a million transfers (verified and compiled in minutes)
+        phases = 2 if kind == "allreduce" else 1
+        return next((k for k in RAIL_BLOCKS_CHUNKS
+                     if n * (n - 1) * k * phases <= RAIL_BLOCKS_MAX_TRANSFERS), 1)
     if algorithm == "bidir_ring" and kind in _EVEN_SPLIT:
         return 2
     if algorithm == "double_binary_tree":
