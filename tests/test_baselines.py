@@ -246,6 +246,13 @@ def test_rail_blocks_meets_the_nic_bound_with_few_peers():
     assert schedule_times_us(sched, t, [2**30])[0] < schedule_times_us(hier, t, [2**30])[0]
     batches = sched.meta["rail_batches"]
     assert sum(batches) == (8 - 1) * k and batches[-1] == 1  # the last fan-out is one chunk
+    # rank 4's rail range spans two nodes: every batch of two or more chunks after its own feeds
+    # both (the runtime runs the two connections at once; see rail_runs)
+    fabric_steps = [{t.dst // 8 for t in st.transfers if t.src == 4 and t.dst // 8 != 0}
+                    for st in sched.steps]
+    assert fabric_steps[0] == {4}                       # step 0: its own chunks
+    assert all(dst == {4, 5} for dst, b in zip(fabric_steps[2:], batches[2:], strict=False)
+               if b >= 2)
 
 
 def test_rail_blocks_reducescatter_is_the_allgather_mirrored():

@@ -13,8 +13,9 @@ is more than a GPU lends a collective at 64 nodes. This algorithm meets it with 
    about (N-1)/m + 1 nodes. Every NIC sends and receives exactly (N-1)·k chunks;
 3. a rank copies every chunk its NIC received to the m-1 others of its node one step later.
 
-Steps 2 and 3 overlap in batches: a rail's runs go out ``b_0, b_1, ...`` chunks a step while the
-switch fans out the previous batch. The batch sizes are planned for ``DEFAULT_SIZE`` (1 GiB) with
+Steps 2 and 3 overlap in batches: a rail's runs go out ``b_0, b_1, ...`` chunks a step, every
+batch shared among the rail's peers in proportion (:meth:`_Rails.rail_runs`), while the switch fans
+out the previous batch. The batch sizes are planned for ``DEFAULT_SIZE`` (1 GiB) with
 the topology's own α and β (:func:`plan_batches`): steady batches, then a geometric ramp down whose
 ratio keeps the fan-out of one batch no longer than the NIC's next, so the last fan-out is small.
 
@@ -142,12 +143,26 @@ class _Rails:
 
     def rail_runs(self, x: int) -> list[tuple[int, int]]:
         """Rail x's share of a node's outgoing copies, as (node offset i, unit u) in sending order:
-        its own chunks first (it holds them at step 0), then the rest of its contiguous range."""
+        its own chunks first (it holds them at step 0), then the rest of its contiguous range with
+        its peers' runs interleaved in proportion, so every batch feeds all of them.
+
+        Why interleaved: the runtime runs each peer's sends on blocks of their own, all at once,
+        sharing the NIC, so a peer served last in the step order is in fact served at a share of
+        the NIC from the start and finishes late, and its receivers' fan-out, in step order,
+        waits on it. The timed program model at 1 GiB: dgx_h100 x 64 x1, 5,299 µs in range order
+        against 3,678 µs interleaved; dgx_h100 x 8 x2, 3,854 against 3,211 µs (the lock-step time
+        is the same: a batch's NIC load does not depend on which peers it feeds)."""
         k, mk = self.job.k, self.m * self.job.k
         share = (self.N - 1) * k
         units = [(q // mk + 1, q % mk) for q in range(x * share, (x + 1) * share)]
         own = [iu for iu in units if iu[1] // k == x]
-        return own + [iu for iu in units if iu[1] // k != x]
+        by_peer: dict[int, list[tuple[int, int]]] = {}
+        for iu in units:
+            if iu[1] // k != x:
+                by_peer.setdefault(iu[0], []).append(iu)
+        keyed = sorted(((j + 0.5) / len(run), i, iu) for i, run in by_peer.items()
+                       for j, iu in enumerate(run))
+        return own + [iu for _, _, iu in keyed]
 
     def allgather(self, plan: Plan, start: int) -> int:
         """Fill ``plan`` from step ``start``; returns the end step."""
