@@ -304,14 +304,19 @@ def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: in
                        outofplace=int(mode in (P.OOP, P.BOTH)), min_bytes=min_bytes,
                        max_bytes=max_bytes, gpus=gpus)
 
-    if spread and enforce:
+    def unfused() -> Program | None:
+        """The schedule unfused, each connection on as few blocks as it needs (more where the
+        budget leaves blocks spare); None when no run length fits."""
         P.fuse(dag, False)
         ir = _ordered(dag, P.aggregate(dag, do_aggregate), instances, do_aggregate)
         alt = _place_connections(ir, lim.max_steps, budget, m, cap,
                                  max(1, max_threadblocks // instances))
-        if alt is None:
+        return None if alt is None else assemble(alt)
+
+    if spread and enforce:
+        program = unfused()
+        if program is None:
             raise SynthError("no unfused placement fits the runtime's steps per threadblock")
-        program = assemble(alt)
         check_limits(program, profile)
         _check_budget(program, max_threadblocks)
         candidates = sum(1 for rv in dag.recvs if rv.last and rv.cands)
@@ -350,16 +355,11 @@ def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: in
             check_limits(program, profile)
             _check_budget(program, max_threadblocks)
         except SynthError as first:
-            # over a limit: the same schedule unfused, each connection on as few blocks as it needs
-            # (more where the budget leaves blocks spare); the first error stands if that breaks
-            # a limit too
-            P.fuse(dag, False)
-            ir = _ordered(dag, P.aggregate(dag, do_aggregate), instances, do_aggregate)
-            alt = _place_connections(ir, lim.max_steps, budget, m, cap,
-                                     max(1, max_threadblocks // instances))
-            if alt is None:
+            # over a limit: the same schedule unfused; the first error stands if that breaks a
+            # limit too
+            second = unfused()
+            if second is None:
                 raise
-            second = assemble(alt)
             try:
                 check_limits(second, profile)
                 _check_budget(second, max_threadblocks)
