@@ -304,7 +304,7 @@ def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: in
                        outofplace=int(mode in (P.OOP, P.BOTH)), min_bytes=min_bytes,
                        max_bytes=max_bytes, gpus=gpus)
 
-    def unfused() -> Program | None:
+    def unfused_program() -> Program | None:
         """The schedule unfused, each connection on as few blocks as it needs (more where the
         budget leaves blocks spare); None when no run length fits."""
         P.fuse(dag, False)
@@ -314,7 +314,7 @@ def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: in
         return None if alt is None else assemble(alt)
 
     if spread and enforce:
-        program = unfused()
+        program = unfused_program()
         if program is None:
             raise SynthError("no unfused placement fits the runtime's steps per threadblock")
         check_limits(program, profile)
@@ -357,7 +357,7 @@ def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: in
         except SynthError as first:
             # over a limit: the same schedule unfused; the first error stands if that breaks a
             # limit too
-            second = unfused()
+            second = unfused_program()
             if second is None:
                 raise
             try:
