@@ -496,6 +496,11 @@ class ProgramTimeModel:
         """(candidate, instances, size) triples the prunes skipped."""
         self.stopped: str | None = None
         """Why the higher instance counts were not all tried (the budget), else None."""
+        self.cut: tuple[int, str] | None = None
+        """Where the first count's timing ran out of budget after deciding some sizes: the
+        smallest size it decided, and why it stopped (None when it decided every size)."""
+        self.decided: frozenset[int] = frozenset()
+        """The sizes the program model decides; the others are ranked by lock-step."""
         self._programs: dict[tuple[str, int], Any] = {}
         self._times: dict[tuple[str, int], list[float]] | None = None
 
@@ -527,6 +532,12 @@ class ProgramTimeModel:
         third count on, that count beat the one before it
         (once doubling stops paying, doubling again is not tried). All counts, no clock, so two
         runs decide alike.
+
+        Where the first count's budget runs out after some sizes were timed, those sizes keep the
+        program model's ranking and the smaller ones are ranked by lock-step (:attr:`cut`,
+        :meth:`decided_by`); the higher counts are tried at the timed sizes only. Before, one
+        size over budget sent every size back to lock-step: dgx_h100 x 8 allreduce ran out at
+        1 MiB, and its 1 GiB file was lock-step's pick.
 
         Measured (1 KB..1 GB, shared 2-core machine): the phase takes 2-4x the single-count one
         (mi300x allgather 584 simulations, 4.5 s; dgx_a100 x2 allgather 446, 21 s), because in
@@ -578,17 +589,33 @@ class ProgramTimeModel:
             return t
 
         base = self.instances[0]
-        for i in largest_first:
-            order = sorted((c for c in cands if runs(c, base, i)),
-                           key=lambda c: (c.costs[i].time_us, c.report.steps, c.name))
-            best = math.inf
-            for c in order:
-                if c.costs[i].time_us > self.prune_factor * best:
-                    self.skipped += 1
-                    continue
-                best = min(best, simulate(c, base, i, True))
+        decided: list[int] = []
+        try:
+            for i in largest_first:
+                order = sorted((c for c in cands if runs(c, base, i)),
+                               key=lambda c: (c.costs[i].time_us, c.report.steps, c.name))
+                best = math.inf
+                for c in order:
+                    if c.costs[i].time_us > self.prune_factor * best:
+                        self.skipped += 1
+                        continue
+                    best = min(best, simulate(c, base, i, True))
+                decided.append(i)
+        except ProgramBudgetExceeded as exc:
+            if not decided:
+                raise
+            # the sizes timed so far keep the program model's verdict; below them (the cheaper
+            # sizes, where files differ least) every candidate is ranked by lock-step
+            self.cut = (sizes[min(decided, key=lambda i: sizes[i])], str(exc))
+            for i in range(len(sizes)):
+                if i not in decided:
+                    for c in cands:
+                        times[(c.name, base)][i] = c.costs[i].time_us
+        self.decided = frozenset(sizes[i] for i in decided)
         try:
             for i in largest_first:     # sizes outer: the budget goes to the largest sizes first
+                if i not in decided:
+                    continue
                 for k, inst in enumerate(self.instances[1:], start=1):
                     prev = self.instances[k - 1]
                     before = self.instances[k - 2] if k >= 2 else None
@@ -607,6 +634,12 @@ class ProgramTimeModel:
             self.stopped = str(exc)
         self._times = times
         return times
+
+    def decided_by(self, nbytes: int) -> str:
+        """Which model ranks the candidates at ``nbytes``: ``program``, or ``lockstep`` below
+        the sizes the budget let it time (:attr:`cut`)."""
+        self.run()
+        return "program" if nbytes in self.decided else "lockstep"
 
     def at(self, candidate: Candidate, instances: int) -> list[float]:
         """The candidate's times compiled with ``instances`` (``inf`` where it was not timed)."""
@@ -704,6 +737,9 @@ def winners_model(result: SolveResult, topology: Topology, xml: XmlOptions | Non
                 "times them all)"]
     stopped = ([f"instance counts above x{model.instances[0]} not all tried: {model.stopped}"]
                if model.stopped else [])
+    if model.cut is not None:
+        stopped.append(f"winners by the lock-step model below {model.cut[0]} bytes: {model.cut[1]}"
+                       " (--winners-by program times them all)")
     return model, "program", [*model.notes, *stopped,
                               f"winners by the program model at instances {counts}: "
                               f"{model.simulated} (candidate, instances, size) triples simulated "
@@ -726,6 +762,9 @@ class SizeRange:
     """The deciding model's time at each of ``sizes`` (:data:`TimeModel`)."""
     instances: int = 1
     """The instance count its file is compiled with (:class:`ProgramTimeModel` chooses it)."""
+    decided_by: str | None = None
+    """The model that ranked the range's largest size, where it differs by size
+    (:meth:`ProgramTimeModel.decided_by`); None: the solve's ``winners_by``."""
 
     def to_dict(self, file: str | None) -> dict[str, Any]:
         return {"min_bytes": self.lo, "max_bytes": self.hi,
@@ -854,8 +893,10 @@ def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: TimeModel 
                if xml is not None else None)
         text, reports = got if isinstance(got, tuple) else (None, ())
         at = dict(zip(sizes, config_times(model, cand, r.config.instances), strict=True))
+        by = getattr(model, "decided_by", None)
         ranges.append(SizeRange(r.lo, r.hi, cand, inside, text, reports,
-                                tuple(at[s] for s in inside), r.config.instances))
+                                tuple(at[s] for s in inside), r.config.instances,
+                                by(inside[-1]) if by is not None and inside else None))
     several = len(model_instances(model, xml)) > 1
     notes += [f"{cfg.family}{f' x{cfg.instances}' if several else ''} passed over: {why}"
               for cfg, why in choice.excluded.items()]
@@ -1037,7 +1078,7 @@ def ranges_table(result: SolveResult, ranges: Sequence[SizeRange], files: Sequen
                      "instances": r.instances, "at_bytes": p.bytes if p else None,
                      "time_us": round(p.time_us, 6) if p else None,
                      "pct_of_bound": round(p.pct_of_bound, 4) if p else None,
-                     "winners_by": winners_by,
+                     "winners_by": r.decided_by or winners_by,
                      "decided_us": round(decided, 6) if decided is not None
                      and math.isfinite(decided) else None, "file": f})
     return rows
@@ -1046,16 +1087,20 @@ def ranges_table(result: SolveResult, ranges: Sequence[SizeRange], files: Sequen
 def ranges_markdown(result: SolveResult, rows: Sequence[dict[str, Any]]) -> str:
     from .cost import format_size
 
-    by = rows[0]["winners_by"] if rows else "lockstep"
+    models = list(dict.fromkeys(r["winners_by"] for r in rows)) or ["lockstep"]
+    by = "program" if "program" in models else models[0]
+    mixed = (" (lock-step in the rows it names: the program model's budget ran out before "
+             "their sizes, so `program µs` is lock-step's time there)" if len(models) > 1 else "")
     head = (f"# {result.collective.name} on {result.topology.name} ({result.topology.num_ranks} "
-            f"ranks): the file serving each message size\n\nWinners chosen by the {by} model. "
-            f"At the largest swept size of the range: the {by} model's time, and the lock-step "
+            f"ranks): the file serving each message size\n\nWinners chosen by the {by} model"
+            f"{mixed}. At the largest swept size of the range: the {by} model's time, and the lock-step "
             f"time and % of bound (bound: {result.bound.method}); `max` is inclusive, "
             f"0 = unbounded; instances: the channel sets the file runs on.\n\n| min bytes | "
             f"max bytes | algorithm | instances | at | {by} µs | lock-step µs | % of bound | file |"
             f"\n|---|---|---|---|---|---|---|---|---|\n")
     body = "".join(
-        f"| {r['min_bytes']} | {r['max_bytes']} | {r['algorithm']} | {r['instances']} | "
+        f"| {r['min_bytes']} | {r['max_bytes']} | "
+        f"{r['algorithm']}{' (lock-step)' if r['winners_by'] != by else ''} | {r['instances']} | "
         f"{format_size(r['at_bytes']) if r['at_bytes'] else '—'} | "
         f"{r['decided_us'] if r['decided_us'] is not None else '—'} | "
         f"{r['time_us'] if r['time_us'] is not None else '—'} | "

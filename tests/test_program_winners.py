@@ -84,6 +84,29 @@ def test_over_budget_falls_back_to_lockstep_with_a_note(dgx1_allgather):
     assert winners_model(res, topo, None, "auto")[1] == "lockstep"
 
 
+def test_budget_out_midway_keeps_the_timed_sizes(dgx1_allgather, monkeypatch):
+    """The first count runs largest size first; where its budget runs out after some sizes were
+    timed, those keep the program model's ranking and only the smaller ones go to lock-step."""
+    topo, res = dgx1_allgather
+    full = ProgramTimeModel(res, topo, XmlOptions())
+    full.run()
+    assert full.cut is None and full.decided == frozenset(SIZES)
+    part = ProgramTimeModel(res, topo, XmlOptions(), budget=full.cost - 1)  # the last one over
+    part.run()
+    assert part.cut is not None and part.cut[0] == SIZES[1]
+    assert part.decided_by(SIZES[0]) == "lockstep" and part.decided_by(SIZES[1]) == "program"
+    for c in res.candidates:
+        assert part(c)[0] == c.costs[0].time_us                 # lock-step at 1 KB
+        assert part(c)[1:] == full(c)[1:]                        # the rest as timed
+    ranges, _ = choose_ranges(res, XmlOptions(), part)
+    assert {r.decided_by for r in ranges} <= {"program", "lockstep"}
+    assert all(r.decided_by == part.decided_by(r.sizes[-1]) for r in ranges)
+    monkeypatch.setattr(solve_mod, "estimated_program_work", lambda *a: 0)
+    model, by, notes = winners_model(res, topo, XmlOptions(), "auto", budget=full.cost - 1)
+    assert by == "program" and model.cut == part.cut
+    assert any(n.startswith(f"winners by the lock-step model below {SIZES[1]} bytes") for n in notes)
+
+
 def test_work_estimated_over_the_budget_compiles_nothing(dgx1_allgather, monkeypatch):
     """auto decides by lock-step before compiling anything when the compiles and one timing per
     candidate are already estimated over the budget (a 512-rank machine: minutes per compile)."""

@@ -480,7 +480,8 @@ def _print_solve(result: Any, files: list[str], written: Any, vs_nccl: Any = Non
             rt.add_column(col, justify="left" if col in ("algorithm", "file") else "right")
         for row_ in ranges_table(result, written.ranges, written.range_files, by):
             rt.add_row(str(row_["min_bytes"]), str(row_["max_bytes"] or "unbounded"),
-                       row_["algorithm"], str(row_["instances"]),
+                       row_["algorithm"] + (" (lock-step)" if row_["winners_by"] != by else ""),
+                       str(row_["instances"]),
                        f"{row_['decided_us']:.2f}" if row_["decided_us"] is not None else "—",
                        f"{row_['time_us']:.2f}" if row_["time_us"] else "—",
                        f"{row_['pct_of_bound']:.1f}" if row_["pct_of_bound"] else "—",
