@@ -66,6 +66,13 @@ BARS = {"a100x8_ag": 99.0, "trn1_ag": 95.0, "h100x64_ag": 96.0}
 """Issue 15's bars on the written file's % of bound at 1 GiB."""
 
 
+def _below(size: int) -> str:
+    """The 'by' cell's note where the program model's budget ran out partway."""
+    from synth.cost import format_size
+
+    return f" (lock-step below {format_size(size)}: budget)"
+
+
 def _why(best: str, written: str, notes: list[str]) -> str:
     if best == written:
         return ""
@@ -133,6 +140,8 @@ def run_case(name: str, topo: str, nodes: int, coll: str, winners_by: str = "aut
             result.notes += notes
             written = write_winners(result, Path(tmp), DEFAULT_XML, model, winners_by=by)
             row["winners_by"] = by
+            if getattr(model, "cut", None) is not None:  # the budget ran out partway
+                row["lockstep_below"] = model.cut[0]
             if by == "program":
                 row["program_1g"] = _program_at_1g(model, result)
             serving = next(r for r in written.ranges if GiB in r.sizes)
@@ -240,7 +249,9 @@ def markdown(data: dict[str, Any], lockstep: dict[str, Any] | None = None) -> st
         pick = f"{o['written']}: {o['program_pct']}" if "program_pct" in o else "—"
         lines.append(f"| {r['case']} | {r['ranks']} | {r['best']} | {r['best_pct']} | "
                      f"{written} | {r['written_pct']} | {r.get('program_pct', program_na)} | "
-                     f"{r.get('winners_by', 'lockstep')} | {pick} | {r['lost']} | {bar} | "
+                     f"{r.get('winners_by', 'lockstep')}"
+                     f"{_below(r['lockstep_below']) if 'lockstep_below' in r else ''} | "
+                     f"{pick} | {r['lost']} | {bar} | "
                      f"{r['ranges']} | "
                      f"{r['wall_s']} | {why} |")
     missing = [c[0] for c in CASES if c[0] not in {r["case"] for r in data["cases"]}]
