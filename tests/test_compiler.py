@@ -181,6 +181,28 @@ def test_ring_allreduce_is_mscclang_shaped() -> None:
     check(prog)
 
 
+@pytest.mark.slow  # three compiles of a 2,000-op-a-rank program and two timings: about a minute
+def test_wide_ops_that_cannot_go_narrow_are_spread_over_spare_blocks() -> None:
+    """dgx_h100 x 4 rail_blocks at 64 chunks a rank: one op per chunk breaks the node limit, so
+    the aggregated ops stay, each fan-out connection on one block (320 chunks); placed unfused
+    over the spare blocks, the busiest moves fewer and the program model runs it faster."""
+    from synth.emit import compile as C
+    from synth.program_model import program_times_us
+
+    t = load_topology("dgx_h100", 4)
+    sch = baseline(t, make_collective("allgather", 32, 64), "rail_blocks")
+    kw = dict(profile="exec", proto="Simple", instances=1, min_bytes=0, max_bytes=0, inplace=None)
+    fused = C._build_passes(sch, **kw).program
+    prog = compile_schedule(sch)
+    assert C._widest_op(prog) > 1                                 # still aggregated ...
+    assert C._block_load(prog) < C._block_load(fused)             # ... but spread
+    assert max(len(g.tbs) for g in prog.gpus) > max(len(g.tbs) for g in fused.gpus)
+    assert max(len(g.tbs) for g in prog.gpus) <= 64
+    check(prog)
+    spread_us, fused_us = program_times_us(prog, t, [1 << 30])[0], program_times_us(fused, t, [1 << 30])[0]
+    assert spread_us < 0.95 * fused_us
+
+
 def test_progress_model_splits_fused_ops_when_fifos_are_small() -> None:
     """Two chunks per ring step cannot be relayed by fused ops through 2-message FIFOs at M = 1;
     with LL's 8 slots, or at sizes where one message carries both chunks, they can."""

@@ -192,11 +192,13 @@ def _build(schedule: Schedule, **kw: Any) -> _Built:
     aggregation only bundles what one block carries anyway (a ring: one block a rank, every op two
     chunks), the loads tie and the aggregated program stays.
 
-    Where wide ops remain (one op per chunk does not fit the node limit), the aggregated ops are
-    also placed unfused with the budget's spare blocks given to the connections that move the
-    most chunks (``spread``, :func:`_place_connections`), and that program kept when its busiest
-    block moves fewer chunks: dgx_h100 x 64 ``rail_blocks`` x1 at 1 GiB, 5,964 µs fused (7
-    fan-out blocks, 260 chunks each) against 5,299 µs spread (64 blocks, 137 at most).
+    Where wide ops remain because one op per chunk does not fit the node limit (by the estimate
+    or when built), the aggregated ops are also placed unfused with the budget's spare blocks
+    given to the connections that move the most chunks (``spread``, :func:`_place_connections`),
+    and that program kept when its busiest block moves fewer chunks: dgx_h100 x 64
+    ``rail_blocks`` x1 at 1 GiB (before its rails were interleaved), 5,964 µs fused (7 fan-out
+    blocks, 260 chunks each) against 5,299 µs spread (64 blocks, 137 at most); dgx_h100 x 4
+    ``rail_blocks`` with 64 chunks a rank, 5,332 against 4,838 µs.
 
     The cyclic garbage collector is paused meanwhile: the passes allocate millions of small acyclic
     objects (a 512-rank ring: 260k ops), and its scans would double the time; the op graph's few
@@ -216,6 +218,7 @@ def _build(schedule: Schedule, **kw: Any) -> _Built:
                 return _build_passes(schedule, **narrow_kw)
             except SynthError:
                 raise first from None
+        alt = None
         if narrow and _widest_op(built.program) > 1:
             try:
                 alt = _build_passes(schedule, **narrow_kw)
@@ -223,7 +226,7 @@ def _build(schedule: Schedule, **kw: Any) -> _Built:
                 alt = None
             if alt is not None and _block_load(alt.program) < _block_load(built.program):
                 built = alt
-        elif _widest_op(built.program) > 1 and kw.get("enforce", True):
+        if alt is None and _widest_op(built.program) > 1 and kw.get("enforce", True):
             try:
                 alt = _build_passes(schedule, **{**kw, "spread": True})
             except SynthError:
