@@ -218,25 +218,32 @@ def _build(schedule: Schedule, **kw: Any) -> _Built:
                 return _build_passes(schedule, **narrow_kw)
             except SynthError:
                 raise first from None
-        alt = None
+        narrow_built = None
         if narrow and _widest_op(built.program) > 1:
-            try:
-                alt = _build_passes(schedule, **narrow_kw)
-            except SynthError:
-                alt = None
-            if alt is not None and _block_load(alt.program) < _block_load(built.program):
-                built = alt
-        if alt is None and _widest_op(built.program) > 1 and kw.get("enforce", True):
-            try:
-                alt = _build_passes(schedule, **{**kw, "spread": True})
-            except SynthError:
-                alt = None
-            if alt is not None and _block_load(alt.program) < _block_load(built.program):
-                built = alt
+            narrow_built = _build_or_none(schedule, narrow_kw)
+            built = _lighter(built, narrow_built)
+        if narrow_built is None and _widest_op(built.program) > 1 and kw.get("enforce", True):
+            built = _lighter(built, _build_or_none(schedule, {**kw, "spread": True}))
         return built
     finally:
         if enabled:
             gc.enable()
+
+
+def _build_or_none(schedule: Schedule, kw: dict[str, Any]) -> _Built | None:
+    """An alternative build, or None where it breaks a limit (the first build stands)."""
+    try:
+        return _build_passes(schedule, **kw)
+    except SynthError:
+        return None
+
+
+def _lighter(built: _Built, alt: _Built | None) -> _Built:
+    """``alt`` where its busiest threadblock moves fewer chunks (:func:`_block_load`), else
+    ``built``."""
+    if alt is not None and _block_load(alt.program) < _block_load(built.program):
+        return alt
+    return built
 
 
 def _widest_op(program: Program) -> int:
