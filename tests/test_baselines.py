@@ -376,8 +376,13 @@ def test_preferred_chunks():
     assert preferred_chunks("direct", "broadcast", 8) == 1
     assert preferred_chunks("ring", "allgather", 8) == 1
     assert preferred_chunks("rail_blocks", "allgather", 64) == 16
-    assert preferred_chunks("rail_blocks", "allgather", 512) == 4  # about a million transfers
-    assert preferred_chunks("rail_blocks", "allreduce", 512) == 2
+    # the finest count whose one-op-per-chunk program fits the node limit: 2 (n - 1) k ops a
+    # rank and phase, at most 4095 nodes with the blocks and gpus
+    assert preferred_chunks("rail_blocks", "allreduce", 64) == 8
+    assert preferred_chunks("rail_blocks", "reducescatter", 64) == 16
+    assert preferred_chunks("rail_blocks", "allgather", 128) == 8
+    assert preferred_chunks("rail_blocks", "allgather", 512) == 2
+    assert preferred_chunks("rail_blocks", "allreduce", 512) == 1
 
 
 def test_custom_collectives_go_through_direct():

@@ -279,8 +279,15 @@ def _narrow_fits(schedule: Schedule, instances: Any, profile: Any) -> bool:
     if src.min(initial=0) < 0 or max(src.max(initial=0), dst.max(initial=0)) >= n:
         return False    # not a schedule of this collective: the aggregated build says so
     ops = np.bincount(src, minlength=n) + np.bincount(dst, minlength=n)
-    steps = int(ops.max(initial=0)) * instances
-    return 1 + n + ceil(steps / PROFILES[profile].max_steps) + steps <= MAX_NODES
+    return narrow_fits(n, int(ops.max(initial=0)) * instances, profile)
+
+
+def narrow_fits(num_ranks: int, ops: int, profile: str = "exec") -> bool:
+    """Whether a rank with ``ops`` sends and receives, one op per chunk (instances included), fits
+    the tokenizer's node limit: those steps, the fewest blocks that hold them (``max_steps``
+    each), the gpu nodes and the algorithm node. Also what an algorithm that picks its own chunk
+    count can aim for before it is built (:func:`synth.encodings.baseline.preferred_chunks`)."""
+    return 1 + num_ranks + ceil(ops / PROFILES[profile].max_steps) + ops <= MAX_NODES
 
 
 def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: int, min_bytes: int,

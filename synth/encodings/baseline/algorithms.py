@@ -351,7 +351,8 @@ _EVEN_SPLIT = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce")
 
 
 RAIL_BLOCKS_CHUNKS = (16, 8, 4, 2)
-"""Chunks per rank ``rail_blocks`` prefers, finest first, within ``RAIL_BLOCKS_MAX_TRANSFERS``."""
+"""Chunks per rank ``rail_blocks`` prefers, finest first, within ``RAIL_BLOCKS_MAX_TRANSFERS`` and
+the runtime's node limit (:func:`preferred_chunks`)."""
 RAIL_BLOCKS_MAX_TRANSFERS = 1_100_000
 
 PIPELINED = ("ring", "bidir_ring", "binomial_tree", "double_binary_tree", "tree")
@@ -378,13 +379,20 @@ def preferred_chunks(algorithm: str, kind: str, n: int, topology: Topology | Non
         return 2 * max(n, 1)
     if algorithm == "rail_blocks" and kind in ALGORITHMS["rail_blocks"].kinds:
         # finer chunks let the rail batches ramp down to a small last fan-out (dgx_a100 x 8 at
-        # 1 GiB: 98.27% of the bound at 8 chunks, 98.82% at 16, and the program model's 80.28%
-        # at x2 against 81.27% at x1; 32 chunks: 99.04% but 61.14% and over the block budget at
-        # x2); the cap keeps a 512-rank schedule about a million transfers (verified and
-        # compiled in minutes)
+        # 1 GiB: 98.27% of the bound at 8 chunks, 98.82% at 16), but only while the program
+        # with one op per chunk fits the runtime's node limit (every rank sends and receives
+        # (n - 1) k chunks a phase): beyond it the compiler must bundle chunks into wide ops,
+        # one block's copy each, and the timed program model runs them slower (dgx_h100 x 64
+        # allgather at 1 GiB: 4 chunks 3,677.9 us, 2 chunks 3,588.2 us; dgx_h100 x 8 allreduce:
+        # 16 chunks 11,622.8 us, 8 chunks 6,725.5 us), and a 512-rank allreduce of 2 chunks
+        # needs 151 threadblocks a rank, over the default 64. The transfer cap keeps a schedule
+        # about a million transfers (verified and compiled in minutes).
+        from ...emit.compile import narrow_fits
+
         phases = 2 if kind == "allreduce" else 1
         return next((k for k in RAIL_BLOCKS_CHUNKS
-                     if n * (n - 1) * k * phases <= RAIL_BLOCKS_MAX_TRANSFERS), 1)
+                     if n * (n - 1) * k * phases <= RAIL_BLOCKS_MAX_TRANSFERS
+                     and narrow_fits(n, 2 * (n - 1) * k * phases)), 1)
     if algorithm == "bidir_ring" and kind in _EVEN_SPLIT:
         return 2
     if algorithm == "double_binary_tree":
