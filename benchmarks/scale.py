@@ -15,6 +15,7 @@ limit, on the same machine in the same run.
     python benchmarks/scale.py                    # every case
     python benchmarks/scale.py --cases a100x2_ag,a100x8_ag --forestcoll /tmp/forestcoll
     python benchmarks/scale.py --no-xml           # skip the XML compile/interpret step
+    python benchmarks/scale.py --render           # rewrite scale.md from scale.json
 """
 
 from __future__ import annotations
@@ -251,6 +252,37 @@ def _fmt(v, spec: str = ".1f", none: str = "—") -> str:
     return none if v is None else format(v, spec)
 
 
+def _solve_files(results: list[dict]) -> list[str]:
+    """What ``synth solve`` itself writes for the XML cases, from ``results/emit.json``.
+
+    Why here: the table above measures the compiler and interpreter at 512 ranks on a schedule
+    re-synthesised by this benchmark to fit the runtime; it is not the file a user gets. ``solve``
+    weighs every candidate under the same limits (issue 15) and its choice is measured by
+    ``benchmarks/emit.py``; a reader of this page should not take the re-synthesised % for it."""
+    path = RESULTS / "emit.json"
+    cases = {r["case"] for r in results if r.get("xml")}
+    if not cases or not path.exists():
+        return []
+    rows = [r for r in json.loads(path.read_text()).get("cases", []) if r.get("case") in cases]
+    if not rows:
+        return []
+    out = ["", "These XML rows test the compiler and interpreter at 512 ranks on a schedule this "
+           "benchmark re-synthesises to fit; they are not the files `synth solve` writes. `solve` "
+           "weighs all of its candidates under the same limits and writes the fastest that fits "
+           "(`results/emit.md`, default solve, 1 KB..1 GB); for 1 GiB it wrote:", "",
+           "| case | main schedule (above) % | file `solve` writes for 1 GiB | its % of bound "
+           "(lock-step) | emit.md commit |", "|---|---|---|---|---|"]
+    main_pct = {r["case"]: r.get("pct_of_bound") for r in results if "error" not in r}
+    for r in rows:
+        written = r.get("written") or "none"
+        inst = r.get("instances_1g")
+        pct = r.get("written_pct")
+        out.append(f"| {r['case']} | {_fmt(main_pct.get(r['case']), '.2f')} | {written}"
+                   f"{f' x{inst}' if inst and inst > 1 else ''} | {_fmt(pct, '.2f')} | "
+                   f"{r.get('commit', '')} |")
+    return out
+
+
 def write_report(results: list[dict], forestcoll: dict, out_dir: Path, meta: dict) -> None:
     lines = ["# Scale: tree packing, flow and symmetry (issue 8)", "",
              f"Machine: {meta['machine']}; {meta['cpus']} CPUs (shared with other jobs: timings "
@@ -306,6 +338,7 @@ def write_report(results: list[dict], forestcoll: dict, out_dir: Path, meta: dic
                      f"{_fmt(x.get('emit_s'))} | {_fmt(x.get('parse_s'))} | "
                      f"{_fmt(x.get('interpret_s'))} | {_fmt(mb)} | "
                      f"{','.join(x.get('modes', []))} | {_fmt(x.get('rss_peak_gib'), '.2f')} | {res} |")
+    lines += _solve_files(results)
     lines += ["", "## Flow: LP optimum and rounding gap", "",
               "| case | LP optimum µs | schedule µs | gap |", "|---|---|---|---|"]
     for r in results:
@@ -352,7 +385,13 @@ def main() -> None:
     ap.add_argument("--no-xml", action="store_true")
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--render", action="store_true",
+                    help="rewrite scale.md from the scale.json already in --out, run nothing")
     args = ap.parse_args()
+    if args.render:
+        data = json.loads((Path(args.out) / "scale.json").read_text())
+        write_report(data["cases"], data.get("forestcoll", {}), Path(args.out), data["meta"])
+        return
     if args.one:
         case = next(c for c in CASES if c.key == args.one)
         print(json.dumps(run_case(case, not args.no_xml)))
