@@ -14,12 +14,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st_
 
 from synth.cli import main
 from synth.emit.program import Gpu, Instr, Program, Threadblock
 from synth.program_model import (
     ProgramModel,
     maxmin_rates,
+    maxmin_rates_small,
     program_time,
     slicing,
     sweep,
@@ -135,6 +138,33 @@ def test_maxmin_gives_unused_share_to_the_others():
     assert rates.tolist() == pytest.approx([8.0, 2.0])
     capped = maxmin_rates(np.array([[0], [0]]), np.array([10.0]), np.array([3.0, 99.0]))
     assert capped.tolist() == pytest.approx([3.0, 7.0])
+
+
+@st_.composite
+def _components(draw):
+    """A random flow-resource component: 1-12 resources, 1-16 flows on 1-3 of them each, link-like
+    capacities and per-flow caps (a threadblock's copy rate, or none)."""
+    nres = draw(st_.integers(1, 12))
+    caps = draw(st_.lists(st_.sampled_from([12.5e3, 25e3, 37.5e3, 50e3, 450e3]), min_size=nres,
+                          max_size=nres))
+    flows = draw(st_.lists(st_.lists(st_.integers(0, nres - 1), min_size=1, max_size=3,
+                                     unique=True), min_size=1, max_size=16))
+    fcap = draw(st_.lists(st_.sampled_from([20e3, 40e3, 1e12]), min_size=len(flows),
+                          max_size=len(flows)))
+    return flows, caps, fcap
+
+
+@settings(max_examples=300, deadline=None)
+@given(_components())
+def test_maxmin_small_agrees_with_the_vectorised_one_to_the_bit(component):
+    """The program model takes the list path for small components and numpy for large ones: the
+    time it reports must not depend on which, so the two agree exactly, not approximately."""
+    flows, caps, fcap = component
+    res = np.full((len(flows), 3), -1, dtype=np.int64)
+    for i, rs in enumerate(flows):
+        res[i, :len(rs)] = rs
+    assert maxmin_rates_small(flows, caps, fcap) == \
+        maxmin_rates(res, np.array(caps), np.array(fcap)).tolist()
 
 
 # ------------------------------------------------------------------------------ runtime semantics
