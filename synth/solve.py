@@ -387,7 +387,16 @@ per candidate at the largest size) must fit it too; during the timing only simul
 counted (the whole program-model phase, compiles included, measured 4.5 s on dgx_a100 x2, 10 s on
 dgx1 and 44 s on trn1_32 allgather at one instance count). The higher instance counts
 (:class:`ProgramTimeModel`, ``synth solve`` without ``--instances``) get this budget again, their
-own: where it runs out they stop with a note and the winners are still the program model's."""
+own: where it runs out they stop with a note and the winners are still the program model's.
+
+What the count leaves out: a step of ``cnt`` chunks is ``ceil(cnt / M)`` messages, each a flow with
+its own events, and at large sizes ``M`` is 1-2, so a schedule with many chunks per step costs far
+more per op-iteration than the figures above. Measured on the imported IBM 8xH100 machine x 2
+(``tests/data/topo-dumps``), allreduce, 1 KB..1 GB at x1..x8: 2,950,322 estimated (inside the
+budget), 222 s of simulation over 526 triples, 12-1,226 µs per op-iteration (median 32), the
+`trees` candidate (128 chunks per rank) 124 s of it; the whole solve 290 s. Counting messages
+would make the budget a truer clock, but it moves the point where ``auto`` falls back to lock-step
+for cases ``results/emit.md`` records, so it waits for a re-run of that benchmark."""
 
 PRUNE_FACTOR = 2.0
 """At each size a candidate is simulated only if its lock-step time is at most this many times
@@ -435,7 +444,8 @@ def compiled_xml(cache: XmlCache, candidate: Candidate, options: XmlOptions
 def program_cost(program: Any, nbytes: int, profile: str = "exec") -> int:
     """Estimated simulation work of ``program`` at ``nbytes``: its steps (all threadblocks, all
     ranks) times the grid iterations the call takes (:func:`synth.program_model.slicing`). The
-    simulator's events scale with both; measured wall time is 8-16 µs per unit (dgx1, trn1_32)."""
+    simulator's events scale with both; measured wall time is 8-16 µs per unit (dgx1, trn1_32),
+    up to 1,226 where steps carry many chunks (:data:`PROGRAM_COST_BUDGET`)."""
     from .program_model import slicing
 
     steps = sum(len(tb.steps) for g in program.gpus for tb in g.tbs)
