@@ -418,10 +418,12 @@ def test_deterministic():
 @pytest.mark.parametrize("make", [lambda: ring(512), lambda: multinode(switch(8), 64)],
                          ids=["ring:512", "switch:8x64"])
 def test_512_rank_ring_allgather_is_fast(make):
+    # CPU time of this process: the slow pass runs two tests at once (pytest-xdist), and a
+    # neighbour's work must not count
     t = make()
-    start = time.perf_counter()
+    start = time.process_time()
     sched = baseline(t, make_collective("allgather", 512), "ring")
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert sched.num_steps == 511 and all(len(s.transfers) == 512 for s in sched.steps)
-    assert elapsed < 6.0, f"building took {elapsed:.1f}s"
+    assert elapsed < 6.0, f"building took {elapsed:.1f}s of CPU"
     verify(sched, t)
