@@ -278,8 +278,10 @@ SMALL_COMPONENT = 128
 vectorised :func:`maxmin_rates`. Both fill in the same order with the same float operations, so
 their rates agree to the bit (tests/test_program_model.py); the split is speed alone. Measured on
 random components: at 2-12 flows the list version is 4.5x faster (numpy's per-call overhead), at
-300 flows 1.5x slower, at 2,000 2.5x slower. The program model's components are a few flows
-sharing a link or NIC, so this path takes nearly every recompute."""
+300 flows 1.5x slower, at 2,000 2.5x slower. How often each path runs depends on the file: on
+the four files ``solve`` writes for the imported 8xH100 x 2 allreduce, 7,259 multi-flow recomputes
+took this path and 6,142 the numpy one. End to end, that solve ran in 286.7 s against 337.0 s
+before (the two run at once, one core each; byte-identical files)."""
 
 
 def maxmin_rates_small(flow_res: Sequence[Sequence[int]], res_cap: Sequence[float],
