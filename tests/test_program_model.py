@@ -20,7 +20,9 @@ from hypothesis import strategies as st_
 from synth.cli import main
 from synth.emit.program import Gpu, Instr, Program, Threadblock
 from synth.program_model import (
+    SMALL_COMPONENT,
     ProgramModel,
+    fair_rates,
     maxmin_rates,
     maxmin_rates_small,
     program_time,
@@ -165,6 +167,24 @@ def test_maxmin_small_agrees_with_the_vectorised_one_to_the_bit(component):
         res[i, :len(rs)] = rs
     assert maxmin_rates_small(flows, caps, fcap) == \
         maxmin_rates(res, np.array(caps), np.array(fcap)).tolist()
+
+
+def test_fair_rates_takes_either_path_with_the_same_answer():
+    """The entry point both timed models call: at and just past :data:`SMALL_COMPONENT` flows it
+    switches from the list path to numpy, and the rates it returns are the vectorised ones either
+    way (a ring of links, each flow on two neighbours, some flows capped by their block)."""
+    rng = np.random.default_rng(7)
+    for nflows in (2, SMALL_COMPONENT, SMALL_COMPONENT + 1, 3 * SMALL_COMPONENT):
+        nres = 40
+        caps = [float(x) for x in rng.choice([12.5e3, 48e3, 205e3], size=nres)]
+        flows = [sorted({i % nres, (i * 7 + 1) % nres}) for i in range(nflows)]
+        fcap = [float(x) for x in rng.choice([38.4e3, 1e12], size=nflows)]
+        res = np.full((nflows, 2), -1, dtype=np.int64)
+        for i, rs in enumerate(flows):
+            res[i, :len(rs)] = rs
+        want = maxmin_rates(res, np.array(caps), np.array(fcap)).tolist()
+        assert fair_rates(flows, caps, fcap) == want
+        assert fair_rates(flows, caps, fcap, np.array(caps)) == want
 
 
 # ------------------------------------------------------------------------------ runtime semantics

@@ -9,7 +9,7 @@ figures, NVLink efficiency, launch) and the topology's links:
 * every access to another rank's memory is a fluid **flow** over the resources
   :meth:`~synth.topology.Topology.channel` gives the pair (a link, or a switch's out- and in-port,
   NIC ports across nodes), sharing them **max-min fairly**
-  (:func:`synth.program_model.maxmin_rates`), each flow capped by its block's copy rate
+  (:func:`synth.program_model.fair_rates`), each flow capped by its block's copy rate
   (``channel_GBps``); LL flows carry ``1 / efficiency`` wire bytes (flags);
 * a flow's data is there ``alpha_us`` after its last byte; a ``signal`` reaches the peer after the
   protocol's per-hop latency (``hop_intra_us`` / ``hop_inter_us``);
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..program_model import ProgramModel, maxmin_rates
+from ..program_model import ProgramModel, fair_rates
 from ..topology import Topology
 from .plan import Access, Op, Plan
 
@@ -115,10 +115,8 @@ class PlanTimer:
     def _advance(self, now: float, until: float) -> float:
         """Run flows from ``now`` up to ``until`` (or the first completion); returns the time."""
         while self.flows:
-            res = np.full((len(self.flows), max(len(f.res) for f in self.flows)), -1)
-            for i, f in enumerate(self.flows):
-                res[i, :len(f.res)] = f.res
-            rates = maxmin_rates(res, np.array(self.res_cap), np.array([f.cap for f in self.flows]))
+            rates = fair_rates([f.res for f in self.flows], self.res_cap,
+                               [f.cap for f in self.flows])
             dt = min((f.left / r if r > 0 else np.inf) for f, r in zip(self.flows, rates, strict=True))
             step = min(dt, until - now)
             for f, r in zip(self.flows, rates, strict=True):
