@@ -174,6 +174,26 @@ def program_model(topology: Topology, proto: str, calibration: Any = None,
     return ProgramModel(params, launch, step, exposed, exposed, nvl, True, src)
 
 
+def not_a_gpu(topology: Topology) -> str | None:
+    """Why this model's figures do not describe ``topology``'s ranks, or None where they may.
+
+    The model times MSCCL's GPU executor: threadblocks copying at a GPU block's rate, NCCL's
+    per-protocol latencies and FIFOs. A machine whose ``meta`` names a ``device`` (or a TPU
+    ``platform``) and no ``gpu`` -- trn1_32 and trn2_64 (NeuronCores), the TPU meshes -- runs no
+    MSCCL runtime and has none of those figures: a ranking by them would rest on an H200's block
+    rate and Ampere's latencies, not on that machine. Topologies that name neither (the builders,
+    files without ``meta``) keep the model, as before."""
+    meta = dict(topology.meta)
+    if meta.get("gpu"):
+        return None
+    device = meta.get("device") or ("TPU" if meta.get("platform") == "tpu" else None)
+    if not device:
+        return None
+    return (f"{topology.name}'s ranks are {device}, not GPUs: the program model times MSCCL's GPU "
+            "executor (threadblocks at a GPU block's copy rate, NCCL's protocol latencies), which "
+            "does not run there")
+
+
 def _nvidia(topology: Topology) -> bool:
     gpu = str(dict(topology.meta).get("gpu", "")).upper()
     return any(tag in gpu for tag in ("V100", "A100", "A800", "A30", "H100", "H200", "H800"))

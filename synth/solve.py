@@ -368,8 +368,9 @@ This is the one seam where the model that decides the winners plugs in (:func:`c
 file's own model), chosen by :func:`winners_model`."""
 
 WINNERS_BY = ("auto", "program", "lockstep")
-"""``synth solve --winners-by``: auto = the timed program model where its estimated cost fits
-:data:`PROGRAM_COST_BUDGET`, else the lock-step model (with a note saying why)."""
+"""``synth solve --winners-by``: auto = the timed program model where the ranks are GPUs
+(:func:`synth.program_model.not_a_gpu`) and its estimated cost fits :data:`PROGRAM_COST_BUDGET`,
+else the lock-step model (with a note saying why)."""
 
 PROGRAM_COST_BUDGET = 5_000_000
 """Estimated program-model work :func:`winners_model` ``auto`` spends before falling back to the
@@ -713,10 +714,18 @@ def winners_model(result: SolveResult, topology: Topology, xml: XmlOptions | Non
     notion of instances (it times the wire), so with it every file has ``xml.instances``.
 
     The program model times what is written (threadblocks, grid iterations, FIFO slots, shared
-    links), so it decides wherever it can: ``program`` always (no budget), ``auto`` when its
-    estimated work fits ``budget`` (:data:`PROGRAM_COST_BUDGET`; a count, not a clock, so two runs
-    decide alike). Without XML there is no program to time, and ``lockstep`` is asked for: both
-    use the lock-step model. A note says why whenever ``auto`` falls back.
+    links), so it decides wherever it can: ``program`` always (no budget), ``auto`` when the ranks
+    are GPUs and its estimated work fits ``budget`` (:data:`PROGRAM_COST_BUDGET`; a count, not a
+    clock, so two runs decide alike). Without XML there is no program to time, and ``lockstep``
+    is asked for: both use the lock-step model. A note says why whenever ``auto`` falls back.
+
+    Why not on other accelerators (:func:`synth.program_model.not_a_gpu`): its figures are a GPU's,
+    and they decide close calls. On trn1_32 allgather at 1 GiB it ranked ``milp_coarse`` x2
+    (2,865.1 µs; 94.54% of the bound by lock-step) above ``trees_aligned`` x1 (2,894.4 µs;
+    95.35%): 1% apart, a gap set by a threadblock's 38.4 GB/s copy cap (in the first tenth of the
+    run each 48 GB/s link carried 38.4, one block feeding it) and by where the compiler puts the
+    first local copies, neither of which a NeuronCore has. There the lock-step model, priced with the machine's own link
+    figures, decides; ``--winners-by program`` still asks for the GPU model.
     """
     if winners_by not in WINNERS_BY:
         raise SynthError(f"winners_by must be one of {', '.join(WINNERS_BY)}, got '{winners_by}'")
@@ -726,6 +735,12 @@ def winners_model(result: SolveResult, topology: Topology, xml: XmlOptions | Non
         return lockstep_model, "lockstep", ["winners by the lock-step model: no XML to time "
                                             "with the program model"]
     if winners_by == "auto":
+        from .program_model import not_a_gpu
+
+        why = not_a_gpu(topology)
+        if why:
+            return lockstep_model, "lockstep", [f"winners by the lock-step model: {why} "
+                                                "(--winners-by program times them anyway)"]
         ahead = estimated_program_work(result, xml)
         if ahead > budget:
             return lockstep_model, "lockstep", [

@@ -61,6 +61,33 @@ def test_the_program_model_decides_and_disagrees_with_lockstep(dgx1_allgather):
     assert prog[-1].model_us[-1] < nccl_us
 
 
+def test_auto_decides_by_lockstep_where_the_ranks_are_not_gpus(dgx1_allgather):
+    """The program model's figures are a GPU's (a block's copy rate, NCCL's latencies): on a
+    machine whose meta names a non-GPU device, ``auto`` ranks by lock-step and says why, before
+    compiling anything; ``program`` still times the files when asked."""
+    from dataclasses import replace
+
+    from synth.program_model import not_a_gpu
+
+    topo, res = dgx1_allgather
+    meta = tuple(kv for kv in topo.meta if kv[0] != "gpu")
+    neuron = replace(topo, meta=(*meta, ("device", "NeuronCore-v2")))
+    model, by, notes = winners_model(res, neuron, XmlOptions(), "auto")
+    assert by == "lockstep" and model is lockstep_model
+    assert notes == [f"winners by the lock-step model: {not_a_gpu(neuron)} (--winners-by program "
+                     "times them anyway)"] and "NeuronCore-v2, not GPUs" in notes[0]
+    tpu = replace(topo, meta=(*meta, ("platform", "tpu")))
+    assert winners_model(res, tpu, XmlOptions(), "auto")[1] == "lockstep"
+    # a GPU named beside a device, or no device at all, keeps the program model
+    assert not_a_gpu(replace(topo, meta=(*topo.meta, ("device", "x")))) is None
+    assert not_a_gpu(replace(topo, meta=meta)) is None
+    # the shipped Trainium machines say what their ranks are, on one node and joined
+    for spec, nodes in (("trn1_32", 1), ("trn1_32", 2), ("trn2_64", 1)):
+        assert "NeuronCore" in not_a_gpu(load_topology(spec, nodes))
+    for spec in ("dgx1", "dgx_h100", "mi300x", "ring:8"):
+        assert not_a_gpu(load_topology(spec)) is None
+
+
 def test_no_prune_gives_the_same_winners(dgx1_allgather):
     """The lock-step prune (PRUNE_FACTOR) skips work, not winners, here."""
     topo, res = dgx1_allgather
