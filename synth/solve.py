@@ -724,8 +724,9 @@ def winners_model(result: SolveResult, topology: Topology, xml: XmlOptions | Non
     (2,865.1 µs; 94.54% of the bound by lock-step) above ``trees_aligned`` x1 (2,894.4 µs;
     95.35%): 1% apart, a gap set by a threadblock's 38.4 GB/s copy cap (in the first tenth of the
     run each 48 GB/s link carried 38.4, one block feeding it) and by where the compiler puts the
-    first local copies, neither of which a NeuronCore has. There the lock-step model, priced with the machine's own link
-    figures, decides; ``--winners-by program`` still asks for the GPU model.
+    first local copies, neither of which a NeuronCore has. There the lock-step model, priced with
+    the machine's own link figures, decides; ``--winners-by program`` still asks for the GPU
+    model.
     """
     if winners_by not in WINNERS_BY:
         raise SynthError(f"winners_by must be one of {', '.join(WINNERS_BY)}, got '{winners_by}'")
