@@ -248,7 +248,8 @@ def markdown(data: dict[str, Any], lockstep: dict[str, Any] | None = None) -> st
                 why += "; " + _faster_by_lockstep(r)
         program_na = "not timed" if "program_skipped" in r else "—"
         o = other.get(r["case"], {})
-        pick = f"{o['written']}: {o['program_pct']}" if "program_pct" in o else "—"
+        pick = (f"{o['written']}: {o['program_pct']}"
+                if "program_pct" in o and r.get("winners_by") != "lockstep" else "—")  # else: this row
         lines.append(f"| {r['case']} | {r['ranks']} | {r['best']} | {r['best_pct']} | "
                      f"{written} | {r['written_pct']} | {r.get('program_pct', program_na)} | "
                      f"{r.get('winners_by', 'lockstep')}"
