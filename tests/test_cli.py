@@ -15,8 +15,8 @@ SHIPPED = {"trn1_32", "trn2_64", "dgx1", "ndv2", "dgx2", "dgx_a100", "dgx_h100",
 
 @pytest.mark.slow  # the README main job: .ci/run runs it in its second pass
 def test_main_job_json(synth_cli, tmp_path):
-    # the README's main job: 10 min 0 s alone on the project's 2-core machine at eaa7117, of which
-    # the program model's timing took 7 min 29 s (454 candidate x instances x size simulations)
+    # the README's main job: 2 min 49 s on the project's 2-core machine at 8f2072b (10 min 0 s at
+    # eaa7117, 7 min 29 s of it the program model, which no longer ranks trn1_32: NeuronCores)
     result = synth_cli("solve", "--topo", "trn1_32", "--coll", "allgather", "--json",
                        "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
