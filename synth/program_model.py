@@ -180,9 +180,10 @@ def not_a_gpu(topology: Topology) -> str | None:
     The model times MSCCL's GPU executor: threadblocks copying at a GPU block's rate, NCCL's
     per-protocol latencies and FIFOs. A machine whose ``meta`` names a ``device`` (or a TPU
     ``platform``) and no ``gpu`` -- trn1_32 and trn2_64 (NeuronCores), the TPU meshes -- runs no
-    MSCCL runtime and has none of those figures: a ranking by them would rest on an H200's block
-    rate and Ampere's latencies, not on that machine. Topologies that name neither (the builders,
-    files without ``meta``) keep the model, as before."""
+    MSCCL runtime and has none of those figures: a ranking by them would rest on NCCL's Ampere
+    figures (without ``meta.gpu``: 24 GB/s a block for Simple, its latencies), not on that machine.
+    Topologies that name neither (the builders, files without ``meta``) keep the model, as
+    before."""
     meta = dict(topology.meta)
     if meta.get("gpu"):
         return None

@@ -722,11 +722,11 @@ def winners_model(result: SolveResult, topology: Topology, xml: XmlOptions | Non
     Why not on other accelerators (:func:`synth.program_model.not_a_gpu`): its figures are a GPU's,
     and they decide close calls. On trn1_32 allgather at 1 GiB it ranked ``milp_coarse`` x2
     (2,865.1 µs; 94.54% of the bound by lock-step) above ``trees_aligned`` x1 (2,894.4 µs;
-    95.35%): 1% apart, a gap set by a threadblock's 38.4 GB/s copy cap (in the first tenth of the
-    run each 48 GB/s link carried 38.4, one block feeding it) and by where the compiler puts the
-    first local copies, neither of which a NeuronCore has. There the lock-step model, priced with
-    the machine's own link figures, decides; ``--winners-by program`` still asks for the GPU
-    model.
+    95.35%): 1% apart, a gap that rests on NCCL's Ampere figures (a threadblock capped at 24 GB/s
+    for Simple: in the first tenth of the run the 48 GB/s ring links averaged 38.4) and on where
+    the compiler puts the first local copies, in blocks a NeuronCore does not have. There the
+    lock-step model, priced with the machine's own link figures, decides; ``--winners-by
+    program`` still asks for the GPU model.
     """
     if winners_by not in WINNERS_BY:
         raise SynthError(f"winners_by must be one of {', '.join(WINNERS_BY)}, got '{winners_by}'")
