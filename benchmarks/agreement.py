@@ -7,7 +7,7 @@ relay lands in scratch while its sender reads the input -- the fused ``rcs`` is 
 and a send, which costs pipelining. This script compiles each case twice, out of place: as shipped,
 and with that splitting switched off (the split pass returns nothing; the result is still a valid
 program for the runtimes, which ignore those fields, and the interpreter checks it), and times both with
-synth's timed program model (:mod:`synth.program_model`) on the case's topology.
+synth's timed program model (:mod:`synth.timing.program`) on the case's topology.
 
     python benchmarks/agreement.py            # writes results/agreement.{json,md}
 """
@@ -22,7 +22,7 @@ from synth.emit.agreement import disagreements
 from synth.emit.compile import compile_schedule
 from synth.emit.interpreter import verify_program
 from synth.encodings.baseline.algorithms import baseline
-from synth.program_model import program_times_us
+from synth.timing.program import program_times_us
 from synth.topology_io import load_topology
 
 SIZES = (2**10, 2**20, 2**28)
@@ -80,7 +80,7 @@ def main() -> None:
                   + "  ".join(f"{r:.3f}" for r in rows[-1]["ratio"].values()))
     data = {"sizes": list(SIZES), "rows": rows, "load_average": load_average(),
             "python": python_version(),
-            "model": "synth.program_model (uncalibrated), out-of-place files, profile exec"}
+            "model": "synth.timing.program (uncalibrated), out-of-place files, profile exec"}
     write_results("agreement", data, indent=2)
     lines = [
         "# The cost of message agreement (spec E2)",

@@ -3,7 +3,7 @@
 For each (topology, collective) it builds and verifies every applicable baseline, costs it over
 1 KB..1 GB on the step model, and records the best per size and its percentage of the bound, plus
 build+verify time per algorithm. The ``nccl`` baseline is priced by NCCL's own tuning model
-(:mod:`synth.nccl_model`: launch and per-step floors included), a different model from the others',
+(:mod:`synth.timing.nccl`: launch and per-step floors included), a different model from the others',
 so it is reported in its own column (what NCCL runs, and its % of the bound) and never competes
 for "best".
 
@@ -18,9 +18,9 @@ from harness import stopwatch, write_results
 
 from synth.bounds import lower_bound
 from synth.collectives import make_collective
-from synth.cost import format_size
 from synth.encodings.baseline.algorithms import ALGORITHMS, baseline, preferred_chunks
 from synth.errors import NotApplicable
+from synth.sizes import format_size
 from synth.solve import cost_profile
 from synth.topology_io import load_topology
 from synth.verify import verify
@@ -72,10 +72,10 @@ def measure() -> list[dict]:
 
 def markdown(rows: list[dict]) -> str:
     lines = ["# Baselines as a percentage of the lower bound", "",
-             "Best verified baseline algorithm per message size (α-β step model, `synth.cost`, "
+             "Best verified baseline algorithm per message size (α-β step model, `synth.timing.lockstep`, "
              "no runtime floors), and its percentage of the lower bound (`synth.bounds`). "
              "*NCCL* is what NCCL runs, priced by NCCL's own tuning model with its floors "
-             "(`synth.nccl_model`, validated in results/reality.md): a different model, so it is "
+             "(`synth.timing.nccl`, validated in results/reality.md): a different model, so it is "
              "a column of its own, not a competitor for best. NCCL above 100% (dgx_h100 allreduce): "
              "NVLink SHARP reduces inside the NVSwitch, which the point-to-point bound does not "
              "model. Produced by "

@@ -24,7 +24,7 @@ from synth.calibrate.closed_fit import (
 from synth.closed.cost import HARDWARE
 from synth.closed.mesh import resolve_topology
 from synth.closed.search import rank_strategies
-from synth.cost import format_size
+from synth.sizes import format_size
 
 TOPOS = [("trn1_32", 1, "neuron"), ("trn1_32", 2, "neuron"), ("trn2_64", 1, "neuron"),
          ("tpu_v5e_4x4", 1, "jax")]

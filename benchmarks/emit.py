@@ -4,7 +4,7 @@ the % of the program ``synth solve`` writes for 1 GiB (issue 15).
 Each case is the default ``solve`` (``--encoding auto``, sizes 1 KB..1 GB, exec profile, Simple,
 one instance, the default threadblock budget): :func:`synth.solve.solve` then
 :func:`synth.solve.write_winners` into a scratch folder, which writes the winner of every size
-range with its interpreter-verified XML. Figures, all from the lock-step model (``synth.cost``)
+range with its interpreter-verified XML. Figures, all from the lock-step model (``synth.timing.lockstep``)
 that decides the winners today:
 
 * ``best %``: the fastest verified candidate at 1 GiB, whether or not a file could be made of it;
@@ -14,7 +14,7 @@ that decides the winners today:
   ``nchunksperloop`` does not divide 1 GiB's element count, so no runtime selects its file there).
 
 * ``program %``: the same written file timed by the timed program model
-  (:mod:`synth.program_model`, which runs the XML event by event: threadblocks, FIFOs, flags,
+  (:mod:`synth.timing.program`, which runs the XML event by event: threadblocks, FIFOs, flags,
   shared links) at 1 GiB, over the same bound.
 
 Wall times are per case on a shared 2-core machine (load averages recorded).
@@ -42,8 +42,8 @@ from synth.collectives import make_collective
 from synth.emit.xml_parse import parse_program
 from synth.errors import SynthError
 from synth.guards import Budget, TooBig
-from synth.program_model import program_times_us
 from synth.solve import DEFAULT_XML, solve, winners_model, within_budget, write_winners
+from synth.timing.program import program_times_us
 from synth.topology_io import load_topology
 
 GiB = 2 ** 30
@@ -68,7 +68,7 @@ BARS = {"a100x8_ag": 99.0, "trn1_ag": 95.0, "h100x64_ag": 96.0}
 
 def _below(size: int) -> str:
     """The 'by' cell's note where the program model's budget ran out partway."""
-    from synth.cost import format_size
+    from synth.sizes import format_size
 
     return f" (lock-step below {format_size(size)}: budget)"
 

@@ -1,6 +1,6 @@
 """Measure one threadblock's local copy and reduce rates, and the kernel launch floor, on a GPU.
 
-Why: the timed program model (:mod:`synth.program_model`) prices an MSCCL step's local work --
+Why: the timed program model (:mod:`synth.timing.program`) prices an MSCCL step's local work --
 ``cpy``, the copy-out of a receive, a reduction (``re``, ``rrc``, ``rrs``) -- at one threadblock's
 rate, and takes that rate from NCCL's tuning model (``channel_GBps``: 38.7 GB/s for Hopper
 Simple, ``perChMaxTreeBw``), a cap NCCL uses for a channel's *network/NVLink* throughput. Its
@@ -124,7 +124,7 @@ def measure(nbytes: int, repeats: int, threads: list[int], blocks: list[int]) ->
 
 
 def render(data: dict) -> str:
-    from synth.protocols import default_model
+    from synth.timing.protocol import default_model
     from synth.topology_io import load_topology
 
     model = default_model(load_topology("dgx_h100")).get("Simple").channel_GBps  # Hopper's cap
@@ -137,7 +137,7 @@ def render(data: dict) -> str:
         "calls after a warm-up, CUDA events. Rates count the bytes written (a step's payload). "
         f"The reduction's result was checked: {data['reduce_checked']}.",
         "",
-        f"The program model (`synth.program_model`) prices a block's local copy, and a receive's "
+        f"The program model (`synth.timing.program`) prices a block's local copy, and a receive's "
         f"copy-out, at NCCL's per-channel Simple cap for Hopper, **{model} GB/s**, and a "
         "two-source reduction at 2 copies' time (assumed: `(k + 2) / 2` for k sources).",
         "",

@@ -27,9 +27,9 @@ from harness import python_version, stopwatch, write_results
 from synth.bounds import lower_bound
 from synth.builders import multinode
 from synth.collectives import make_collective
-from synth.cost import schedule_times_us
 from synth.groups import concurrent, induced, parse_partition
 from synth.solve import solve
+from synth.timing.lockstep import schedule_times_us
 from synth.topology import Nic, Topology
 from synth.topology_io import load_topology
 

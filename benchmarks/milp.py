@@ -15,7 +15,7 @@ What is measured, per problem:
   tries, both candidates ``milp`` and ``milp_1MB``); **verify s**: :func:`synth.verify.verify` on
   every candidate. The bar is checked against synthesis + verify.
 * **% of bound at 1 GB** (1 GB = 2^30 bytes): :func:`synth.bounds.lower_bound` time divided by the
-  MILP's time under :mod:`synth.cost`, taking the better of the candidates ``milp`` and
+  MILP's time under :mod:`synth.timing.lockstep`, taking the better of the candidates ``milp`` and
   ``milp_1MB`` at each size (as a catalog would).
 * **baselines**: every NCCL-style baseline that applies (``--encoding baseline``, each with its
   preferred chunk count), verified and costed at every size 1 KB .. 1 GB; the worst ratio MILP /
@@ -63,7 +63,7 @@ from harness import (
 
 GB = 2**30
 SIZES = tuple(2**e for e in range(10, 31))
-"""1 KB .. 1 GB in powers of two (synth.cost.DEFAULT_SIZES)."""
+"""1 KB .. 1 GB in powers of two (synth.sizes.DEFAULT_SIZES)."""
 TACCL_NDV2X2_GBPS = 18.6
 TECCL_NDV2X2_GBPS = 22.86
 SMT_LIMIT_S = 180.0
@@ -233,10 +233,10 @@ def run_problem(p: Problem, solver: str, time_limit: float | None, scale: float,
     import synth.encodings.milp.encoding  # noqa: F401  (loads OR-Tools, then PuLP: outside the clock)
     from synth.bounds import lower_bound
     from synth.collectives import make_collective
-    from synth.cost import schedule_times_us
     from synth.encodings import Options, run_encoding
     from synth.sketches import sketch_for
     from synth.solve import cost_profile
+    from synth.timing.lockstep import schedule_times_us
     from synth.topology_io import load_topology
     from synth.verify import verify
 
@@ -349,7 +349,7 @@ def resource_floor(schedule, topo) -> dict:
     boundaries: above the bound it is the routing's fault, the rest (schedule time - floor) is the
     ordering into synchronous steps (α per step and per-step imbalance).
     """
-    from synth.cost import step_loads
+    from synth.steps import step_loads
 
     chunk_mb = GB / schedule.collective.buffer_chunks / 1e6
     total: dict[tuple, float] = {}
@@ -411,9 +411,9 @@ def tree_hop_diagnostic(topo, bound, ks: list[int], solver: str, limit_s: float 
 def smt_frontier(topo, bound) -> dict:
     """The SMT encoding's Pareto frontier (CP-SAT), every point verified and costed at 1 GB."""
     from synth.collectives import make_collective
-    from synth.cost import schedule_times_us
     from synth.encodings.smt.encoding import SmtProblem
     from synth.encodings.smt.search import pareto
+    from synth.timing.lockstep import schedule_times_us
     from synth.verify import verify
 
     coll = make_collective("allgather", topo.num_ranks, 1)
@@ -567,7 +567,7 @@ def render(data: dict) -> str:
         f"{_dirty(m)}{_moved(m)}"
         f". Total benchmark wall time {m['total_wall_s'] / 60:.1f} min"
         f"{' (this run: ' + m['scope'] + ')' if m.get('scope') else ''}.", "",
-        "Cost model `synth.cost` (synchronous steps, α-β); 1 GB = 2^30 bytes; % of bound = "
+        "Cost model `synth.timing.lockstep` (synchronous steps, α-β); 1 GB = 2^30 bytes; % of bound = "
         "`synth.bounds.lower_bound` time / schedule time. The MILP's time at each size is the "
         "better of its two candidates (`milp`, planned for 1 GB with the best of several chunkings, "
         "and `milp_1MB`, one chunk per rank planned for 1 MB), as a catalog would pick. Every "
@@ -717,7 +717,7 @@ def render(data: dict) -> str:
                   f"{GB / (nd['best_baseline_times_us'][-1] * 1e3):.2f} GB/s "
                   f"({nd['best_baseline_1GB']}). TACCL reports {TACCL_NDV2X2_GBPS} GB/s (Gurobi) "
                   f"and TE-CCL {TECCL_NDV2X2_GBPS} GB/s — on *their* α/β and measured/simulated "
-                  "times, not synth's `ndv2` topology and `synth.cost` model, so the numbers are "
+                  "times, not synth's `ndv2` topology and `synth.timing.lockstep` model, so the numbers are "
                   "context, not a like-for-like comparison; the like-for-like figure is the % of "
                   "synth's own bound."]
 

@@ -1,7 +1,7 @@
 """synth's MSCCL++ plans against MSCCL++'s own DSL algorithms and NCCL's rings, one model for all.
 
 For dgx_a100 x1, dgx_a100 x2 and dgx_h100 x1 and each of allgather, reducescatter, allreduce and
-alltoall, every plan is priced by the same timed plan model (:mod:`synth.mscclpp.timing`: the
+alltoall, every plan is priced by the same timed plan model (:mod:`synth.timing.plan`: the
 program model's NCCL figures, max-min fair sharing of the topology's ports) at each size:
 
 * **synth**: the schedule ``solve`` picks (``encoding=auto``), emitted with ``--format mscclpp`` as
@@ -27,13 +27,13 @@ from harness import ROOT, stopwatch, write_results
 
 from synth.catalog.emit import sm_count
 from synth.collectives import make_collective
-from synth.cost import format_size
 from synth.errors import SynthError
 from synth.mscclpp import load_plan, verify_plan
 from synth.mscclpp.emit import PlanOptions, emit_verified_plan
-from synth.mscclpp.timing import plan_time_us
-from synth.program_model import program_model
+from synth.sizes import format_size
 from synth.solve import solve
+from synth.timing.plan import plan_time_us
+from synth.timing.program import program_model
 from synth.topology_io import load_topology
 
 CORPUS = ROOT / "tests" / "data" / "mscclpp-plans"

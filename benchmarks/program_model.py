@@ -2,7 +2,7 @@
 
 Programs: synth's own ring allgather and ring allreduce baselines on 8 x dgx_h100 (64 ranks),
 emitted as verified MSCCL-IR (Simple), and the largest production ndv5 file (ag-32m-1g, 8 ranks).
-Each is timed by :func:`synth.program_model.sweep` at 1 GiB; the wall-clock time of that call
+Each is timed by :func:`synth.timing.program.sweep` at 1 GiB; the wall-clock time of that call
 (the simulation plus the lower bound for "% of bound"; not emission or verification) is
 recorded, with the simulated time, messages and grid iterations.
 
@@ -19,7 +19,7 @@ from synth.collectives import make_collective
 from synth.emit import XmlOptions, emit_verified_xml
 from synth.emit.xml_parse import parse_program, read_program
 from synth.encodings.baseline import baseline, preferred_chunks
-from synth.program_model import sweep
+from synth.timing.program import sweep
 from synth.topology_io import load_topology
 
 NBYTES = 2**30

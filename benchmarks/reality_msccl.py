@@ -7,7 +7,7 @@ files of Azure/msccl-scheduler (``tests/data/msccl_ndv5/``). For every table siz
 executor would select is found as the runtime selects it (collective, ngpus, in place,
 ``minBytes <= size <= maxBytes``, element count divisible by ``nchunksperloop``; spec §3.1); a size no
 file covers ran NCCL's own kernels and is left out (allreduce from 32 MB). Each file is first
-verified by the interpreter; then the program model (``synth.program_model``) times it on
+verified by the interpreter; then the program model (``synth.timing.program``) times it on
 ``dgx_h100``.
 
 Variants:
@@ -32,10 +32,10 @@ import numpy as np
 from harness import ROOT, write_results
 
 from synth.calibrate.program_fit import STEP_GRID, errors, fit_floors, read_measurements
-from synth.cost import format_size
 from synth.emit.interpreter import verify_program
 from synth.emit.xml_parse import read_program
-from synth.program_model import program_model, program_time
+from synth.sizes import format_size
+from synth.timing.program import program_model, program_time
 from synth.topology_io import load_topology
 
 DATA = ROOT / "tests" / "data" / "msccl_ndv5"
@@ -100,7 +100,7 @@ def to_markdown(res: dict) -> str:
         "",
         f"Measured: {res['source']} ({res['hardware']}; {res['software']}). Modelled: the same "
         f"production XML files (Azure/msccl-scheduler ndv5, in `tests/data/msccl_ndv5/`), each "
-        f"verified by synth's interpreter first, timed by `synth.program_model` on "
+        f"verified by synth's interpreter first, timed by `synth.timing.program` on "
         f"`{res['topology']}`. Written by `python benchmarks/reality_msccl.py`.",
         "",
         "Error = max(pred/meas, meas/pred). Goal (issue 14): median <= 1.3x, worst <= 2x.",

@@ -80,8 +80,8 @@ def run_case(case: Case, xml: bool) -> dict:
     """Inside the child process: synthesise, verify, cost, baselines, XML."""
     from synth.bounds import lower_bound
     from synth.collectives import make_collective
-    from synth.cost import schedule_times_us
     from synth.encodings import Options, run_encoding
+    from synth.timing.lockstep import schedule_times_us
     from synth.topology_io import load_topology
     from synth.verify import verify
 
@@ -170,8 +170,8 @@ def xml_check(case: Case, topo, schedule) -> dict:
         return {"error": f"compiler/interpreter not available: {exc}"}
     from synth.bounds import lower_bound
     from synth.collectives import make_collective
-    from synth.cost import schedule_times_us
     from synth.encodings import Options, run_encoding
+    from synth.timing.lockstep import schedule_times_us
     from synth.verify import verify
 
     rec: dict = {}
@@ -286,7 +286,7 @@ def _solve_files(results: list[dict]) -> list[str]:
 def write_report(results: list[dict], forestcoll: dict, out_dir: Path, meta: dict) -> None:
     lines = ["# Scale: tree packing, flow and symmetry (issue 8)", "",
              f"Machine: {meta['machine']}; {meta['cpus']} CPUs (shared with other jobs: timings "
-             "are noisy). Message size 1 GiB; cost model `synth.cost` (synchronous steps, "
+             "are noisy). Message size 1 GiB; cost model `synth.timing.lockstep` (synchronous steps, "
              "α-β); % of bound = `synth.bounds.lower_bound` time / schedule time. Every schedule "
              "passed `synth.verify.verify`. Time = synthesis; verify is separate. Memory = peak "
              "RSS of the case's process before the XML step.", "",
@@ -353,7 +353,7 @@ def write_report(results: list[dict], forestcoll: dict, out_dir: Path, meta: dic
                   "`a100_topology(n)` (same bandwidths: 300 GB/s NVSwitch, 25 GB/s per NIC), same "
                   "machine, same run. Its algbw is its model's asymptotic pipelined rate (no α, no "
                   "step synchronisation); ours is the synchronous step schedule at 1 GiB under "
-                  "`synth.cost`, and `bound` is synth's cut bound.", "",
+                  "`synth.timing.lockstep`, and `bound` is synth's cut bound.", "",
                   "| case | ForestColl s | ForestColl algbw GB/s | synth s (synth+verify) | synth algbw "
                   "GB/s at 1 GiB | bound algbw GB/s | time ratio ForestColl/synth |",
                   "|---|---|---|---|---|---|---|"]

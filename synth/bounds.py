@@ -35,7 +35,7 @@ Two floors, both valid, so the time of a message of ``b`` bytes is at least thei
   - scatter / gather: ``|ranks in S| / (N · B_in(S))`` over sets S without (resp. with) the root.
   - anything else (custom collectives): the per-chunk demand of every cut, exact when small.
 
-Model assumptions (those of :mod:`synth.cost`): point-to-point transfers, no in-network reduction
+Model assumptions (those of :mod:`synth.timing.lockstep`): point-to-point transfers, no in-network reduction
 (switches forward, they do not add), no compression. Units: µs, bytes, GB/s = 10^9 B/s, so a cut of
 B GB/s passes ``B * 1e3`` bytes per µs.
 """

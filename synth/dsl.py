@@ -47,7 +47,7 @@ chunk. Other errors use the verifier's reasons too: ``not_held`` (a rank without
 ``no_link`` (ranks the topology does not connect), ``bad_op`` (reduce in a non-combining collective
 or into nothing), ``double_count``, ``stale`` (a reference whose value was overwritten before the
 operation could run). :meth:`DslProgram.schedule` builds the steps (rounds from
-:func:`synth.cost.make_step`) and runs :func:`synth.verify.verify`, so the postcondition is checked.
+:func:`synth.steps.make_step`) and runs :func:`synth.verify.verify`, so the postcondition is checked.
 
 **Instances.** ``parallelize(n)`` (or ``program(..., instances=n)``) is MSCCLang's instance hint at
 whole-program granularity: it is kept in ``schedule.meta["instances"]`` and :func:`xml_options`
@@ -62,9 +62,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .collectives import Collective
-from .cost import make_step
 from .errors import SynthError, VerificationError
 from .schedule import Schedule, Transfer
+from .steps import make_step
 from .topology import Topology
 
 __all__ = ["BUFFERS", "Buffer", "ChunkRef", "DslProgram", "chunk", "current_program", "parallelize",

@@ -76,7 +76,7 @@ def parse_memory(text: str | None) -> int:
     """``--max-memory``: ``8GB``, ``512MB``, ``1.5GB`` (binary units); None: the default."""
     if text is None:
         return default_max_memory()
-    from .cost import parse_size
+    from .sizes import parse_size
 
     value = parse_size(text, most=None)  # host memory, not a message size
     if value < 64 * MB:

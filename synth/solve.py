@@ -20,7 +20,6 @@ from . import progress
 from .bounds import Bound, lower_bound
 from .catalog.select import BucketTuning, Config, Range, choose, make_buckets, runs_at
 from .collectives import Collective
-from .cost import DEFAULT_SIZES, algbw_GBps, schedule_times_us
 from .emit import XmlOptions, emit_verified_xml, xml_unsupported_reason
 from .encodings import Options, run_encoding
 from .errors import SynthError
@@ -28,6 +27,8 @@ from .files import atomic_write, ensure_writable_dir, write_all
 from .guards import Budget, TooBig, check_schedule
 from .mscclpp.emit import PlanOptions, emit_verified_plan, plan_unsupported_reason
 from .schedule import Schedule
+from .sizes import DEFAULT_SIZES, algbw_GBps
+from .timing.lockstep import schedule_times_us
 from .topology import Topology
 from .verify import VerifyReport, verify
 
@@ -57,13 +58,13 @@ def cost_profile(schedule: Schedule, topology: Topology, sizes: Sequence[int],
                  bound: Bound | None = None, nccl_calibration: Any = None) -> list[CostPoint]:
     """Time, algorithm bandwidth and % of the lower bound at every size.
 
-    The ``nccl`` baseline is priced as NCCL prices itself (:mod:`synth.nccl_model`: its tuner's
+    The ``nccl`` baseline is priced as NCCL prices itself (:mod:`synth.timing.nccl`: its tuner's
     algorithm, protocol and channels, with its latency floors), every other schedule by the α-β
-    step model (:func:`synth.cost.schedule_times_us`).
+    step model (:func:`synth.timing.lockstep.schedule_times_us`).
     """
     bound = bound or lower_bound(topology, schedule.collective)
     if schedule_time_model(schedule) == "nccl":
-        from .nccl_model import times_us as nccl_times_us
+        from .timing.nccl import times_us as nccl_times_us
         times = nccl_times_us(topology, schedule.collective.kind, sizes, nccl_calibration)
     else:
         times = schedule_times_us(schedule, topology, sizes)
@@ -168,10 +169,10 @@ class NcclComparison:
     """The candidate against NCCL at one size, both with their runtime floors.
 
     ``runtime_us`` is the candidate as the MSCCL runtime runs it: the written XML under the timed
-    program model (:mod:`synth.program_model`, ``runtime_proto`` = ``program``) where it was timed,
-    else the protocol model (:mod:`synth.protocols`: the step model plus the protocol's launch floor
+    program model (:mod:`synth.timing.program`, ``runtime_proto`` = ``program``) where it was timed,
+    else the protocol model (:mod:`synth.timing.protocol`: the step model plus the protocol's launch floor
     and per-step synchronisation, best of Simple / LL / LL128, one instance). ``nccl_us`` is NCCL's
-    own tuning-model time of what NCCL would run (:mod:`synth.nccl_model`). ``speedup`` =
+    own tuning-model time of what NCCL would run (:mod:`synth.timing.nccl`). ``speedup`` =
     nccl_us / runtime_us (> 1: the candidate is faster).
     """
 
@@ -204,8 +205,8 @@ def compare_with_nccl(schedule: Schedule, topology: Topology, sizes: Sequence[in
     ``program_us``: the written XML's time per size under the timed program model, used where
     finite (the file runs at that size)."""
     from .errors import NotApplicable
-    from .nccl_model import predict
-    from .protocols import PROTOCOLS, predict_times_us
+    from .timing.nccl import predict
+    from .timing.protocol import PROTOCOLS, predict_times_us
 
     coll = schedule.collective
     if coll.custom is not None:
@@ -263,7 +264,7 @@ class RuntimeProfile:
 
     def to_dict(self) -> dict[str, Any]:
         return {"proto": self.proto, "instances": self.instances, "max_bytes": self.max_bytes,
-                "model": "synth.protocols: step model + protocol launch, per-step "
+                "model": "synth.timing.protocol: step model + protocol launch, per-step "
                          "synchronisation, channel caps, instances; " + self.source,
                 "costs": [p.to_dict() for p in self.points]}
 
@@ -272,10 +273,10 @@ def runtime_profile(schedule: Schedule, topology: Topology, sizes: Sequence[int]
                     proto: str = "Simple", instances: int = 1, calibration: Any = None
                     ) -> RuntimeProfile:
     """What ``--proto`` and ``--instances`` do to the time: the schedule run by the MSCCL runtime
-    with that protocol over that many channel sets (:func:`synth.protocols.predict_times_us`, the
+    with that protocol over that many channel sets (:func:`synth.timing.protocol.predict_times_us`, the
     model catalogs tune with). The step model alone (:func:`cost_profile`) is the wire: the same
     for every protocol, and what the lower bound is compared with."""
-    from .protocols import default_model, max_message_bytes, predict_times_us
+    from .timing.protocol import default_model, max_message_bytes, predict_times_us
 
     times = predict_times_us(schedule, topology, sizes, proto, instances, calibration)
     model = default_model(topology)
@@ -369,7 +370,7 @@ file's own model), chosen by :func:`winners_model`."""
 
 WINNERS_BY = ("auto", "program", "lockstep")
 """``synth solve --winners-by``: auto = the timed program model where the ranks are GPUs
-(:func:`synth.program_model.not_a_gpu`) and its estimated cost fits :data:`PROGRAM_COST_BUDGET`,
+(:func:`synth.timing.program.not_a_gpu`) and its estimated cost fits :data:`PROGRAM_COST_BUDGET`,
 else the lock-step model (with a note saying why)."""
 
 PROGRAM_COST_BUDGET = 5_000_000
@@ -444,17 +445,17 @@ def compiled_xml(cache: XmlCache, candidate: Candidate, options: XmlOptions
 
 def program_cost(program: Any, nbytes: int, profile: str = "exec") -> int:
     """Estimated simulation work of ``program`` at ``nbytes``: its steps (all threadblocks, all
-    ranks) times the grid iterations the call takes (:func:`synth.program_model.slicing`). The
+    ranks) times the grid iterations the call takes (:func:`synth.timing.program.slicing`). The
     simulator's events scale with both; measured wall time is 8-16 µs per unit (dgx1, trn1_32),
     up to 1,226 where steps carry many chunks (:data:`PROGRAM_COST_BUDGET`)."""
-    from .program_model import slicing
+    from .timing.program import slicing
 
     steps = sum(len(tb.steps) for g in program.gpus for tb in g.tbs)
     return steps * len(slicing(program, int(nbytes), profile).slices)
 
 
 class ProgramTimeModel:
-    """The timed program model (:mod:`synth.program_model`) as a :data:`TimeModel`: each candidate
+    """The timed program model (:mod:`synth.timing.program`) as a :data:`TimeModel`: each candidate
     compiled once to XML with the solve's options (its whole byte range), parsed, and simulated at
     the sizes where a runtime selects it (:func:`synth.catalog.select.runs_at`); ``inf`` elsewhere,
     where the file deadlocks, where its XML cannot be produced (the reason goes to ``notes``, as
@@ -563,7 +564,7 @@ class ProgramTimeModel:
         order at ``i`` does not predict it at ``2i``. Measured on trn1_32 allgather at 1 GiB: milp
         took 7,699 µs at x1 against trees_aligned's 3,776 (2.04 times) and 2,863 µs at x2, the
         fastest file; a prune by the plain factor never timed it at x2."""
-        from .program_model import program_model, program_times_us
+        from .timing.program import program_model, program_times_us
 
         if self._times is not None:
             return self._times
@@ -719,7 +720,7 @@ def winners_model(result: SolveResult, topology: Topology, xml: XmlOptions | Non
     clock, so two runs decide alike). Without XML there is no program to time, and ``lockstep``
     is asked for: both use the lock-step model. A note says why whenever ``auto`` falls back.
 
-    Why not on other accelerators (:func:`synth.program_model.not_a_gpu`): its figures are a GPU's,
+    Why not on other accelerators (:func:`synth.timing.program.not_a_gpu`): its figures are a GPU's,
     and they decide close calls. On trn1_32 allgather at 1 GiB it ranked ``milp_coarse`` x2
     (2,865.1 µs; 94.54% of the bound by lock-step) above ``trees_aligned`` x1 (2,894.4 µs;
     95.35%): 1% apart, a gap that rests on NCCL's Ampere figures (a threadblock capped at 24 GB/s
@@ -736,7 +737,7 @@ def winners_model(result: SolveResult, topology: Topology, xml: XmlOptions | Non
         return lockstep_model, "lockstep", ["winners by the lock-step model: no XML to time "
                                             "with the program model"]
     if winners_by == "auto":
-        from .program_model import not_a_gpu
+        from .timing.program import not_a_gpu
 
         why = not_a_gpu(topology)
         if why:
@@ -1111,7 +1112,7 @@ def ranges_table(result: SolveResult, ranges: Sequence[SizeRange], files: Sequen
 
 
 def ranges_markdown(result: SolveResult, rows: Sequence[dict[str, Any]]) -> str:
-    from .cost import format_size
+    from .sizes import format_size
 
     models = list(dict.fromkeys(r["winners_by"] for r in rows)) or ["lockstep"]
     by = "program" if "program" in models else models[0]

@@ -107,7 +107,7 @@ def test_cli_bad_schedule_file(synth_cli, tmp_path):
 def test_size_past_the_limit_is_refused(text):
     """Past 1 TiB a size is a typo: before this limit 10^23 GB reached numpy's int64 (OverflowError)
     and 2^62 bytes the program model (MemoryError), both as tracebacks."""
-    from synth.cost import MAX_SIZE_BYTES, parse_size, parse_sizes
+    from synth.sizes import MAX_SIZE_BYTES, parse_size, parse_sizes
 
     assert parse_size(f"{MAX_SIZE_BYTES}") == MAX_SIZE_BYTES
     with pytest.raises(SynthError) as info:
@@ -116,7 +116,7 @@ def test_size_past_the_limit_is_refused(text):
 
 
 def test_size_is_read_exactly():
-    from synth.cost import parse_size
+    from synth.sizes import parse_size
 
     assert parse_size("1099511627775") == 2**40 - 1  # exact, not through a float
     assert parse_size("1.5KB") == 1536

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from synth.bounds import lower_bound
 from synth.builders import fully_connected, hypercube, line, multinode, ring, switch, torus
 from synth.collectives import KINDS, ROOTED, custom_collective, make_collective
-from synth.cost import schedule_times_us
 from synth.encodings.baseline.algorithms import (
     ALGORITHMS,
     all_baselines,
@@ -24,6 +23,7 @@ from synth.encodings.baseline.algorithms import (
 )
 from synth.encodings.baseline.rails import StepPrices, batches_time_us, plan_batches
 from synth.errors import NotApplicable, SynthError
+from synth.timing.lockstep import schedule_times_us
 from synth.topology import Link, Topology
 from synth.topology_io import load_topology
 from synth.verify import verify

@@ -14,9 +14,10 @@ import pytest
 from synth import bounds, builders
 from synth.bounds import Bound, bound_table, lower_bound
 from synth.collectives import make_collective
-from synth.cost import make_step, schedule_times_us
 from synth.errors import SynthError
 from synth.schedule import Schedule, Transfer
+from synth.steps import make_step
+from synth.timing.lockstep import schedule_times_us
 from synth.topology import Link, Port, Switch, Topology, beta_from_bandwidth
 from synth.topology_io import load_topology
 from synth.verify import verify

@@ -18,8 +18,8 @@ from synth.calibrate.link_fit import (
 )
 from synth.calibrate.nccl_tests import parse_nccl_tests
 from synth.cli import main
-from synth.cost import schedule_times_us
 from synth.errors import SynthError
+from synth.timing.lockstep import schedule_times_us
 from synth.topology_io import load_topology
 from tests.conftest import run_synth
 

@@ -135,8 +135,8 @@ def test_wide_ops_are_split_where_they_would_serialise_one_block() -> None:
     whose busiest block moves fewer chunks, and the program model runs it faster at 1 GiB (the
     ring above keeps its aggregated ops: one block a rank carries them either way)."""
     from synth.emit import compile as C
-    from synth.program_model import program_times_us
     from synth.solve import solve
+    from synth.timing.program import program_times_us
 
     t = topo("dgx1")
     sch = next(c.schedule for c in solve(t, make_collective("allgather", 8, 1), encoding="trees",
@@ -187,7 +187,7 @@ def test_wide_ops_that_cannot_go_narrow_are_spread_over_spare_blocks() -> None:
     the aggregated ops stay, each fan-out connection on one block (320 chunks); placed unfused
     over the spare blocks, the busiest moves fewer and the program model runs it faster."""
     from synth.emit import compile as C
-    from synth.program_model import program_times_us
+    from synth.timing.program import program_times_us
 
     t = load_topology("dgx_h100", 4)
     sch = baseline(t, make_collective("allgather", 32, 64), "rail_blocks")

@@ -6,10 +6,10 @@ import pytest
 
 from synth.bounds import lower_bound
 from synth.collectives import custom_collective, make_collective
-from synth.cost import schedule_times_us
 from synth.encodings import Options, run_encoding
 from synth.encodings.flow.encoding import flow_encoding
 from synth.errors import NotApplicable
+from synth.timing.lockstep import schedule_times_us
 from synth.topology_io import load_topology
 from synth.verify import verify
 

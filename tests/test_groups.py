@@ -167,9 +167,9 @@ def test_synthesis_for_the_shared_machine_moves_traffic_off_a_shared_nic():
     """Group {0,2,8,10} on 2 DGX-1 shares NIC ib0 (GPUs 0-1) with group {1,9}; its NIC ib1
     (GPUs 2-3) is its own. Trees packed for its share of the machine beat trees packed for the
     machine alone, both timed on the shared machine."""
-    from synth.cost import schedule_times_us
     from synth.groups import concurrent
     from synth.solve import solve
+    from synth.timing.lockstep import schedule_times_us
 
     topo = load_topology("dgx1", 2)
     groups = parse_partition("0,2,8,10|1,9", topo)

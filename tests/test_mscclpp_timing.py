@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from synth.mscclpp import load_plan, verify_plan
-from synth.mscclpp.timing import plan_time_us
-from synth.program_model import program_model
+from synth.timing.plan import plan_time_us
+from synth.timing.program import program_model
 from synth.topology_io import load_topology
 
 CORPUS = Path(__file__).parent / "data" / "mscclpp-plans"

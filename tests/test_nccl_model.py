@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from synth import nccl_model as nm
+from synth.timing import nccl as nm
 from synth.calibrate.nccl_fit import (
     Measurement,
     error_ratio,
@@ -305,7 +305,7 @@ def test_one_gpu_per_node_rings_run_at_nic_speed():
     """A group of one rank per node (``--group stride:8``) loads no NVLink: its rings are limited
     by the NIC alone. They fell back to one 0.1 GB/s channel, a 1 GiB allreduce over 8 x H100 took
     18.8 s in the model and `solve` printed 308x "vs NCCL"."""
-    from synth.nccl_model import choose, machine_of
+    from synth.timing.nccl import choose, machine_of
     from synth.topology_io import load_group
 
     topology, _ = load_group("dgx_h100", 8, "stride:8", None)

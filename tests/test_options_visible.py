@@ -14,8 +14,8 @@ import pytest
 from synth.collectives import make_collective
 from synth.emit import XmlOptions
 from synth.encodings.baseline import baseline
-from synth.protocols import predict_times_us
 from synth.solve import runtime_profile, schedule_file_name, schedule_stem, write_outputs, xml_file_name
+from synth.timing.protocol import predict_times_us
 from synth.topology_io import load_topology
 
 SIZES = (1024, 2**20, 2**30)

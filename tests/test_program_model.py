@@ -1,4 +1,4 @@
-"""The timed program model (synth.program_model) on tiny programs whose time is computable by hand.
+"""The timed program model (synth.timing.program) on tiny programs whose time is computable by hand.
 
 Every test builds a :class:`Program` directly and a topology of plain links or one switch, with a
 model whose floors are zero unless the test is about them, so the expected time is a few lines of
@@ -19,17 +19,9 @@ from hypothesis import strategies as st_
 
 from synth.cli import main
 from synth.emit.program import Gpu, Instr, Program, Threadblock
-from synth.program_model import (
-    SMALL_COMPONENT,
-    ProgramModel,
-    fair_rates,
-    maxmin_rates,
-    maxmin_rates_small,
-    program_time,
-    slicing,
-    sweep,
-)
-from synth.protocols import ProtocolParams
+from synth.timing.fair_share import SMALL_COMPONENT, fair_rates, maxmin_rates, maxmin_rates_small
+from synth.timing.program import ProgramModel, program_time, slicing, sweep
+from synth.timing.protocol import ProtocolParams
 from synth.topology import Link, Port, Switch, Topology, beta_from_bandwidth
 
 DATA = Path(__file__).parent / "data" / "msccl_ndv5"

@@ -15,7 +15,6 @@ from synth.collectives import make_collective
 from synth.emit import XmlOptions
 from synth.emit.interpreter import verify_program
 from synth.emit.xml_parse import parse_program
-from synth.program_model import program_times_us
 from synth.solve import (
     ProgramTimeModel,
     choose_ranges,
@@ -25,6 +24,7 @@ from synth.solve import (
     solve,
     winners_model,
 )
+from synth.timing.program import program_times_us
 from synth.topology_io import load_topology
 
 SIZES = tuple(2 ** k for k in range(10, 31, 4))  # 1 KB .. 1 GB
@@ -67,7 +67,7 @@ def test_auto_decides_by_lockstep_where_the_ranks_are_not_gpus(dgx1_allgather):
     compiling anything; ``program`` still times the files when asked."""
     from dataclasses import replace
 
-    from synth.program_model import not_a_gpu
+    from synth.timing.program import not_a_gpu
 
     topo, res = dgx1_allgather
     meta = tuple(kv for kv in topo.meta if kv[0] != "gpu")

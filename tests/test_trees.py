@@ -11,13 +11,13 @@ import pytest
 
 from synth.bounds import lower_bound
 from synth.collectives import make_collective
-from synth.cost import schedule_times_us
 from synth.encodings import ENCODINGS, Options, run_encoding
 from synth.encodings.auto import auto_encoding, choose
 from synth.encodings.symmetry import ResourceMap, is_automorphism, rank_group
 from synth.encodings.trees.encoding import trees_encoding
 from synth.encodings.trees.pack import logical_graph, min_arborescence, pack_trees
 from synth.errors import NotApplicable
+from synth.timing.lockstep import schedule_times_us
 from synth.topology_io import load_topology
 from synth.verify import verify
 

@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 from synth.builders import fully_connected, ring, switch
 from synth.collectives import make_collective
-from synth.cost import make_step
 from synth.encodings.baseline.algorithms import baseline
 from synth.errors import VerificationError
 from synth.schedule import Schedule, Step, Transfer
+from synth.steps import make_step
 from synth.verify import verify
 from tests.strategies import connected_topologies
 

@@ -5,8 +5,8 @@
   timing JSON);
 * fits — :mod:`.link_fit` (per-link-class α/β from nccl-tests logs: the MSCCL path),
   :mod:`.closed_fit` (the closed-stack cost model's terms from nccom-test logs or timing JSON) and
-  :mod:`.nccl_fit` (NCCL's tuner model, :mod:`synth.nccl_model`, against public measurements) and
-  :mod:`.program_fit` (the timed program model's floors, :mod:`synth.program_model`, against
+  :mod:`.nccl_fit` (NCCL's tuner model, :mod:`synth.timing.nccl`, against public measurements) and
+  :mod:`.program_fit` (the timed program model's floors, :mod:`synth.timing.program`, against
   measured MSCCL times of known XML files: ``synth calibrate --format msccl``).
 
 The link and closed-stack fits write the same file format, which ``solve``, ``pareto``,

@@ -9,7 +9,7 @@ A calibration is what ``synth calibrate`` writes and ``catalog``/``solve``/``par
 
 ``beta_us_per_mb`` is per link or per switch lane, the unit of ``topologies/*.yaml``'s
 ``link_classes`` (``bandwidth_GBps`` is accepted instead). ``protocols`` and
-``instance_overhead_us`` are read by :mod:`synth.protocols`.
+``instance_overhead_us`` are read by :mod:`synth.timing.protocol`.
 
 A closed-stack fit (:mod:`synth.calibrate.closed_fit`, the same ``format`` with ``terms``) is also
 read: each term is a vendor primitive's α/β over a replica group on one link class, not a link, so
@@ -71,13 +71,13 @@ class Calibration:
     """Closed-stack fit terms (see the module docstring), kept for :func:`apply_calibration`."""
     notes: list[str] = field(default_factory=list)
     nccl_model: dict[str, Any] | None = None
-    """Corrections to NCCL's own tuning model (:class:`synth.nccl_model.NcclCalibration`)."""
+    """Corrections to NCCL's own tuning model (:class:`synth.timing.nccl.NcclCalibration`)."""
     program: dict[str, Any] | None = None
-    """Floors of the timed program model (``launch_us``, ``step_us``; :mod:`synth.program_model`)."""
+    """Floors of the timed program model (``launch_us``, ``step_us``; :mod:`synth.timing.program`)."""
 
     def get(self, key: str, default: Any = None) -> Any:
-        """Mapping-style access for :mod:`synth.protocols` (``protocols``, ``instance_overhead_us``)
-        and :mod:`synth.program_model` (``program``)."""
+        """Mapping-style access for :mod:`synth.timing.protocol` (``protocols``, ``instance_overhead_us``)
+        and :mod:`synth.timing.program` (``program``)."""
         value = (getattr(self, key, None) if key in ("protocols", "instance_overhead_us", "program")
                  else None)
         return default if value is None else value
@@ -127,10 +127,10 @@ class Calibration:
 
 
 def _nccl_section(section: Any, source: str) -> dict[str, Any] | None:
-    """The ``nccl_model`` section, checked (:class:`synth.nccl_model.NcclCalibration`)."""
+    """The ``nccl_model`` section, checked (:class:`synth.timing.nccl.NcclCalibration`)."""
     if section is None:
         return None
-    from ..nccl_model import NcclCalibration
+    from ..timing.nccl import NcclCalibration
     NcclCalibration.from_mapping(section, f"{source}: nccl_model")
     return dict(section)
 

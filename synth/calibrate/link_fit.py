@@ -11,7 +11,7 @@ figures (:mod:`synth.calibrate.format`).
 
     time(size) = launch + Σ_steps max over the step's resources r of (α_c(r) + load_r · chunk · β_c(r))
 
-i.e. synth's α-β step cost (:func:`synth.cost.schedule_times_us`) of the algorithm NCCL runs: the
+i.e. synth's α-β step cost (:func:`synth.timing.lockstep.schedule_times_us`) of the algorithm NCCL runs: the
 **ring** (:mod:`synth.encodings.baseline.algorithms`) for allgather and reducescatter, ring allreduce
 (= reducescatter then allgather, 2(n-1) steps), and **direct** point-to-point for alltoall. NCCL runs
 several rings side by side on a multi-node machine, rail-aligned so that each ring crosses nodes
@@ -44,8 +44,9 @@ from ..collectives import make_collective
 from ..encodings.baseline.algorithms import baseline
 from ..errors import SynthError
 from ..schedule import Schedule
-from ..topology import MB, Topology
-from .format import Calibration, ClassParams, apply_calibration, class_figures, class_of_port
+from ..timing.lockstep import StepModel, schedule_times_us, step_model
+from ..topology import Topology
+from .format import Calibration, ClassParams, apply_calibration, class_figures
 from .nccl_tests import BUS_FACTOR, PROGRAMS, Run, read_nccl_log
 
 ALGORITHM = {"allgather": "ring", "reducescatter": "ring", "allreduce": "ring", "alltoall": "direct"}
@@ -62,77 +63,6 @@ def nics_per_node(topology: Topology) -> int:
         return max(1, len(topology.nics))
     first = set(topology.nodes[0])
     return max(1, sum(1 for n in topology.nics if set(n.ranks) <= first))
-
-
-@dataclass
-class StepModel:
-    """A schedule's cost as a function of per-class α/β, in the exact form of :mod:`synth.cost`.
-
-    ``coef[u, c]``: the largest load·β-multiplier of class c in step pattern u (NaN when the step
-    uses no resource of class c); ``count[u]``: how many steps have that pattern. For a chunk of x MB
-    a step costs max_c (α_c + coef[u, c]·x·β_c).
-    """
-
-    classes: tuple[str, ...]
-    coef: np.ndarray
-    count: np.ndarray
-    buffer_chunks: int
-
-    def times(self, alpha: np.ndarray, beta: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray,
-                                                                                         np.ndarray]:
-        """(time µs per size without launch, d time/d α [P, C], d time/d β [P, C])."""
-        x = np.asarray(sizes, float) / self.buffer_chunks / MB
-        with np.errstate(invalid="ignore"):
-            term = alpha[None, :, None] + self.coef[:, :, None] * x[None, None, :] * beta[None, :, None]
-        term = np.where(np.isnan(term), -np.inf, term)  # [U, C, P]
-        arg = np.argmax(term, axis=1)  # [U, P]
-        step = np.take_along_axis(term, arg[:, None, :], axis=1)[:, 0, :]
-        total = (self.count[:, None] * step).sum(axis=0)
-        n_cls = len(self.classes)
-        onehot = (arg[:, None, :] == np.arange(n_cls)[None, :, None])  # [U, C, P]
-        d_alpha = (self.count[:, None, None] * onehot).sum(axis=0).T
-        c = np.nan_to_num(self.coef)
-        d_beta = (self.count[:, None, None] * onehot * c[:, :, None] * x[None, None, :]).sum(axis=0).T
-        return total, d_alpha, d_beta
-
-
-def step_model(schedule: Schedule, topology: Topology, classes: Sequence[str], rings: int = 1) -> StepModel:
-    """The :class:`StepModel` of ``schedule`` on ``topology``; inter-node loads divided by ``rings``."""
-    from ..cost import step_loads
-
-    index = {c: i for i, c in enumerate(classes)}
-    link_class = {(str(lk.src), str(lk.dst)): lk.kind for lk in topology.links}
-    # ports with a domain are the inter-node fabric's NICs (synth.builders.multinode)
-    port_class = {(sw.name, p.name): (class_of_port(topology, sw, p), p.domain >= 0)
-                  for sw in topology.switches for p in sw.ports}
-    patterns: dict[tuple, int] = {}
-    for st in schedule.steps:
-        if not st.transfers:
-            continue
-        row = [math.nan] * len(classes)
-        for res, (n, _alpha, beta, lanes) in step_loads(st.transfers, topology).items():
-            if res[0] == "link":
-                kind, inter = link_class[(res[1], res[2])], False
-            else:
-                kind, inter = port_class[(res[1], res[2])]
-            ref = _class_beta(topology, kind)
-            c = n * (beta / ref) / lanes / (rings if inter else 1)
-            i = index[kind]
-            row[i] = c if math.isnan(row[i]) else max(row[i], c)
-        key = tuple(row)
-        patterns[key] = patterns.get(key, 0) + 1
-    keys = list(patterns)
-    coef = np.array(keys, float).reshape(len(keys), len(classes))
-    return StepModel(tuple(classes), coef, np.array([patterns[k] for k in keys], float),
-                     schedule.collective.buffer_chunks)
-
-
-def _class_beta(topology: Topology, kind: str) -> float:
-    """The class's β as the topology file states it (per link / per port lane)."""
-    cache = topology.__dict__.setdefault("_class_beta_cache", {})
-    if kind not in cache:
-        cache[kind] = class_figures(topology)[kind][1]
-    return cache[kind]
 
 
 def nccl_schedule(topology: Topology, collective: str) -> Schedule:
@@ -172,14 +102,14 @@ class CalibrationFit:
     default_median_rel_error: float
     nccl_model: dict[str, Any] | None = None
     """The fit of NCCL's own tuning model to the same log (:mod:`synth.calibrate.nccl_fit`): its launch
-    floor, latency and bandwidth scales, read by :mod:`synth.nccl_model`."""
+    floor, latency and bandwidth scales, read by :mod:`synth.timing.nccl`."""
 
     def calibration(self) -> Calibration:
         """The fit as a :class:`synth.calibrate.format.Calibration` (what ``solve``/``catalog`` read).
 
         The per-call floor goes to ``launch`` and, because it is the small-message regime's where
         NCCL runs LL, also to ``protocols.LL.launch_us`` (the topology's α is read as LL's per-hop
-        latency, as :mod:`synth.protocols` does). A floor that was not separable is written as
+        latency, as :mod:`synth.timing.protocol` does). A floor that was not separable is written as
         ``fixed`` and not passed to the protocols.
         """
         launch = {"launch_us": _r(self.launch_us), "source": self.launch_source,
@@ -475,11 +405,10 @@ def synthetic_nccl_log(topology: Topology, params: dict[str, Any],
 
     ``topology`` is the machine the runs use (``load_topology('dgx_a100', 2)`` for two nodes);
     ``params`` maps link classes to ``(alpha_us, beta_us_per_mb)`` plus an optional ``launch_us``.
-    Times are computed by :func:`synth.cost.schedule_times_us` on the calibrated topology (with
+    Times are computed by :func:`synth.timing.lockstep.schedule_times_us` on the calibrated topology (with
     inter-node port β divided by ``rings`` for ring collectives on several nodes) — a separate code
     path from the fit's step model, so recovering the parameters also checks that model.
     """
-    from ..cost import schedule_times_us
 
     rng = np.random.default_rng(seed)
     launch = float(params.get("launch_us", 0.0))

@@ -1,4 +1,4 @@
-"""Public NCCL measurements, and fitting :class:`~synth.nccl_model.NcclCalibration` to them.
+"""Public NCCL measurements, and fitting :class:`~synth.timing.nccl.NcclCalibration` to them.
 
 A measurement file is an nccl-tests log (``*.log``, read by :mod:`synth.calibrate.nccl_tests`) or a
 published table (``*.csv`` with ``collective,bytes,nccl_us`` columns). Either starts with a line
@@ -33,7 +33,7 @@ import numpy as np
 
 from ..errors import SynthError
 from ..files import read_input
-from ..nccl_model import NcclCalibration, NcclMachine, choose, machine_of
+from ..timing.nccl import NcclCalibration, NcclMachine, choose, machine_of
 
 SCALE_LIMIT = 4.0
 """The latency and bandwidth scales are fitted within [1/4, 4] of NCCL's figures."""

@@ -9,9 +9,9 @@ sorted path order); sizes no file covers ran NCCL's own kernels and are left out
 Fitted: the launch per protocol (``launch_us``; protocols with fewer than
 :data:`MIN_POINTS_PER_PROTOCOL` points keep NCCL's ``baseLat``) and one executor step cost
 (``step_us``, per message, on a 0.05 µs grid), minimising the squared log error of
-:func:`synth.program_model.program_time`. The launch is additive, so each ``step_us`` on the grid
+:func:`synth.timing.program.program_time`. The launch is additive, so each ``step_us`` on the grid
 needs one simulation per point and the launches are then 1-D minimisations. The result is a
-calibration ``program`` section (:func:`synth.program_model.program_model` reads it) with in-sample
+calibration ``program`` section (:func:`synth.timing.program.program_model` reads it) with in-sample
 and leave-one-file-out errors, the latter refitting without each file's points and predicting them.
 """
 
@@ -28,7 +28,7 @@ from scipy.optimize import minimize_scalar
 from ..emit.program import Program
 from ..emit.xml_parse import normalize_coll
 from ..errors import SynthError
-from ..program_model import program_model, program_time
+from ..timing.program import program_model, program_time
 from ..topology import Topology
 
 STEP_GRID = tuple(round(0.05 * i, 2) for i in range(21))

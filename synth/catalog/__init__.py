@@ -29,8 +29,8 @@ from ..collectives import KINDS, make_collective
 from ..emit import XML_KINDS
 from ..errors import SynthError, unknown_name
 from ..guards import Budget
-from ..nccl_model import calibration_of
-from ..protocols import ProtocolModel, default_model, model_with_calibration
+from ..timing.nccl import calibration_of
+from ..timing.protocol import ProtocolModel, default_model, model_with_calibration
 from ..topology import Topology
 from .cache import SolveCache, check_cache_dir
 from .candidates import (
@@ -116,7 +116,7 @@ class CatalogResult:
     crashes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     nccl_calibration: Any = None
-    """The calibration's ``nccl_model`` section (:mod:`synth.nccl_model`), for the NCCL column."""
+    """The calibration's ``nccl_model`` section (:mod:`synth.timing.nccl`), for the NCCL column."""
 
 
 def build_catalog(topology: Topology, *, topo_spec: str, nodes: int, kinds: Sequence[str],

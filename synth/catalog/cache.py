@@ -14,7 +14,7 @@ SHA-256 of everything its result can depend on:
   nodes, NICs, ``meta`` (e.g. a torus shape), and which switch each rank pair's traffic takes —
   everything but the α and β values. The baselines are such (:mod:`synth.encodings.baseline.algorithms`:
   adjacency, BFS trees, Hamiltonian cycles that prefer staying inside a node, and rounds from
-  :func:`synth.cost.make_step`, which counts chunks against link counts and port lanes; no α or β
+  :func:`synth.steps.make_step`, which counts chunks against link counts and port lanes; no α or β
   is read). The channel choice between two switches joining one pair *does* compare port β
   (:meth:`Topology.channel`), so the per-pair choice is part of the structure key whenever a pair
   is reachable through more than one switch (and a topology too large to list its pairs falls back

@@ -26,8 +26,8 @@ from ..collectives import Collective, make_collective
 from ..encodings import ENCODINGS, Options
 from ..errors import NotApplicable, SynthError
 from ..guards import Budget, TooBig, check_schedule
-from ..protocols import StepProfile
 from ..schedule import Schedule
+from ..timing.protocol import StepProfile
 from ..topology import Topology
 from ..verify import verify
 from .cache import solve_key

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import math
 
-from ..cost import format_size
+from ..sizes import format_size
 from . import CollectiveResult
 from .select import Bucket
 
@@ -47,7 +47,7 @@ def plot_collective(cr: CollectiveResult, buckets: list[Bucket], title: str,
     ax.plot(sizes, base_bw, "--", color="black", linewidth=1.6, label="best baseline")
     if nccl_us is not None:
         ax.plot(sizes, [b.size / (t_us * 1e3) for b, t_us in zip(buckets, nccl_us, strict=True)],
-                ":", color="navy", linewidth=2.2, label="NCCL as it runs (synth.nccl_model)")
+                ":", color="navy", linewidth=2.2, label="NCCL as it runs (synth.timing.nccl)")
     ax.plot(sizes, env_bw, "-", color="crimson", linewidth=3.2, alpha=0.8,
             label="catalog envelope (chosen files)")
     for r in cr.choice.ranges[1:]:

@@ -5,10 +5,10 @@ counts, no temporary paths — so an unchanged rerun writes the same bytes. The 
 size is the fastest configuration of any baseline algorithm (ring, trees, direct, ...) run as an
 MSCCL-IR file over the same protocol/chunk/instance knobs (``gain_pct``: how much faster the winner
 is, on the same protocol model). The speed-up a user reads, ``vs NCCL``, is against NCCL as it
-runs (:mod:`synth.nccl_model`: the algorithm, protocol and channels NCCL's tuner picks, with its
+runs (:mod:`synth.timing.nccl`: the algorithm, protocol and channels NCCL's tuner picks, with its
 latency floors; validated in ``results/reality.md``), the winner timed as the MSCCL runtime runs
 it: its written file under the timed program model where that was run (``speedup_timed_by`` =
-``program``), else the protocol model with the runtime's floors (:mod:`synth.protocols`,
+``program``), else the protocol model with the runtime's floors (:mod:`synth.timing.protocol`,
 ``model``).
 """
 
@@ -19,8 +19,8 @@ import math
 import re
 from typing import Any
 
-from ..cost import format_size
-from ..protocols import PROTOCOLS
+from ..sizes import format_size
+from ..timing.protocol import PROTOCOLS
 from . import CatalogResult, CollectiveResult
 from .select import INSTANCES, Config
 
@@ -66,7 +66,7 @@ def winners(cr: CollectiveResult) -> list[tuple[int, Config]]:
 def nccl_choices(result: CatalogResult, kind: str, sizes: list[int]) -> list[Any] | None:
     """What NCCL runs at each size and its time (None where NCCL has no such collective)."""
     from ..errors import NotApplicable
-    from ..nccl_model import predict
+    from ..timing.nccl import predict
 
     try:
         return predict(result.topology, kind, sizes, result.nccl_calibration)
@@ -75,14 +75,14 @@ def nccl_choices(result: CatalogResult, kind: str, sizes: list[int]) -> list[Any
 
 
 def program_times(result: CatalogResult, cr: CollectiveResult) -> dict[int, float]:
-    """Per bucket, the winning file run by the timed program model (:mod:`synth.program_model`).
+    """Per bucket, the winning file run by the timed program model (:mod:`synth.timing.program`).
 
     The files are the interpreter-verified ones the catalog writes; ``model_us`` (``time_us``)
     is the lock-step protocol model the tuner ranks by, this is the same file as the runtime would
     execute it (threadblocks, grid iterations, FIFO slots, shared links).
     """
     from ..emit.xml_parse import parse_program
-    from ..program_model import program_model, program_times_us
+    from ..timing.program import program_model, program_times_us
 
     out: dict[int, float] = {}
     ranges = cr.choice.ranges
@@ -210,8 +210,9 @@ def catalog_md(result: CatalogResult, data: dict[str, Any], out_abs: str) -> str
              f"{topo.num_ranks} ranks on {topo.num_nodes} node(s) ({topo.description}). "
              f"Sizes {format_size(result.sizes[0])} – {format_size(result.sizes[-1])} in "
              f"{len(result.buckets)} buckets; tuner `{result.tuner}`; cost model: α-β steps "
-             f"(`synth.cost`) with the protocol model (`synth.protocols`): {result.model.source}. "
-             "NCCL: its own tuning model (`synth.nccl_model`, validated against public "
+             "(`synth.timing.lockstep`) with the protocol model (`synth.timing.protocol`): "
+             f"{result.model.source}. "
+             "NCCL: its own tuning model (`synth.timing.nccl`, validated against public "
              "measurements in results/reality.md).",
              ""]
     if result.calibration:
@@ -242,7 +243,7 @@ def catalog_md(result: CatalogResult, data: dict[str, Any], out_abs: str) -> str
         if ups:
             best = max(d["buckets"], key=lambda r: r["speedup_vs_nccl"] or 0.0)
             lines[-1] += (f" Against NCCL as it runs (its tuner's choice and time, "
-                          f"`synth.nccl_model`, validated in results/reality.md) the catalog's "
+                          f"`synth.timing.nccl`, validated in results/reality.md) the catalog's "
                           f"predicted time is {min(ups):.2f}x – {max(ups):.2f}x NCCL's speed "
                           f"(median {sorted(ups)[len(ups) // 2]:.2f}x; largest at "
                           f"{format_size(best['size'])}; below 1 = slower than NCCL: a user should "
@@ -267,10 +268,10 @@ def catalog_md(result: CatalogResult, data: dict[str, Any], out_abs: str) -> str
                          f"{_num(r['algbw_GBps'])} | {_cfg_text(r['best_baseline'])} | "
                          f"{_num(r['baseline_time_us'])} | {nccl_cfg} | "
                          f"{_num(nc['time_us'] if nc else None)} | {up} |")
-        lines += ["", "vs NCCL: NCCL's modelled time (`synth.nccl_model`) over the winner's program_us "
+        lines += ["", "vs NCCL: NCCL's modelled time (`synth.timing.nccl`) over the winner's program_us "
                   "where the file was timed, else its model_us.", ""]
         lines += ["model_us: the lock-step protocol model the tuner ranks by; program_us: the "
-                  "written file run by the timed program model (`synth.program_model`).", ""]
+                  "written file run by the timed program model (`synth.timing.program`).", ""]
         lines += ["", "Files:", ""]
         for f in d["files"]:
             lines.append(f"- `{f['file']}`: {_range_text(f['minBytes'], f['maxBytes'])} "

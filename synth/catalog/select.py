@@ -10,7 +10,7 @@ log scale.
 
 **Configurations.** A configuration is (family, chunks per rank, protocol, instances): the
 family's schedule with that chunking, run with that protocol over that many channel sets. Its
-predicted time at every representative comes from :mod:`synth.protocols` (computed once per
+predicted time at every representative comes from :mod:`synth.timing.protocol` (computed once per
 candidate, protocol and instance count, so a tuner's evaluation is a table lookup). It competes at
 a size only where the runtime would select its file: the runtimes skip a file unless the call's
 element count is a multiple of ``nchunksperloop`` (spec §3.1), so a configuration whose
@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SynthError, unknown_name
-from ..protocols import PROTOCOLS, ProtocolModel
+from ..timing.protocol import PROTOCOLS, ProtocolModel
 from .candidates import Candidate
 
 INSTANCES = (1, 2, 4, 8)

@@ -119,7 +119,7 @@ def catalog(topo_spec: str, nodes: int, group_spec: str | None, partition: str |
     from ..catalog.cache import default_cache_dir
     from ..catalog.executor import check_executor
     from ..catalog.output import check_out_dir, write_catalog
-    from ..cost import format_size, parse_sizes
+    from ..sizes import format_size, parse_sizes
     from ..topology_io import group_spec as spec_with_group
     from ..topology_io import load_group
     from ..tuning import TUNERS

@@ -11,9 +11,9 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from ..cost import format_size, parse_size
 from ..errors import SynthError
 from ..files import dumps_json
+from ..sizes import format_size, parse_size
 from .console import stdout_console
 
 out = stdout_console(piped_width=180)

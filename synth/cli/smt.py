@@ -14,9 +14,9 @@ import click
 from rich.table import Table
 
 from ..collectives import KINDS, load_collective
-from ..cost import format_size
 from ..errors import LIMIT_REACHED, SynthError
 from ..files import atomic_write, check_output_file, check_writable_dir, dumps_json
+from ..sizes import format_size
 from ..topology_io import load_topology
 from .console import err, out
 
@@ -203,7 +203,7 @@ def _check_plot_path(path: Path) -> None:
 
 
 def _sizes() -> tuple[int, ...]:
-    from ..cost import DEFAULT_SIZES
+    from ..sizes import DEFAULT_SIZES
 
     return DEFAULT_SIZES
 

@@ -15,10 +15,10 @@ from rich.table import Table
 
 from .. import progress
 from ..collectives import KINDS, load_collective
-from ..cost import DEFAULT_SIZES, format_size, parse_size, parse_sizes
 from ..errors import SynthError
 from ..files import dumps_json
 from ..schedule import Schedule
+from ..sizes import DEFAULT_SIZES, format_size, parse_size, parse_sizes
 from ..topology import Topology
 from ..topology_io import load_topology
 from .console import err, out
@@ -298,7 +298,7 @@ def _program_times(written: Any, texts: dict[Path, str], topology: Topology, siz
     was produced (``emit_verified_xml``).
     """
     from ..emit.xml_parse import parse_program
-    from ..program_model import program_times_us
+    from ..timing.program import program_times_us
 
     by_name = {str(path): text for path, text in texts.items()}
     serving = {p.bytes: f for p, _, f in _served(written)}
@@ -330,7 +330,7 @@ def _nccl_calibration(calibration: str | None) -> Any:
     if calibration is None:
         return None
     from ..calibrate.format import load_calibration
-    from ..nccl_model import calibration_of
+    from ..timing.nccl import calibration_of
     return calibration_of(load_calibration(calibration))
 
 
@@ -490,16 +490,16 @@ def _print_solve(result: Any, files: list[str], written: Any, vs_nccl: Any = Non
     if runtime is not None:
         too_large = any(t == float("inf") for t in run_at.values())
         out.print(f"[dim]runtime_us: run by the MSCCL runtime with --proto {runtime.proto} "
-                  f"--instances {runtime.instances} (synth.protocols, the catalogs' model: launch, "
+                  f"--instances {runtime.instances} (synth.timing.protocol, the catalogs' model: launch, "
                   "per-step synchronisation, channel caps)"
                   + (f"; too large: beyond the {runtime.max_bytes} bytes the file can run"
                      if too_large else "") + "[/dim]")
     if program_us is not None:
         out.print("[dim]model_us: the lock-step model above; program_us: the written XML run by the "
-                  "timed program model (synth.program_model: threadblocks, grid iterations, FIFO "
+                  "timed program model (synth.timing.program: threadblocks, grid iterations, FIFO "
                   "slots, shared links; validated in results/reality_msccl.md)[/dim]")
     if vs_nccl is not None:
-        from ..nccl_model import SOURCE
+        from ..timing.nccl import SOURCE
 
         cmp = Table(title="against NCCL (both with their runtime floors)")
         for col in ("size", "runtime µs", "timed by", "NCCL µs", "NCCL runs", "vs NCCL"):
@@ -511,7 +511,7 @@ def _print_solve(result: Any, files: list[str], written: Any, vs_nccl: Any = Non
         out.print(cmp)
         out.print("[dim]runtime: this schedule as the MSCCL runtime runs it — 'program': the "
                   "written XML under the timed program model; a protocol name: the step model "
-                  "plus that protocol's launch and per-step floors (synth.protocols). NCCL: what "
+                  "plus that protocol's launch and per-step floors (synth.timing.protocol). NCCL: what "
                   f"NCCL's tuner runs and its time ({SOURCE}; validated in results/reality.md). "
                   "vs NCCL = NCCL / runtime[/dim]")
     if len(result.candidates) > 1:
@@ -711,7 +711,7 @@ def _simulate_xml(file: str, topo_spec: str | None, nodes: int, sizes: str | Non
     from ..emit.interpreter import verify_program
     from ..emit.xml_parse import parse_program
     from ..files import read_input
-    from ..program_model import program_model, program_time, sweep, write_trace
+    from ..timing.program import program_model, program_time, sweep, write_trace
 
     if topo_spec is None:
         raise SynthError("an XML file names no topology: pass --topo (and --nodes)")

@@ -413,3 +413,21 @@ def explain(best: Estimate, other: Estimate, best_name: str, other_name: str) ->
     text = ", ".join(f"{k} {'saves' if v > 0 else 'costs'} {abs(v):.2f} µs" for k, v in parts[:3])
     calls = f"{best.calls} call(s) vs {other.calls}"
     return f"{head}: {text} ({calls})"
+
+
+class ClosedTimes:
+    """The closed-stack model as a :class:`synth.timing.TimeModel`. What it prices is a strategy:
+    a function from a message size (bytes) to the closed-stack program that moves it, since a
+    program's shapes fix its size. A calibration's closed-stack ``terms`` apply (:func:`load_model`)."""
+
+    name = "closed"
+
+    def __init__(self, topology: Topology, calibration: Any = None) -> None:
+        from .mesh import mesh_for_topology
+
+        self.topology = topology
+        self.model = load_model(topology, mesh_for_topology(topology), calibration)
+        self.source = f"synth.closed.cost ({self.model.hardware})"
+
+    def times_us(self, subject: Any, sizes: Sequence[int]) -> list[float]:
+        return [estimate(subject(int(n)), self.model).time_us for n in sizes]

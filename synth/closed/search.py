@@ -269,7 +269,7 @@ def emit_closed_program(topology: Topology, collective_kind: str, target: str, o
             raise SynthError(f"{best.name} is not valid on {target} for shapes {list(shapes)}: "
                              + "; ".join(map(str, problems)))
         best = Scored(best.plan, program, best.estimate)
-    from ..cost import format_size
+    from ..sizes import format_size
 
     size = (f"{format_size(ranking.nbytes)} x {ranking.tensors} tensor(s)" if rank_shapes is None
             else f"shapes {list(shapes or [])}")

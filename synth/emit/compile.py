@@ -184,7 +184,7 @@ def _build(schedule: Schedule, **kw: Any) -> _Built:
     message after another at that block's copy rate, however fast the link, while the same chunks
     as separate ops go round-robin over the connection's blocks
     (:func:`synth.emit.passes.allocate_connections`) and copy in parallel. Measured with the timed
-    program model (:mod:`synth.program_model`) on trn1_32 allgather at x1: trees_aligned at 1 GiB
+    program model (:mod:`synth.timing.program`) on trn1_32 allgather at x1: trees_aligned at 1 GiB
     takes 2,894 µs narrow against 3,776 µs aggregated (its first step sends 21 of rank 0's 32
     pieces to the 205 GB/s neighbour as one op), milp (32 pieces) 2,931 against 5,436 µs; at 64 MiB
     273 against 321 µs. The price is latency where messages are small: 2.5-2.8% from 1 KiB to

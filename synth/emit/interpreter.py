@@ -200,7 +200,7 @@ def _fold(tb: Threadblock, bases: dict[str, int], M: int) -> list[tuple]:
 
 
 fold_block = _fold
-"""Public name of the runtime's folding of one block (used by :mod:`synth.program_model`)."""
+"""Public name of the runtime's folding of one block (used by :mod:`synth.timing.program`)."""
 
 
 class _Machine:

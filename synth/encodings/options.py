@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
-from ..cost import parse_size
 from ..errors import SynthError
+from ..sizes import parse_size
 
 DEFAULT_SIZE = 1 << 30
 """Bytes a scale encoding tunes its plan for unless told (``size``): 1 GiB."""

@@ -16,7 +16,7 @@ and ``tree``.
 does not apply; :func:`applicable` and :func:`all_baselines` try them all; :func:`preferred_chunks`
 is the chunk count an algorithm wants (e.g. an even count for ``bidir_ring``).
 
-Each step's rounds come from :func:`synth.cost.make_step`, so a schedule's bandwidth always fits the
+Each step's rounds come from :func:`synth.steps.make_step`, so a schedule's bandwidth always fits the
 topology, and the same input always gives the same schedule.
 """
 
@@ -304,7 +304,7 @@ NCCL_KINDS = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce", 
 
 
 def _nccl(job: Job) -> None:
-    from ...nccl_model import machine_of
+    from ...timing.nccl import machine_of
 
     try:
         machine_of(job.topology)  # priced by NCCL's model: only where NCCL runs
@@ -342,7 +342,7 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
     Algorithm("tree", ALL_KINDS, "one BFS spanning tree of the real topology, pipelined; allreduce "
               "= reduce + broadcast", _tree),
     Algorithm("nccl", NCCL_KINDS, "NCCL as it runs: one ring per rail (alltoall: direct point-to-"
-              "point); its time is NCCL's own tuning model (synth.nccl_model), not the step model",
+              "point); its time is NCCL's own tuning model (synth.timing.nccl), not the step model",
               _nccl),
 )}
 """name -> :class:`Algorithm`, in the order :func:`applicable` tries them."""

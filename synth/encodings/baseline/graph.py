@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable, Sequence
 import networkx as nx
 
 from ...collectives import Collective
-from ...cost import make_step
 from ...errors import NotApplicable
 from ...schedule import Step, Transfer
+from ...steps import make_step
 from ...topology import Topology
 
 SEARCH_BUDGET = 400_000

@@ -28,8 +28,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ...cost import step_loads
 from ...schedule import Transfer
+from ...steps import step_loads
 from ...topology import MB
 from ..options import DEFAULT_SIZE
 from .graph import Plan

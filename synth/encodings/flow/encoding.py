@@ -15,7 +15,7 @@ carried over paths of the topology, hop by hop in synchronous steps. This encodi
    the longest shortest path upwards;
 4. rounds the fractions to ``k`` integral chunks per pair (stratified rounding with a per-commodity
    offset, so rounding errors spread over the resources instead of piling up), replicates by the
-   group, and sets rounds with :func:`synth.cost.step_from_arrays`.
+   group, and sets rounds with :func:`synth.steps.step_from_arrays`.
 
 ``meta`` reports the LP optimum (``sum z_t`` plus each step's α) and the rounded schedule's gap to
 it. Options (:class:`..options.FlowOptions`): ``size`` (bytes the plan is tuned for, default 1 GiB),
@@ -37,9 +37,9 @@ from scipy.optimize import linprog
 from scipy.sparse.csgraph import dijkstra, shortest_path
 
 from ...collectives import Collective, make_collective, max_chunks_per_rank
-from ...cost import step_from_arrays
 from ...errors import NotApplicable, SynthError
 from ...schedule import Schedule, Step
+from ...steps import step_from_arrays
 from ...topology import MB, Topology
 from ..options import DEFAULT_SIZE, FlowOptions, Options
 from ..symmetry import RankGroup, ResourceMap, rank_group, trivial_group

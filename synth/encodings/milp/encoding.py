@@ -47,9 +47,10 @@ import time
 import numpy as np
 
 from ...collectives import Collective, make_collective
-from ...cost import format_size, step_from_arrays
 from ...errors import NotApplicable, SynthError
 from ...schedule import Schedule, Step
+from ...sizes import format_size
+from ...steps import step_from_arrays
 from ...topology import MB, Topology
 from ..options import MilpOptions, Options
 from ..work import WorkBudget

@@ -3,7 +3,7 @@
 A *task* is one hop of one representative chunk. Because the schedule is replicated by the rank
 group, a task placed in step s puts ``mult`` chunks on every resource of each orbit it loads, so a
 step's time is ``max_O (α_O + S · Σ_tasks τ_O · mult)`` for a chunk of S MB — the α-β cost of
-:mod:`synth.cost` on the replicated step.
+:mod:`synth.timing.lockstep` on the replicated step.
 
 * **Stage 2, ordering** (TACCL's greedy): list scheduling, most-remaining-hops first, each step
   filled while no resource orbit exceeds a per-step budget; the budget is searched over multiples

@@ -16,7 +16,7 @@ any topology, switches included. This encoding
 4. pipelines the pieces into synchronous steps with a budgeted list scheduler
    (:mod:`.sched`) whose geometric ramp keeps the step count, and so the α term, small;
 5. replicates the representative's steps by the group and sets every step's rounds with
-   :func:`synth.cost.make_step`.
+   :func:`synth.steps.make_step`.
 
 Reducescatter and reduce are the same on the reversed graph (in-trees), run backwards in time with
 ``reduce`` transfers; allreduce is reducescatter followed by allgather (same chunks, each reduced
@@ -44,9 +44,10 @@ import numpy as np
 
 from ... import progress
 from ...collectives import Collective, make_collective
-from ...cost import format_size, step_from_arrays
 from ...errors import NotApplicable, SynthError
 from ...schedule import Schedule, Step
+from ...sizes import format_size
+from ...steps import step_from_arrays
 from ...topology import MB, Topology
 from ..options import Options, TreesOptions
 from ..symmetry import RankGroup, ResourceMap, rank_group, trivial_group

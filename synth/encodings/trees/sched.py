@@ -2,7 +2,7 @@
 
 Each root's data is cut into ``k`` equal pieces; a piece follows one tree (trees get pieces in
 proportion to their LP weights, largest remainder). A *task* is one piece crossing one tree edge; it
-is ready once the piece has reached the edge's sender. Steps are synchronous (:mod:`synth.cost`):
+is ready once the piece has reached the edge's sender. Steps are synchronous (:mod:`synth.timing.lockstep`):
 a step costs the maximum over resources of α + load · chunk · β / lanes, so the schedule's time is
 the sum over steps. A list scheduler fills step s with ready tasks, highest subtree first, while the
 busiest resource stays within a time budget ``B_s``.

@@ -1,15 +1,15 @@
-"""A timed model of an MSCCL++ execution plan: the program model (:mod:`synth.program_model`)
+"""A timed model of an MSCCL++ execution plan: the program model (:mod:`synth.timing.program`)
 extended to plans, so synth's plans, MSCCL++'s own DSL plans and a ring plan are priced alike.
 
 Discrete-event execution of the resolved plan (:mod:`synth.mscclpp.plan`) in simulated time, with
 the same synchronisation the verifier uses (channel semaphores, barriers, device semaphores, LL
-flags). What costs time, all from :class:`synth.program_model.ProgramModel` (NCCL's protocol
+flags). What costs time, all from :class:`synth.timing.program.ProgramModel` (NCCL's protocol
 figures, NVLink efficiency, launch) and the topology's links:
 
 * every access to another rank's memory is a fluid **flow** over the resources
   :meth:`~synth.topology.Topology.channel` gives the pair (a link, or a switch's out- and in-port,
   NIC ports across nodes), sharing them **max-min fairly**
-  (:func:`synth.program_model.fair_rates`), each flow capped by its block's copy rate
+  (:func:`synth.timing.fair_share.fair_rates`), each flow capped by its block's copy rate
   (``channel_GBps``); LL flows carry ``1 / efficiency`` wire bytes (flags);
 * a flow's data is there ``alpha_us`` after its last byte; a ``signal`` reaches the peer after the
   protocol's per-hop latency (``hop_intra_us`` / ``hop_inter_us``);
@@ -27,13 +27,16 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from ..program_model import ProgramModel, fair_rates
+from ..mscclpp.plan import Access, Op, Plan
 from ..topology import Topology
-from .plan import Access, Op, Plan
+from .fair_share import fair_rates
+from .program import ProgramModel, program_model
 
 _EPS = 1e-9
 
@@ -303,3 +306,20 @@ class PlanTimer:
 def plan_time_us(plan: Plan, topology: Topology, model: ProgramModel, nbytes: int) -> float:
     """Modelled time of one call of ``plan`` moving ``nbytes`` (µs)."""
     return PlanTimer(plan, topology, model, nbytes).run()
+
+
+class PlanTimes:
+    """The MSCCL++ plan model as a :class:`synth.timing.TimeModel`: prices a plan with the
+    program model's figures for its protocol (the calibration's sections apply as there)."""
+
+    name = "plan"
+
+    def __init__(self, topology: Topology, calibration: Any = None) -> None:
+        self.topology = topology
+        self.calibration = calibration
+        self.source = ("synth.timing.plan: the program model's figures, max-min fair flows over the "
+                       "topology's ports")
+
+    def times_us(self, subject: Plan, sizes: Sequence[int]) -> list[float]:
+        model = program_model(self.topology, subject.protocol, self.calibration)
+        return [plan_time_us(subject, self.topology, model, int(n)) for n in sizes]

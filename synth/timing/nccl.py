@@ -62,8 +62,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import NotApplicable, SynthError
-from .topology import Topology
+from ..errors import NotApplicable, SynthError
+from ..topology import Topology
 
 NCCL_VERSION = "2.30.7"
 NCCL_COMMIT = "5067397c2676d5aed50042fc39e5c8ee96eb0027"
@@ -664,8 +664,8 @@ def with_alltoall_floor(m: NcclMachine, topology: Topology) -> NcclMachine:
     """The machine with synth's alltoall cut bound attached (NCCL's PCIe paths between GPUs no
     NVLink joins are not in synth's topologies, so the point-to-point estimate is clamped to the
     topology's own limit)."""
-    from .bounds import lower_bound
-    from .collectives import make_collective
+    from ..bounds import lower_bound
+    from ..collectives import make_collective
 
     bound = lower_bound(topology, make_collective("alltoall", topology.num_ranks))
     return replace(m, a2a_floor_us_per_byte=bound.inv_bandwidth_us_per_byte)
@@ -688,3 +688,23 @@ def plan_ranges(topology: Topology, collective: str, sizes: Sequence[int]) -> li
             out.append({"algo": c.algo, "proto": c.proto, "channels": c.channels,
                         "min_bytes": c.bytes, "max_bytes": c.bytes})
     return out
+
+
+class NcclTimes:
+    """NCCL's own tuning model as a :class:`synth.timing.TimeModel`: prices a collective kind
+    (``allreduce``, ...) as NCCL runs it on the topology; the calibration's ``nccl_model`` section
+    applies. Raises :class:`synth.errors.NotApplicable` where NCCL does not run."""
+
+    name = "nccl"
+
+    def __init__(self, topology: Topology, calibration: Any = None) -> None:
+        self.topology = topology
+        self.calibration = calibration_of(calibration)
+        self.source = SOURCE
+
+    def choices(self, subject: str, sizes: Sequence[int]) -> list[Choice]:
+        """What NCCL runs at each size (algorithm, protocol, channels) and its time."""
+        return predict(self.topology, subject, sizes, self.calibration)
+
+    def times_us(self, subject: str, sizes: Sequence[int]) -> list[float]:
+        return [c.time_us for c in self.choices(subject, sizes)]

@@ -1,8 +1,8 @@
 """A timed model of an MSCCL-IR program: a discrete-event execution of the parsed XML.
 
-The lock-step model (:mod:`synth.cost`, :mod:`synth.protocols`) prices a *schedule* as a sum of
-synchronous steps. The runtime does not run steps in lock step: every threadblock walks its own
-step list, grid iteration after grid iteration, and only FIFOs, flags and shared links couple the
+The lock-step models (:mod:`synth.timing.lockstep`, :mod:`synth.timing.protocol`) price a *schedule*
+as a sum of synchronous steps. The runtime does not run steps in lock step: every threadblock walks
+its own step list, grid iteration after grid iteration, and only FIFOs, flags and shared links couple the
 blocks (``docs/reference/msccl-xml-spec.md`` §3.5, §5.1-§5.4). This module executes the parsed
 :class:`~synth.emit.program.Program` -- the same object the interpreter checks, folded the same way
 (:func:`synth.emit.interpreter.fold_block`) -- in simulated time:
@@ -37,7 +37,7 @@ blocks (``docs/reference/msccl-xml-spec.md`` §3.5, §5.1-§5.4). This module ex
   so a chain of forwards pipelines at line or slice granularity instead of store-and-forward.
 * **Costs per operation** (:class:`ProgramModel`): each message pays the protocol's per-hop
   synchronisation ``hop_intra_us`` / ``hop_inter_us`` (NCCL's ``hwLat`` above the LL link latency,
-  :mod:`synth.protocols`) plus the executor's per-message flag/barrier cost ``step_us``; local
+  :mod:`synth.timing.protocol`) plus the executor's per-message flag/barrier cost ``step_us``; local
   ``cpy`` moves its bytes at the block's copy rate; a receive-only step (``r``, ``rrc``) copies out
   of the FIFO while the data arrives, and only the last Simple slice is exposed after the tail.
   **Assumed, not cited** (no published per-operation figures exist): a reduction costs its memory
@@ -53,7 +53,7 @@ network transfers is not modelled separately from the sending block; the FIFO ca
 guaranteed 2 (Simple) / 8 (LL, LL128) messages whatever the message size.
 
 Where the floors come from: ``hop_*``, ``channel_GBps`` and the launch ``launch_us`` (NCCL's
-per-protocol ring ``baseLat``) from NCCL's tuning model via :mod:`synth.protocols` (cited there);
+per-protocol ring ``baseLat``) from NCCL's tuning model via :mod:`synth.timing.protocol` (cited there);
 the usable NVLink bandwidth from NCCL's ``topo.h`` (:data:`NVLINK_EFFICIENCY`). The executor's
 extra per-message flag cost ``step_us`` is *fitted* to MSCCL's own published ND H100 v5 times
 (Azure/msccl ``docs/performance-nd-h100-v5.md`` @ 050b4a10, MSCCL executor 6eacec0, NCCL 2.18.3)
@@ -80,7 +80,7 @@ from typing import Any
 
 import numpy as np
 
-from .emit.interpreter import (
+from ..emit.interpreter import (
     LL128_CHUNK_BYTES,
     LL_CHUNK_BYTES,
     SIMPLE_CHUNK_BYTES,
@@ -88,11 +88,12 @@ from .emit.interpreter import (
     fifo_capacity,
     fold_block,
 )
-from .emit.program import Program
-from .emit.xml_parse import get_profile, normalize_coll
-from .errors import SynthError, VerificationError
-from .protocols import ProtocolModel, ProtocolParams, default_model, model_with_calibration
-from .topology import MB, Topology
+from ..emit.program import Program
+from ..emit.xml_parse import get_profile, normalize_coll
+from ..errors import SynthError, VerificationError
+from ..topology import MB, Topology
+from .fair_share import fair_rates
+from .protocol import ProtocolModel, ProtocolParams, default_model, model_with_calibration
 
 # operation codes, as the interpreter folds them
 S, R, RCS, RRS, RRC, RRCS, CPY, RE = range(8)
@@ -150,7 +151,7 @@ def program_model(topology: Topology, proto: str, calibration: Any = None,
     ``protocols`` is a protocol model already built (e.g. a catalog's, calibration applied); else
     it is NCCL's for the topology with ``calibration``'s protocol overrides.
     """
-    from .calibrate.format import load_calibration
+    from ..calibrate.format import load_calibration
 
     data = load_calibration(calibration) if calibration is not None else None
     pm = protocols if protocols is not None else model_with_calibration(default_model(topology),
@@ -256,115 +257,6 @@ class ProgramTiming:
     model: ProgramModel
     per_block_busy_us: dict[tuple[int, int], float] = field(default_factory=dict)
     trace: list[dict] | None = None
-
-
-# ------------------------------------------------------------------------------ max-min sharing
-def maxmin_rates(res: np.ndarray, res_cap: np.ndarray, flow_cap: np.ndarray) -> np.ndarray:
-    """Max-min fair rates by progressive filling.
-
-    ``res`` (F, W) holds each flow's resource indices (-1 padding), ``res_cap`` (R,) the resources'
-    capacities and ``flow_cap`` (F,) each flow's own cap (its threadblock). All flows rise together;
-    a flow freezes when one of its resources is saturated or it reaches its cap.
-    """
-    nf = res.shape[0]
-    rate = np.zeros(nf)
-    if nf == 0:
-        return rate
-    valid = res >= 0
-    idx = np.where(valid, res, 0)
-    left = res_cap.astype(float).copy()
-    active = np.ones(nf, dtype=bool)
-    nres = len(res_cap)
-    for _ in range(nf + nres + 1):
-        if not active.any():
-            break
-        act_res = idx[active][valid[active]]
-        counts = np.bincount(act_res, minlength=nres).astype(float)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = np.where(counts > 0, left / np.maximum(counts, 1), np.inf)
-        fshare = np.where(valid, share[idx], np.inf).min(axis=1)
-        inc = min(float(fshare[active].min()), float((flow_cap - rate)[active].min()))
-        inc = max(inc, 0.0)
-        rate[active] += inc
-        left -= inc * counts
-        sat = left <= 1e-9 * np.maximum(res_cap, 1e-30)
-        on_sat = (valid & sat[idx]).any(axis=1)
-        capped = rate >= flow_cap * (1 - 1e-12)
-        active &= ~(on_sat | capped)
-    return rate
-
-
-SMALL_COMPONENT = 128
-"""Up to this many flows, :func:`fair_rates` shares them with :func:`maxmin_rates_small`; above it
-with the vectorised :func:`maxmin_rates`. Both fill in the same order with the same float operations, so
-their rates agree to the bit (tests/test_program_model.py); the split is speed alone. Measured on
-random components: at 2-12 flows the list version is 4.5x faster (numpy's per-call overhead), at
-300 flows 1.5x slower, at 2,000 2.5x slower. How often each path runs depends on the file: on
-the four files ``solve`` writes for the imported 8xH100 x 2 allreduce, 7,259 multi-flow recomputes
-took this path and 6,142 the numpy one. End to end, that solve ran in 286.7 s against 337.0 s
-before (the two run at once, one core each; byte-identical files)."""
-
-
-def maxmin_rates_small(flow_res: Sequence[Sequence[int]], res_cap: Sequence[float],
-                       flow_cap: Sequence[float]) -> list[float]:
-    """:func:`maxmin_rates` on plain lists, for small components.
-
-    ``flow_res[i]`` holds flow i's resource indices (no padding), ``res_cap`` every resource's
-    capacity (indexed by those ids), ``flow_cap`` each flow's own cap.
-    """
-    n = len(flow_res)
-    rate = [0.0] * n
-    if n == 0:
-        return rate
-    count: dict[int, int] = {}
-    for rs in flow_res:
-        for r in rs:
-            count[r] = count.get(r, 0) + 1
-    left = {r: float(res_cap[r]) for r in count}
-    floor = {r: 1e-9 * max(float(res_cap[r]), 1e-30) for r in count}
-    active = list(range(n))
-    for _ in range(n + len(res_cap) + 1):
-        if not active:
-            break
-        inc = min(min(left[r] / c for r, c in count.items() if c > 0),
-                  min(flow_cap[i] - rate[i] for i in active))
-        inc = max(inc, 0.0)
-        for i in active:
-            rate[i] += inc
-        for r, c in count.items():
-            left[r] -= inc * c
-        saturated = {r for r in count if left[r] <= floor[r]}
-        still = []
-        for i in active:
-            rs = flow_res[i]
-            if rate[i] >= flow_cap[i] * (1 - 1e-12) or any(r in saturated for r in rs):
-                for r in rs:
-                    count[r] -= 1
-            else:
-                still.append(i)
-        active = still
-    return rate
-
-
-def fair_rates(flow_res: Sequence[Sequence[int]], res_cap: Sequence[float],
-               flow_cap: Sequence[float], res_cap_array: np.ndarray | None = None) -> list[float]:
-    """Max-min fair rates of a set of flows that share resources: the one entry point the timed
-    models call (this module's simulator, :mod:`synth.mscclpp.timing`).
-
-    ``flow_res[i]`` holds flow i's resource ids, ``res_cap`` every resource's capacity (indexed by
-    those ids) and ``flow_cap`` each flow's own cap. Up to :data:`SMALL_COMPONENT` flows go to
-    :func:`maxmin_rates_small`, more to the vectorised :func:`maxmin_rates` (``res_cap_array``:
-    ``res_cap`` as an array already, so a caller that keeps one does not convert it per call); the
-    two agree to the bit, so the split changes the speed alone."""
-    n = len(flow_res)
-    if n <= SMALL_COMPONENT:
-        return maxmin_rates_small(flow_res, res_cap, flow_cap)
-    width = max(len(rs) for rs in flow_res)
-    res = np.full((n, width), -1, dtype=np.int64)
-    for i, rs in enumerate(flow_res):
-        res[i, :len(rs)] = rs
-    caps = res_cap_array if res_cap_array is not None else np.asarray(res_cap, dtype=float)
-    return maxmin_rates(res, caps, np.asarray(flow_cap, dtype=float)).tolist()
 
 
 # ------------------------------------------------------------------------------ the machine
@@ -816,7 +708,7 @@ def write_trace(timing: ProgramTiming, program: Program, path) -> None:
     """Write the run's Chrome/Perfetto trace (JSON object format) atomically."""
     from pathlib import Path
 
-    from .files import atomic_write
+    from ..files import atomic_write
 
     if timing.trace is None:
         raise SynthError("the run was not traced (program_time(..., trace=True))")
@@ -875,8 +767,8 @@ def sweep(program: Program, topology: Topology, sizes: Sequence[int], *,
           model: ProgramModel | None = None, calibration: Any = None,
           profile: str = "exec") -> list[ProgramPoint]:
     """:func:`program_time` at every size with the report's derived figures."""
-    from .bounds import lower_bound
-    from .collectives import make_collective
+    from ..bounds import lower_bound
+    from ..collectives import make_collective
 
     kind = normalize_coll(program.coll)
     n = program.ngpus
@@ -900,3 +792,28 @@ def sweep(program: Program, topology: Topology, sizes: Sequence[int], *,
         points.append(ProgramPoint(int(size), t, algbw, algbw * factor, b, pct, its, m, msgs,
                                    in_size_range(program, size)))
     return points
+
+
+class ProgramTimes:
+    """The program model as a :class:`synth.timing.TimeModel`: prices a parsed MSCCL-IR program
+    (:func:`synth.emit.xml_parse.parse_program`) that the interpreter accepted; ``inf`` where it
+    deadlocks. The calibration's ``protocols`` and ``program`` sections apply."""
+
+    name = "program"
+
+    def __init__(self, topology: Topology, calibration: Any = None, profile: str = "exec") -> None:
+        self.topology = topology
+        self.calibration = calibration
+        self.profile = profile
+        self._models: dict[str, ProgramModel] = {}
+        self.source = program_model(topology, "Simple", calibration).source
+
+    def model(self, proto: str) -> ProgramModel:
+        """The figures for one protocol, built once."""
+        if proto not in self._models:
+            self._models[proto] = program_model(self.topology, proto, self.calibration)
+        return self._models[proto]
+
+    def times_us(self, subject: Program, sizes: Sequence[int]) -> list[float]:
+        return program_times_us(subject, self.topology, sizes, model=self.model(subject.proto),
+                                profile=self.profile)

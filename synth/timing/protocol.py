@@ -1,6 +1,6 @@
 """Protocol cost model: a verified schedule's α-β steps -> predicted time for Simple / LL / LL128.
 
-:mod:`synth.cost` prices a step as ``max over resources (α + load·chunk·β)``: the wire alone. The
+:mod:`synth.timing.lockstep` prices a step as ``max over resources (α + load·chunk·β)``: the wire alone. The
 MSCCL runtime adds what the protocol costs on top of the wire, and a file may replicate its program
 over ``instances`` channel sets (``nchannels``; spec §2.1, compiler ``instances``), each moving
 ``1/instances`` of every chunk. This module turns the step model into a predicted time for one
@@ -62,10 +62,10 @@ from typing import Any
 
 import numpy as np
 
-from .cost import step_loads
-from .errors import SynthError, number_field, unknown_name
-from .schedule import Schedule
-from .topology import MB, Topology
+from ..errors import SynthError, number_field, unknown_name
+from ..schedule import Schedule
+from ..steps import step_loads
+from ..topology import MB, Topology
 
 PROTOCOLS = ("Simple", "LL", "LL128")
 """MSCCL-IR ``proto`` values (spec §2.1), in this order everywhere (catalog tables, knobs)."""
@@ -289,7 +289,7 @@ def predict_times_us(schedule: Schedule, topology: Topology, sizes: Sequence[int
     ``calibration`` (a parsed calibration or a path to one) replaces link-class α/β on the topology
     and protocol parameters (:mod:`synth.calibrate.format`). ``inf`` marks sizes the file cannot run.
     """
-    from .calibrate.format import apply_calibration, load_calibration
+    from ..calibrate.format import apply_calibration, load_calibration
 
     if proto not in PROTOCOLS:
         raise unknown_name("protocol", proto, PROTOCOLS)
@@ -300,3 +300,34 @@ def predict_times_us(schedule: Schedule, topology: Topology, sizes: Sequence[int
     profile = StepProfile.of(schedule, topology)
     times = profile.times_us(sizes, model.get(proto), instances, model.instance_overhead_us)
     return [float(t) for t in times]
+
+
+@dataclass(frozen=True)
+class Run:
+    """What the protocol model prices: a schedule run by the MSCCL runtime with a protocol over
+    ``instances`` channel sets."""
+
+    schedule: Schedule
+    proto: str = "Simple"
+    instances: int = 1
+
+
+class ProtocolTimes:
+    """The protocol model as a :class:`synth.timing.TimeModel`: prices a :class:`Run`; the
+    calibration's ``protocols`` and ``instance_overhead_us`` apply."""
+
+    name = "protocol"
+
+    def __init__(self, topology: Topology, calibration: Any = None) -> None:
+        from ..calibrate.format import load_calibration
+
+        self.topology = topology
+        data = load_calibration(calibration) if calibration is not None else None
+        self.model = model_with_calibration(default_model(topology), data)
+        self.source = self.model.source
+
+    def times_us(self, subject: Run, sizes: Sequence[int]) -> list[float]:
+        profile = StepProfile.of(subject.schedule, self.topology)
+        times = profile.times_us(sizes, self.model.get(subject.proto), subject.instances,
+                                 self.model.instance_overhead_us)
+        return [float(t) for t in times]

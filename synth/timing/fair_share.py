@@ -1,0 +1,120 @@
+"""Max-min fair sharing of resources (links, switch ports, NIC ports) among concurrent flows.
+
+Both discrete-event models, the MSCCL-IR program model (:mod:`synth.timing.program`) and the
+MSCCL++ plan model (:mod:`synth.timing.plan`), recompute the rates of the flows in flight
+whenever one starts or ends; this is that computation, in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def maxmin_rates(res: np.ndarray, res_cap: np.ndarray, flow_cap: np.ndarray) -> np.ndarray:
+    """Max-min fair rates by progressive filling.
+
+    ``res`` (F, W) holds each flow's resource indices (-1 padding), ``res_cap`` (R,) the resources'
+    capacities and ``flow_cap`` (F,) each flow's own cap (its threadblock). All flows rise together;
+    a flow freezes when one of its resources is saturated or it reaches its cap.
+    """
+    nf = res.shape[0]
+    rate = np.zeros(nf)
+    if nf == 0:
+        return rate
+    valid = res >= 0
+    idx = np.where(valid, res, 0)
+    left = res_cap.astype(float).copy()
+    active = np.ones(nf, dtype=bool)
+    nres = len(res_cap)
+    for _ in range(nf + nres + 1):
+        if not active.any():
+            break
+        act_res = idx[active][valid[active]]
+        counts = np.bincount(act_res, minlength=nres).astype(float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(counts > 0, left / np.maximum(counts, 1), np.inf)
+        fshare = np.where(valid, share[idx], np.inf).min(axis=1)
+        inc = min(float(fshare[active].min()), float((flow_cap - rate)[active].min()))
+        inc = max(inc, 0.0)
+        rate[active] += inc
+        left -= inc * counts
+        sat = left <= 1e-9 * np.maximum(res_cap, 1e-30)
+        on_sat = (valid & sat[idx]).any(axis=1)
+        capped = rate >= flow_cap * (1 - 1e-12)
+        active &= ~(on_sat | capped)
+    return rate
+
+
+SMALL_COMPONENT = 128
+"""Up to this many flows, :func:`fair_rates` shares them with :func:`maxmin_rates_small`; above it
+with the vectorised :func:`maxmin_rates`. Both fill in the same order with the same float operations, so
+their rates agree to the bit (tests/test_program_model.py); the split is speed alone. Measured on
+random components: at 2-12 flows the list version is 4.5x faster (numpy's per-call overhead), at
+300 flows 1.5x slower, at 2,000 2.5x slower. How often each path runs depends on the file: on
+the four files ``solve`` writes for the imported 8xH100 x 2 allreduce, 7,259 multi-flow recomputes
+took this path and 6,142 the numpy one. End to end, that solve ran in 286.7 s against 337.0 s
+before (the two run at once, one core each; byte-identical files)."""
+
+
+def maxmin_rates_small(flow_res: Sequence[Sequence[int]], res_cap: Sequence[float],
+                       flow_cap: Sequence[float]) -> list[float]:
+    """:func:`maxmin_rates` on plain lists, for small components.
+
+    ``flow_res[i]`` holds flow i's resource indices (no padding), ``res_cap`` every resource's
+    capacity (indexed by those ids), ``flow_cap`` each flow's own cap.
+    """
+    n = len(flow_res)
+    rate = [0.0] * n
+    if n == 0:
+        return rate
+    count: dict[int, int] = {}
+    for rs in flow_res:
+        for r in rs:
+            count[r] = count.get(r, 0) + 1
+    left = {r: float(res_cap[r]) for r in count}
+    floor = {r: 1e-9 * max(float(res_cap[r]), 1e-30) for r in count}
+    active = list(range(n))
+    for _ in range(n + len(res_cap) + 1):
+        if not active:
+            break
+        inc = min(min(left[r] / c for r, c in count.items() if c > 0),
+                  min(flow_cap[i] - rate[i] for i in active))
+        inc = max(inc, 0.0)
+        for i in active:
+            rate[i] += inc
+        for r, c in count.items():
+            left[r] -= inc * c
+        saturated = {r for r in count if left[r] <= floor[r]}
+        still = []
+        for i in active:
+            rs = flow_res[i]
+            if rate[i] >= flow_cap[i] * (1 - 1e-12) or any(r in saturated for r in rs):
+                for r in rs:
+                    count[r] -= 1
+            else:
+                still.append(i)
+        active = still
+    return rate
+
+
+def fair_rates(flow_res: Sequence[Sequence[int]], res_cap: Sequence[float],
+               flow_cap: Sequence[float], res_cap_array: np.ndarray | None = None) -> list[float]:
+    """Max-min fair rates of a set of flows that share resources: the one entry point the timed
+    models call (this module's simulator, :mod:`synth.timing.plan`).
+
+    ``flow_res[i]`` holds flow i's resource ids, ``res_cap`` every resource's capacity (indexed by
+    those ids) and ``flow_cap`` each flow's own cap. Up to :data:`SMALL_COMPONENT` flows go to
+    :func:`maxmin_rates_small`, more to the vectorised :func:`maxmin_rates` (``res_cap_array``:
+    ``res_cap`` as an array already, so a caller that keeps one does not convert it per call); the
+    two agree to the bit, so the split changes the speed alone."""
+    n = len(flow_res)
+    if n <= SMALL_COMPONENT:
+        return maxmin_rates_small(flow_res, res_cap, flow_cap)
+    width = max(len(rs) for rs in flow_res)
+    res = np.full((n, width), -1, dtype=np.int64)
+    for i, rs in enumerate(flow_res):
+        res[i, :len(rs)] = rs
+    caps = res_cap_array if res_cap_array is not None else np.asarray(res_cap, dtype=float)
+    return maxmin_rates(res, caps, np.asarray(flow_cap, dtype=float)).tolist()
