@@ -7,7 +7,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from synth.timing import nccl as nm
 from synth.calibrate.nccl_fit import (
     Measurement,
     error_ratio,
@@ -17,6 +16,7 @@ from synth.calibrate.nccl_fit import (
     read_measurements,
 )
 from synth.errors import NotApplicable, SynthError
+from synth.timing import nccl as nm
 from synth.topology_io import load_topology
 
 DATA = Path(__file__).parent / "data" / "nccl-tests"
