@@ -20,8 +20,8 @@ from synth.bounds import lower_bound
 from synth.collectives import make_collective
 from synth.encodings.baseline.algorithms import ALGORITHMS, baseline, preferred_chunks
 from synth.errors import NotApplicable
+from synth.select.candidates import cost_profile
 from synth.sizes import format_size
-from synth.solve import cost_profile
 from synth.topology_io import load_topology
 from synth.verify import verify
 

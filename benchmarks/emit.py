@@ -37,12 +37,15 @@ from typing import Any
 
 from harness import RESULTS, commit, cpus, load_average, machine, python_version, stopwatch, write_results
 
-from synth.catalog.select import INSTANCES
 from synth.collectives import make_collective
 from synth.emit.xml_parse import parse_program
 from synth.errors import SynthError
 from synth.guards import Budget, TooBig
-from synth.solve import DEFAULT_XML, solve, winners_model, within_budget, write_winners
+from synth.outputs import write_winners
+from synth.outputs.msccl import DEFAULT_XML
+from synth.select.ranges import INSTANCES
+from synth.select.scorers import deciding_scorer
+from synth.solve import solve, within_budget
 from synth.timing.program import program_times_us
 from synth.topology_io import load_topology
 
@@ -135,7 +138,7 @@ def run_case(name: str, topo: str, nodes: int, coll: str, winners_by: str = "aut
         with tempfile.TemporaryDirectory() as tmp:
             # the CLI's default: the program model decides (with the instance count) where its
             # estimated work fits its budget, else lock-step (the note says which)
-            model, by, notes = winners_model(result, topology, DEFAULT_XML, winners_by,
+            model, by, notes = deciding_scorer(result, topology, DEFAULT_XML, winners_by,
                                              instances=INSTANCES)
             result.notes += notes
             written = write_winners(result, Path(tmp), DEFAULT_XML, model, winners_by=by)

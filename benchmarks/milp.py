@@ -234,8 +234,8 @@ def run_problem(p: Problem, solver: str, time_limit: float | None, scale: float,
     from synth.bounds import lower_bound
     from synth.collectives import make_collective
     from synth.encodings import Options, run_encoding
+    from synth.select.candidates import cost_profile
     from synth.sketches import sketch_for
-    from synth.solve import cost_profile
     from synth.timing.lockstep import schedule_times_us
     from synth.topology_io import load_topology
     from synth.verify import verify

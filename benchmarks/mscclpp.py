@@ -25,11 +25,11 @@ import sys
 
 from harness import ROOT, stopwatch, write_results
 
-from synth.catalog.emit import sm_count
 from synth.collectives import make_collective
 from synth.errors import SynthError
 from synth.mscclpp import load_plan, verify_plan
 from synth.mscclpp.emit import PlanOptions, emit_verified_plan
+from synth.outputs.msccl import sm_count
 from synth.sizes import format_size
 from synth.solve import solve
 from synth.timing.plan import plan_time_us

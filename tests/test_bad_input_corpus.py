@@ -91,7 +91,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "solve_calibration": ("solve --topo ring:4 --coll allgather --calibration {f} --out {o}", ".json"),
     "solve_sketch": ("solve --topo dgx1 --coll allgather --encoding milp --sketch {f} --out {o}",
                      ".yaml"),
-    "solve_neuron_calibration": ("solve --topo trn1_32 --coll allreduce --target neuron "
+    "solve_neuron_calibration": ("solve --topo trn1_32 --coll allreduce --format neuron "
                                  "--calibration {f} --out {o}", ".json"),
     "topo_show": ("topo show {f}", ".yaml"),
     "sketch_show": ("sketch show {f}", ".yaml"),
@@ -105,7 +105,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate_msccl": ("calibrate {f} --format msccl --topo ndv5 --out {o}/c.json", ".json"),
     "catalog_topo": ("catalog --topo {f} --out {o} --quiet", ".yaml"),
     "strategies_topo": ("strategies --topo {f} --coll allreduce", ".yaml"),
-    "solve_neuron_topo": ("solve --topo {f} --coll allreduce --target neuron --out {o}", ".yaml"),
+    "solve_neuron_topo": ("solve --topo {f} --coll allreduce --format neuron --out {o}", ".yaml"),
     "calibrate_nccl": ("calibrate {f} --format nccl-tests --topo dgx1 --out {o}/c.json", ".log"),
     "calibrate_nccom": ("calibrate {f} --format nccom-test --platform neuron --out {o}/c.json",
                         ".log"),
@@ -356,7 +356,7 @@ def test_yaml_exponent_without_a_dot_is_a_number(tmp_path):
     (["--topo", "ring:" + "9" * 5000], "too large"),
     (["--topo", "ring:4", "--time-limit", "nan"], "positive number of seconds"),
     (["--topo", "ring:4", "--encoding", "smt", "--steps", "1000000000"], "MAX_STEPS"),
-    (["--topo", "trn1_32", "--target", "neuron", "--tensors", "1000000000"], "MAX_TENSORS"),
+    (["--topo", "trn1_32", "--format", "neuron", "--tensors", "1000000000"], "MAX_TENSORS"),
 ])
 def test_absurd_sizes_are_refused_at_once(tmp_path, args, needle):
     import time

@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 
 from synth.catalog.cache import SolveCache, solve_key, structure_hash
-from synth.catalog.select import make_buckets
 from synth.cli import main
 from synth.collectives import make_collective
 from synth.emit.interpreter import MODES, verify_program
 from synth.emit.xml_parse import parse_program
 from synth.encodings.baseline.algorithms import baseline
+from synth.select.buckets import make_buckets
 from synth.sizes import parse_sizes
 from synth.timing.lockstep import schedule_times_us
 from synth.timing.protocol import PROTOCOLS, ProtocolParams, StepProfile, default_model, predict_times_us

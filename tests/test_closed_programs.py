@@ -140,7 +140,7 @@ def test_min_max_reductions(coll, op):
 @pytest.mark.parametrize("name,nodes", [pytest.param(*t, marks=pytest.mark.slow) if t == ("trn1_32", 2) else t
                                         for t in TOPOLOGIES])
 def test_emit_closed_program_winners_run_on_the_standins(tmp_path, name, nodes):
-    """What `synth solve --target neuron|jax` writes: the winner for small and large messages,
+    """What `synth solve --format neuron|jax` writes: the winner for small and large messages,
     for one tensor and for 4 bundled-or-not tensors."""
     topo, mesh, _ = setup(name, nodes)
     cases = [("neuron", 4096, 1), ("jax", 64 << 20, 1), ("neuron", 1024, 4), ("jax", 1024, 4)]

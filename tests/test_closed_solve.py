@@ -1,4 +1,4 @@
-"""`synth solve --target neuron|jax`: the winner is proven on the stand-in before it is written."""
+"""`synth solve --format neuron|jax`: the winner is proven on the stand-in before it is written."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from synth.errors import VerificationError
 
 @pytest.mark.parametrize("target", ["neuron", "jax"])
 def test_solve_target_writes_proven_module(synth_cli, tmp_path, target):
-    r = synth_cli("solve", "--topo", "trn1_32", "--coll", "allreduce", "--target", target,
+    r = synth_cli("solve", "--topo", "trn1_32", "--coll", "allreduce", "--format", target,
                   "--tensors", "2", "--bytes", "64KB", "--json", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
@@ -25,7 +25,7 @@ def test_solve_target_writes_proven_module(synth_cli, tmp_path, target):
 
 
 def test_solve_target_bad_collective(synth_cli, tmp_path):
-    r = synth_cli("solve", "--topo", "trn1_32", "--coll", "broadcast", "--target", "neuron",
+    r = synth_cli("solve", "--topo", "trn1_32", "--coll", "broadcast", "--format", "neuron",
                   "--out", str(tmp_path))
     assert r.returncode == 2 and "Traceback" not in r.stderr
 
@@ -40,3 +40,14 @@ def test_prove_module_rejects_a_wrong_program():
     assert broken != text
     with pytest.raises(VerificationError):
         prove_module(broken, best.program, "neuron", topo)
+
+
+def test_target_is_a_deprecated_alias_of_format(synth_cli, tmp_path):
+    """`--target` still works for one release, says it is deprecated, and cannot contradict --format."""
+    r = synth_cli("solve", "--topo", "trn1_32", "--coll", "allgather", "--target", "neuron",
+                  "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "--target is deprecated; use --format" in r.stderr
+    bad = synth_cli("solve", "--topo", "trn1_32", "--coll", "allgather", "--target", "jax",
+                    "--format", "neuron", "--out", str(tmp_path / "x"))
+    assert bad.returncode == 2 and "disagree" in bad.stderr

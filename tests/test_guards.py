@@ -186,7 +186,8 @@ def test_cli_refuses_100000_chunks_in_seconds(synth_cli, tmp_path, extra):
 
 def test_solve_notes_what_the_guards_passed_over(tmp_path):
     """The notes of passed-over candidates reach the written result, and a refusal names them."""
-    from synth.solve import solve, write_winners
+    from synth.outputs import write_winners
+    from synth.solve import solve
 
     topo = load_topology("fully_connected:2")
     coll = make_collective("allgather", 2)
@@ -195,7 +196,7 @@ def test_solve_notes_what_the_guards_passed_over(tmp_path):
     written = write_winners(result, tmp_path)
     assert written.notes[0] == "big passed over: (a stand-in note)"
     # when no range can be emitted either, the refusal names what was passed over and --no-xml
-    import synth.solve as S
+    import synth.outputs as S
 
     def fail(*_a, **_k):
         raise SynthError("no configuration can be emitted for sizes 0..1")

@@ -155,7 +155,8 @@ def test_plan_needing_more_blocks_than_sms_is_refused():
 def test_plan_file_names_carry_the_options(tmp_path):
     """--proto, --instances and the byte range change the plan, so they are in its name: an LL
     plan is written beside the Simple one, not over it (README: file names carry every option)."""
-    from synth.solve import PlanTarget, write_outputs
+    from synth.outputs import write_outputs
+    from synth.outputs.mscclpp import PlanTarget
 
     topology = load_topology("dgx_a100")
     schedule = solve(topology, make_collective("allgather", 8), encoding="baseline",

@@ -185,7 +185,7 @@ def test_measurement_without_a_machine_line_is_refused(tmp_path):
 def test_nccl_baseline_is_one_ring_per_rail_and_priced_by_nccl():
     from synth.collectives import make_collective
     from synth.encodings.baseline import baseline, preferred_chunks
-    from synth.solve import cost_profile
+    from synth.select.candidates import cost_profile
     from synth.verify import verify
 
     topo = load_topology("dgx_h100", 2)
@@ -204,7 +204,8 @@ def test_nccl_baseline_is_one_ring_per_rail_and_priced_by_nccl():
 
 def test_solve_compares_with_nccl_on_floored_times():
     from synth.collectives import make_collective
-    from synth.solve import compare_with_nccl, solve
+    from synth.select.nccl import compare_with_nccl
+    from synth.solve import solve
 
     topo = load_topology("dgx_h100")
     res = solve(topo, make_collective("allreduce", 8, 1), encoding="baseline", algorithm="ring",
@@ -269,7 +270,8 @@ def test_catalog_rows_claim_speedups_against_nccl_only():
 
 def test_compare_uses_the_timed_program_where_it_runs():
     from synth.collectives import make_collective
-    from synth.solve import compare_with_nccl, solve
+    from synth.select.nccl import compare_with_nccl
+    from synth.solve import solve
 
     topo = load_topology("dgx_h100")
     sched = solve(topo, make_collective("allgather", 8, 1), encoding="baseline",

@@ -14,8 +14,10 @@ import pytest
 from synth.collectives import make_collective
 from synth.emit import XmlOptions
 from synth.encodings.baseline import baseline
-from synth.solve import runtime_profile, schedule_file_name, schedule_stem, write_outputs, xml_file_name
-from synth.timing.protocol import predict_times_us
+from synth.outputs import write_outputs
+from synth.outputs.msccl import xml_file_name
+from synth.outputs.schedule_json import schedule_file_name, schedule_stem
+from synth.timing.protocol import predict_times_us, runtime_profile
 from synth.topology_io import load_topology
 
 SIZES = (1024, 2**20, 2**30)

@@ -10,20 +10,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import synth.solve as solve_mod
+import synth.select.program_scorer as program_scorer_mod
+import synth.select.ranking as ranking_mod
+import synth.select.scorers as scorers_mod
 from synth.collectives import make_collective
 from synth.emit import XmlOptions
 from synth.emit.interpreter import verify_program
 from synth.emit.xml_parse import parse_program
-from synth.solve import (
-    ProgramTimeModel,
-    choose_ranges,
-    lockstep_model,
-    prepare_winners,
-    ranges_table,
-    solve,
-    winners_model,
-)
+from synth.outputs import prepare_winners
+from synth.outputs.report import ranges_table
+from synth.select.program_scorer import ProgramScorer
+from synth.select.ranking import choose_ranges
+from synth.select.scorers import deciding_scorer, lockstep_scorer
+from synth.solve import solve
 from synth.timing.program import program_times_us
 from synth.topology_io import load_topology
 
@@ -41,11 +40,11 @@ def test_the_program_model_decides_and_disagrees_with_lockstep(dgx1_allgather):
     model), whose written ring runs ~5.6x slower under the program model than NCCL's figure; the
     program model gives that range a file that is faster as written."""
     topo, res = dgx1_allgather
-    model, by, notes = winners_model(res, topo, XmlOptions(), "auto")
-    assert by == "program" and isinstance(model, ProgramTimeModel)
+    model, by, notes = deciding_scorer(res, topo, XmlOptions(), "auto")
+    assert by == "program" and isinstance(model, ProgramScorer)
     assert any(n.startswith("winners by the program model") for n in notes)
     prog, _ = choose_ranges(res, XmlOptions(), model)
-    lock, _ = choose_ranges(res, XmlOptions(), lockstep_model)
+    lock, _ = choose_ranges(res, XmlOptions(), lockstep_scorer)
     assert lock[-1].candidate.name == "nccl" and prog[-1].candidate.name != "nccl"
     # the winner at every size is the program model's fastest candidate there
     for r in prog:
@@ -56,7 +55,7 @@ def test_the_program_model_decides_and_disagrees_with_lockstep(dgx1_allgather):
     # and it is faster as written than the lock-step winner's file (the full-range XML, timed)
     nccl = next(c for c in res.candidates if c.name == "nccl")
     assert prog[-1].model_us[-1] < model(nccl)[-1] or math.isinf(model(nccl)[-1])
-    xml = solve_mod.emit_verified_xml(nccl.schedule, XmlOptions())[0]
+    xml = program_scorer_mod.emit_verified_xml(nccl.schedule, XmlOptions())[0]
     nccl_us = program_times_us(parse_program(xml, "nccl.xml", "exec"), topo, [SIZES[-1]])[0]
     assert prog[-1].model_us[-1] < nccl_us
 
@@ -72,12 +71,12 @@ def test_auto_decides_by_lockstep_where_the_ranks_are_not_gpus(dgx1_allgather):
     topo, res = dgx1_allgather
     meta = tuple(kv for kv in topo.meta if kv[0] != "gpu")
     neuron = replace(topo, meta=(*meta, ("device", "NeuronCore-v2")))
-    model, by, notes = winners_model(res, neuron, XmlOptions(), "auto")
-    assert by == "lockstep" and model is lockstep_model
+    model, by, notes = deciding_scorer(res, neuron, XmlOptions(), "auto")
+    assert by == "lockstep" and model is lockstep_scorer
     assert notes == [f"winners by the lock-step model: {not_a_gpu(neuron)} (--winners-by program "
                      "times them anyway)"] and "NeuronCore-v2, not GPUs" in notes[0]
     tpu = replace(topo, meta=(*meta, ("platform", "tpu")))
-    assert winners_model(res, tpu, XmlOptions(), "auto")[1] == "lockstep"
+    assert deciding_scorer(res, tpu, XmlOptions(), "auto")[1] == "lockstep"
     # a GPU named beside a device, or no device at all, keeps the program model
     assert not_a_gpu(replace(topo, meta=(*topo.meta, ("device", "x")))) is None
     assert not_a_gpu(replace(topo, meta=meta)) is None
@@ -91,8 +90,8 @@ def test_auto_decides_by_lockstep_where_the_ranks_are_not_gpus(dgx1_allgather):
 def test_no_prune_gives_the_same_winners(dgx1_allgather):
     """The lock-step prune (PRUNE_FACTOR) skips work, not winners, here."""
     topo, res = dgx1_allgather
-    pruned = ProgramTimeModel(res, topo, XmlOptions())
-    full = ProgramTimeModel(res, topo, XmlOptions(), prune_factor=math.inf)
+    pruned = ProgramScorer(res, topo, XmlOptions())
+    full = ProgramScorer(res, topo, XmlOptions(), prune_factor=math.inf)
     a, _ = choose_ranges(res, XmlOptions(), pruned)
     b, _ = choose_ranges(res, XmlOptions(), full)
     assert [(r.lo, r.hi, r.candidate.name) for r in a] == [(r.lo, r.hi, r.candidate.name) for r in b]
@@ -102,23 +101,23 @@ def test_no_prune_gives_the_same_winners(dgx1_allgather):
 
 def test_over_budget_falls_back_to_lockstep_with_a_note(dgx1_allgather):
     topo, res = dgx1_allgather
-    model, by, notes = winners_model(res, topo, XmlOptions(), "auto", budget=10)
-    assert model is lockstep_model and by == "lockstep"
+    model, by, notes = deciding_scorer(res, topo, XmlOptions(), "auto", budget=10)
+    assert model is lockstep_scorer and by == "lockstep"
     assert any("budget" in n and "--winners-by program" in n for n in notes)
     # "program" has no budget; "lockstep" never simulates; no XML: nothing to time
-    assert winners_model(res, topo, XmlOptions(), "program", budget=10)[1] == "program"
-    assert winners_model(res, topo, XmlOptions(), "lockstep")[0] is lockstep_model
-    assert winners_model(res, topo, None, "auto")[1] == "lockstep"
+    assert deciding_scorer(res, topo, XmlOptions(), "program", budget=10)[1] == "program"
+    assert deciding_scorer(res, topo, XmlOptions(), "lockstep")[0] is lockstep_scorer
+    assert deciding_scorer(res, topo, None, "auto")[1] == "lockstep"
 
 
 def test_budget_out_midway_keeps_the_timed_sizes(dgx1_allgather, monkeypatch):
     """The first count runs largest size first; where its budget runs out after some sizes were
     timed, those keep the program model's ranking and only the smaller ones go to lock-step."""
     topo, res = dgx1_allgather
-    full = ProgramTimeModel(res, topo, XmlOptions())
+    full = ProgramScorer(res, topo, XmlOptions())
     full.run()
     assert full.cut is None and full.decided == frozenset(SIZES)
-    part = ProgramTimeModel(res, topo, XmlOptions(), budget=full.cost - 1)  # the last one over
+    part = ProgramScorer(res, topo, XmlOptions(), budget=full.cost - 1)  # the last one over
     part.run()
     assert part.cut is not None and part.cut[0] == SIZES[1]
     assert part.decided_by(SIZES[0]) == "lockstep" and part.decided_by(SIZES[1]) == "program"
@@ -128,8 +127,8 @@ def test_budget_out_midway_keeps_the_timed_sizes(dgx1_allgather, monkeypatch):
     ranges, _ = choose_ranges(res, XmlOptions(), part)
     assert {r.decided_by for r in ranges} <= {"program", "lockstep"}
     assert all(r.decided_by == part.decided_by(r.sizes[-1]) for r in ranges)
-    monkeypatch.setattr(solve_mod, "estimated_program_work", lambda *a: 0)
-    model, by, notes = winners_model(res, topo, XmlOptions(), "auto", budget=full.cost - 1)
+    monkeypatch.setattr(scorers_mod, "estimated_program_work", lambda *a: 0)
+    model, by, notes = deciding_scorer(res, topo, XmlOptions(), "auto", budget=full.cost - 1)
     assert by == "program" and model.cut == part.cut
     assert any(n.startswith(f"winners by the lock-step model below {SIZES[1]} bytes") for n in notes)
 
@@ -138,21 +137,21 @@ def test_work_estimated_over_the_budget_compiles_nothing(dgx1_allgather, monkeyp
     """auto decides by lock-step before compiling anything when the compiles and one timing per
     candidate are already estimated over the budget (a 512-rank machine: minutes per compile)."""
     topo, res = dgx1_allgather
-    ahead = solve_mod.estimated_program_work(res, XmlOptions())
+    ahead = program_scorer_mod.estimated_program_work(res, XmlOptions())
     assert ahead > 0
 
     def no_compile(*args, **kwargs):
         raise AssertionError("compiled although the estimate is over the budget")
 
-    monkeypatch.setattr(solve_mod, "emit_verified_xml", no_compile)
-    model, by, notes = winners_model(res, topo, XmlOptions(), "auto", budget=ahead - 1)
-    assert model is lockstep_model and by == "lockstep"
+    monkeypatch.setattr(program_scorer_mod, "emit_verified_xml", no_compile)
+    model, by, notes = deciding_scorer(res, topo, XmlOptions(), "auto", budget=ahead - 1)
+    assert model is lockstep_scorer and by == "lockstep"
     assert any("before any is compiled" in n for n in notes)
 
 
 def test_range_table_reports_the_deciding_model(dgx1_allgather, tmp_path):
     topo, res = dgx1_allgather
-    model, by, _ = winners_model(res, topo, XmlOptions(), "program")
+    model, by, _ = deciding_scorer(res, topo, XmlOptions(), "program")
     w = prepare_winners(res, tmp_path, XmlOptions(), model, winners_by=by)
     assert w.winners_by == "program"
     rows = ranges_table(res, w.ranges, w.range_files, w.winners_by)
@@ -171,14 +170,14 @@ def test_one_compile_per_candidate_when_the_range_is_the_whole_range(dgx1_allgat
     topo = dgx1_allgather[0]
     res = solve(topo, make_collective("allgather", 8), encoding="baseline", sizes=(2 ** 20,))
     calls: list[str] = []
-    real = solve_mod.emit_verified_xml
+    real = program_scorer_mod.emit_verified_xml
 
     def counted(schedule, options):
         calls.append(schedule.algorithm)
         return real(schedule, options)
 
-    monkeypatch.setattr(solve_mod, "emit_verified_xml", counted)
-    model, by, _ = winners_model(res, topo, XmlOptions(), "auto")
+    monkeypatch.setattr(program_scorer_mod, "emit_verified_xml", counted)
+    model, by, _ = deciding_scorer(res, topo, XmlOptions(), "auto")
     w = prepare_winners(res, tmp_path, XmlOptions(), model, winners_by=by)
     assert by == "program" and len(w.ranges) == 1
     assert len(calls) == len(set(calls)) and w.ranges[0].xml is not None
@@ -249,7 +248,7 @@ def test_cli_program_model_picks_instances_and_instances_pins_them(synth_cli, tm
 def test_instances_are_timed_where_they_may_matter(dgx1_allgather):
     """Higher counts are tried by doubling, at large sizes; not at all with instances=None."""
     topo, res = dgx1_allgather
-    model = ProgramTimeModel(res, topo, XmlOptions(), instances=(1, 2, 4, 8))
+    model = ProgramScorer(res, topo, XmlOptions(), instances=(1, 2, 4, 8))
     assert model.instances == (1, 2, 4, 8)
     model.run()
     for c in res.candidates:
@@ -258,9 +257,9 @@ def test_instances_are_timed_where_they_may_matter(dgx1_allgather):
             for i, t in enumerate(model.at(c, inst)):
                 if math.isfinite(t):    # timed only where the count before beat the one before it
                     assert prev[i] < before[i]
-    plain = ProgramTimeModel(res, topo, XmlOptions())
+    plain = ProgramScorer(res, topo, XmlOptions())
     assert plain.instances == (1,) and plain(res.candidates[0]) == model(res.candidates[0])
-    tunings, lookup = solve_mod.rank_sizes(res, XmlOptions(), model)
+    tunings, lookup = ranking_mod.rank_sizes(res, XmlOptions(), model)
     assert {cfg.instances for cfg in lookup} > {1}
     for t in tunings:   # the ranking is by the program model, configurations per instance count
         finite = [t.times[c] for c in t.ranking if math.isfinite(t.times[c])]
@@ -271,10 +270,10 @@ def test_a_higher_count_is_tried_within_the_count_ratio_of_the_prune(dgx1_allgat
     """At x2 a candidate is timed wherever its x1 time is within 2 x PRUNE_FACTOR of the fastest
     x1 file (doubling the instances can speed a file up more than the plain factor: trn1_32's milp
     went 7,699 -> 2,863 µs at 1 GiB), and skipped beyond it."""
-    from synth.catalog.select import runs_at
+    from synth.select.buckets import runs_at
 
     topo, res = dgx1_allgather
-    model = ProgramTimeModel(res, topo, XmlOptions(), instances=(1, 2))
+    model = ProgramScorer(res, topo, XmlOptions(), instances=(1, 2))
     model.run()
     assert model.stopped is None
     widened = 0
@@ -295,7 +294,8 @@ def test_a_higher_count_is_tried_within_the_count_ratio_of_the_prune(dgx1_allgat
 
 # ----------------------------------------------------------------------- near ties, one range
 def _tunings(rows, names=("A", "B", "C")):
-    from synth.catalog.select import Bucket, BucketTuning, Config
+    from synth.select.buckets import Bucket
+    from synth.select.ranges import BucketTuning, Config
 
     cfgs = {n: Config(n, 1, "Simple", 1) for n in names}
     out = []
@@ -308,7 +308,7 @@ def _tunings(rows, names=("A", "B", "C")):
 
 
 def _ranges(tunings, tolerance, fail=()):
-    from synth.catalog.select import choose
+    from synth.select.ranges import choose
 
     choice = choose(tunings, lambda r: "no" if r.config.family in fail else None, tolerance)
     return [(r.config.family, r.buckets) for r in choice.ranges]
@@ -340,7 +340,7 @@ def test_near_ties_do_not_split_ranges():
     # the catalog's tunings carry no times (and it passes no tolerance): its winners never move
     from dataclasses import replace
 
-    from synth.catalog.select import settle_near_ties
+    from synth.select.ranges import settle_near_ties
 
     t, _ = _tunings([(100, 101, 200), (100.15, 100.0, 200), (100, 100.5, 200)])
     bare = [replace(x, times={}) for x in t]

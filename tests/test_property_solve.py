@@ -32,8 +32,9 @@ from synth.emit.agreement import disagreements
 from synth.emit.interpreter import verify_file
 from synth.emit.xml_parse import read_program
 from synth.errors import SynthError
+from synth.outputs import write_best
 from synth.schedule import Schedule
-from synth.solve import solve, write_best
+from synth.solve import solve
 from synth.topology_io import load_topology
 from synth.verify import verify
 

@@ -12,7 +12,11 @@ from synth.collectives import make_collective
 from synth.emit import XmlOptions
 from synth.emit.interpreter import verify_program
 from synth.emit.xml_parse import parse_program
-from synth.solve import Candidate, choose_ranges, lockstep_model, solve, write_winners
+from synth.outputs import write_winners
+from synth.select.candidates import Candidate
+from synth.select.ranking import choose_ranges
+from synth.select.scorers import lockstep_scorer
+from synth.solve import solve
 from synth.topology_io import load_topology
 
 SIZES = tuple(2 ** k for k in range(10, 31, 2))
@@ -81,7 +85,7 @@ def test_the_model_is_the_seam(dgx1_allreduce):
     ring = next(c for c in res.candidates if c.name == "ring")
 
     def ring_always(c: Candidate) -> list[float]:
-        return [t * (0.001 if c is ring else 1.0) for t in lockstep_model(c)]
+        return [t * (0.001 if c is ring else 1.0) for t in lockstep_scorer(c)]
 
     ranges, _ = choose_ranges(res, None, ring_always)
     assert [r.candidate.name for r in ranges] == ["ring"]

@@ -29,6 +29,9 @@ from ..collectives import KINDS, make_collective
 from ..emit import XML_KINDS
 from ..errors import SynthError, unknown_name
 from ..guards import Budget
+from ..select.buckets import Bucket, make_buckets
+from ..select.ranges import BucketTuning, Choice, choose
+from ..select.tuned import Table, tune_buckets
 from ..timing.nccl import calibration_of
 from ..timing.protocol import ProtocolModel, default_model, model_with_calibration
 from ..topology import Topology
@@ -44,7 +47,6 @@ from .candidates import (
 )
 from .emit import Emitted, Emitter
 from .executor import check_executor, run_jobs
-from .select import Bucket, BucketTuning, Choice, Table, choose, make_buckets, tune_buckets
 
 DEFAULT_COLLECTIVES = ("allgather", "reducescatter", "allreduce", "alltoall")
 DEFAULT_SIZES = "1KB:4GB"

@@ -60,8 +60,8 @@ MAX_PAIRS_FOR_STRUCTURE = 1 << 18
 """Beyond this many rank pairs the per-pair channel signature is not listed (full hash instead)."""
 _SYNTH_ROOT = Path(__file__).resolve().parent.parent
 _CODE_DIRS = ("encodings", "sketches")
-_CODE_FILES = ("collectives.py", "schedule.py", "cost.py", "topology.py", "builders.py", "verify.py",
-               "errors.py")
+_CODE_FILES = ("collectives.py", "schedule.py", "steps.py", "sizes.py", "timing/lockstep.py",
+               "topology.py", "builders.py", "verify.py", "errors.py")
 
 
 def default_cache_dir() -> Path:

@@ -26,32 +26,11 @@ from dataclasses import dataclass
 from ..emit import XmlOptions, emit_verified_xml
 from ..errors import SynthError
 from ..mscclpp.emit import PlanOptions, emit_verified_plan
+from ..outputs.msccl import max_threadblocks, sm_count
+from ..select.ranges import Config, Range
 from ..topology import Topology
 from .cache import SolveCache, xml_key
 from .candidates import Candidate
-from .select import Config, Range
-
-SM_COUNT = {"V100": 80, "A100": 108, "H100": 132, "H200": 132, "H800": 132, "MI300X": 304}
-"""Streaming multiprocessors (CUs on AMD) per GPU: spec §5.1 (A100 108, H100 SXM 132); NVIDIA's
-V100 whitepaper (80); AMD's MI300X datasheet (304 CUs)."""
-
-_GPU_RE = re.compile(r"<gpu\b")
-_TB_RE = re.compile(r"<tb\b")
-
-
-def sm_count(topology: Topology) -> int | None:
-    """SMs of the topology's GPU (``meta.gpu``), or None when unknown (no co-residency check)."""
-    gpu = str(dict(topology.meta).get("gpu", "")).upper()
-    for tag, count in SM_COUNT.items():
-        if tag in gpu:
-            return count
-    return None
-
-
-def max_threadblocks(xml: str) -> int:
-    """The most ``<tb>`` elements under one ``<gpu>`` of an MSCCL-IR file."""
-    parts = _GPU_RE.split(xml)[1:]
-    return max((len(_TB_RE.findall(p)) for p in parts), default=0)
 
 
 @dataclass(frozen=True)

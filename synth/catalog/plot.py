@@ -11,9 +11,9 @@ from __future__ import annotations
 import io
 import math
 
+from ..select.buckets import Bucket
 from ..sizes import format_size
 from . import CollectiveResult
-from .select import Bucket
 
 
 def plot_collective(cr: CollectiveResult, buckets: list[Bucket], title: str,

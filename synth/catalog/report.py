@@ -19,10 +19,10 @@ import math
 import re
 from typing import Any
 
+from ..select.ranges import INSTANCES, Config
 from ..sizes import format_size
 from ..timing.protocol import PROTOCOLS
 from . import CatalogResult, CollectiveResult
-from .select import INSTANCES, Config
 
 FORMAT = "synth-catalog/1"
 XML_DIR = "msccl-algorithms"
@@ -51,7 +51,7 @@ def best_baseline(cr: CollectiveResult, bucket: int) -> Config | None:
     configs = [c for c in t.all_configs(baseline_only=True) if math.isfinite(t.time(c, bucket))]
     if not configs:
         return None
-    from .select import rank_key
+    from ..select.tuned import rank_key
     return min(configs, key=rank_key(t, bucket))
 
 

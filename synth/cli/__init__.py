@@ -11,31 +11,61 @@ schedule that fails verification, 3 for a solver limit); never as a traceback.
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
 
 from .. import __version__
 from ..errors import SynthError
-from .catalog import catalog
-from .closed import calibrate, strategies
 from .console import err
-from .sketch import sketch
-from .smt import analyze, pareto
-from .solve import simulate, solve, verify_cmd
-from .topo import topo
 
-__all__ = ["cli", "main"]
+__all__ = ["COMMANDS", "cli", "main"]
+
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "analyze": ("smt", "analyze", "Lower bounds of the SMT encoding: least steps, rounds, chunks."),
+    "calibrate": ("closed", "calibrate", "Fit a cost model from a benchmark log (nccl-tests, "
+                                         "nccom-test, MSCCL times)."),
+    "catalog": ("catalog", "catalog", "Regenerate the per-cluster catalog of verified files."),
+    "pareto": ("smt", "pareto", "The latency/bandwidth Pareto frontier of SCCL's encoding."),
+    "simulate": ("solve", "simulate", "Predict a schedule's or an MSCCL-IR file's time over sizes."),
+    "sketch": ("sketch", "sketch", "Communication sketches (TACCL): list, show, check."),
+    "solve": ("solve", "solve", "Synthesize verified schedules and write the fastest per size."),
+    "strategies": ("closed", "strategies", "Rank the vendor-primitive strategies of a closed "
+                                           "stack (Trainium, TPU)."),
+    "topo": ("topo", "topo", "Inspect and import the topologies synth knows."),
+    "verify": ("solve", "verify_cmd", "Verify a schedule, MSCCL-IR XML or MSCCL++ plan."),
+}
+"""Command name -> (module in synth.cli, attribute, one-line help). A command's module is imported
+only when that command runs (or its own --help is asked): each imports the library it drives at
+its top, and the solver stack alone takes about a second to import, which ``synth --help`` and
+``synth topo list`` should not pay."""
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _LazyGroup(click.Group):
+    """The root group, loading each command's module on first use (see :data:`COMMANDS`)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module, attr, _ = COMMANDS[name]
+        command = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+        assert isinstance(command, click.Command)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, COMMANDS[name][2]) for name in self.list_commands(ctx)])
+
+
+@click.group(cls=_LazyGroup,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="synth")
 def cli() -> None:
     """Synthesize, verify and emit collective-communication schedules."""
-
-
-for command in (topo, solve, verify_cmd, simulate, strategies, calibrate, pareto, analyze, sketch, catalog):
-    cli.add_command(command)
 
 
 def main(argv: list[str] | None = None) -> None:

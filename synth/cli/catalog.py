@@ -13,7 +13,19 @@ from pathlib import Path
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from ..errors import SynthError
+from .. import progress
+from ..calibrate.format import load_calibration
+from ..catalog import build_catalog, check_collectives
+from ..catalog.cache import default_cache_dir
+from ..catalog.executor import check_executor
+from ..catalog.output import check_out_dir, write_catalog
+from ..errors import SynthError, unknown_name
+from ..groups import write_rank_maps
+from ..guards import Budget
+from ..sizes import format_size, parse_sizes
+from ..topology_io import group_spec as spec_with_group
+from ..topology_io import load_group
+from ..tuning import TUNERS
 from .console import err, stdout_console
 
 out = stdout_console(piped_width=200)
@@ -53,8 +65,6 @@ class _Lines:
         self.total: dict[str, int] = {}
 
     def _show(self, kind: str, what: str) -> None:
-        from .. import progress
-
         progress.detail(f"{kind} {what}: {sum(self.done.values())}/{sum(self.total.values())} "
                         "units done")
 
@@ -114,19 +124,8 @@ def catalog(topo_spec: str, nodes: int, group_spec: str | None, partition: str |
             cache_dir: str | None, time_limit: float, seed: int, no_xml_cache: bool,
             out_format: str, max_memory: str | None, quiet: bool) -> None:
     """Regenerate the per-cluster catalog: best verified algorithm per collective and size range."""
-    from ..calibrate.format import load_calibration
-    from ..catalog import build_catalog, check_collectives
-    from ..catalog.cache import default_cache_dir
-    from ..catalog.executor import check_executor
-    from ..catalog.output import check_out_dir, write_catalog
-    from ..sizes import format_size, parse_sizes
-    from ..topology_io import group_spec as spec_with_group
-    from ..topology_io import load_group
-    from ..tuning import TUNERS
-
     start = time.perf_counter()
     if tuner not in TUNERS:
-        from ..errors import unknown_name
         raise unknown_name("tuner", tuner, TUNERS)
     workers = workers if workers is not None else max(1, min(os.cpu_count() or 1, 8))
     check_executor(executor, workers)
@@ -138,8 +137,6 @@ def catalog(topo_spec: str, nodes: int, group_spec: str | None, partition: str |
     cal = load_calibration(calibration) if calibration else None
     target = check_out_dir(Path(out_dir) if out_dir else Path("results") / "catalogs" / topology.name)
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    from .. import progress
-    from ..guards import Budget
 
     budget = Budget.of(max_memory, None)
     mode = "off" if quiet else progress.choose_mode()
@@ -158,8 +155,6 @@ def catalog(topo_spec: str, nodes: int, group_spec: str | None, partition: str |
             result = build_catalog(topology, progress=_Lines(), **kw)
     files = write_catalog(result, target)
     if group is not None:
-        from ..groups import write_rank_maps
-
         files = [*files, *write_rank_maps([f for f in files if str(f).endswith(".xml")], group)]
     seconds = time.perf_counter() - start
     out.print(f"[bold]catalog[/bold] {topology.name} ({topology.num_ranks} ranks), "

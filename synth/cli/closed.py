@@ -11,9 +11,22 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
+from ..calibrate.closed_fit import calibrate as run_calibrate
+from ..calibrate.closed_logs import nodes_in_log
+from ..calibrate.format import class_figures
+from ..calibrate.link_fit import calibrate_file
+from ..calibrate.program_fit import fit_floors, read_measurements
+from ..closed.cost import hardware_of
+from ..closed.mesh import resolve_topology
+from ..closed.search import rank_strategies
+from ..emit.interpreter import verify_program
+from ..emit.xml_parse import read_program
 from ..errors import SynthError
-from ..files import dumps_json
+from ..files import atomic_write, check_writable_dir, dumps_json, ensure_writable_dir, read_data
+from ..groups import induced, parse_group
 from ..sizes import format_size, parse_size
+from ..topology import bandwidth_from_beta
+from ..topology_io import load_topology
 from .console import stdout_console
 
 out = stdout_console(piped_width=180)
@@ -30,7 +43,6 @@ def _platform_for(topology, platform: str | None) -> str:
         raise SynthError(f"{topology.name} is a GPU machine ({gpu}): strategies ranks closed-stack "
                          "programs (Trainium, TPU); use `synth solve` for MSCCL XML, or pass "
                          "--platform neuron|jax to rank them anyway")
-    from ..closed.cost import hardware_of
     return "jax" if hardware_of(topology) == "tpu" else "neuron"
 
 
@@ -59,13 +71,8 @@ def strategies(topo_spec: str, coll: str, nodes: int, size: str, tensors: int, p
                dtype: str, reduce_op: str, calibration: str | None, limit: int,
                as_json: bool, group_spec: str | None) -> None:
     """Rank the composed vendor-primitive strategies for a closed stack (Trainium, TPU)."""
-    from ..closed.mesh import resolve_topology
-    from ..closed.search import rank_strategies
-
     topology = resolve_topology(topo_spec, nodes)
     if group_spec is not None:
-        from ..groups import induced, parse_group
-
         topology = induced(topology, parse_group(group_spec, topology))
     nbytes = parse_size(size)
     plat = _platform_for(topology, platform)
@@ -169,10 +176,6 @@ def calibrate(log: str, log_format: str, xml_dir: str | None, platform: str | No
     if platform is None:
         raise SynthError("--format nccom-test needs --platform neuron (nccom-test output) or "
                          "--platform jax (a synth-timings JSON)")
-    from ..calibrate.closed_fit import calibrate as run_calibrate
-    from ..calibrate.closed_logs import nodes_in_log
-    from ..closed.mesh import resolve_topology
-    from ..files import atomic_write, ensure_writable_dir
 
     spec = topo_spec or ("trn1_32" if platform == "neuron" else "tpu_v5e_4x4")
     if nodes is None:
@@ -216,12 +219,6 @@ def calibrate(log: str, log_format: str, xml_dir: str | None, platform: str | No
 def _calibrate_msccl(log: str, xml_dir: str | None, topo_spec: str | None, nodes: int,
                      out_path: str | None, as_json: bool) -> None:
     """`calibrate --format msccl`: fit the program model's floors to measured MSCCL times."""
-    from ..calibrate.program_fit import fit_floors, read_measurements
-    from ..emit.interpreter import verify_program
-    from ..emit.xml_parse import read_program
-    from ..files import atomic_write, ensure_writable_dir, read_data
-    from ..topology_io import load_topology
-
     if topo_spec is None:
         raise SynthError("--format msccl needs --topo: the machine the times were measured on")
     data = read_data(log, "measurement file", fmt="json")
@@ -263,11 +260,6 @@ def _calibrate_msccl(log: str, xml_dir: str | None, topo_spec: str | None, nodes
 def _calibrate_nccl(log: str, topo_spec: str | None, nodes: int | None, rings: int | None,
                     out_path: str | None, as_json: bool) -> None:
     """`calibrate --format nccl-tests`: fit α/β per link class, write the calibration atomically."""
-    from ..calibrate.link_fit import calibrate_file
-    from ..files import atomic_write, check_writable_dir, ensure_writable_dir
-    from ..topology import bandwidth_from_beta
-    from ..topology_io import load_topology
-
     if topo_spec is None:
         raise SynthError("--format nccl-tests needs --topo: the single-node topology the log was "
                          "measured on (e.g. dgx_a100); the node count comes from the log's hosts")
@@ -284,7 +276,6 @@ def _calibrate_nccl(log: str, topo_spec: str | None, nodes: int | None, rings: i
               f"{fit.points} points, median relative error {100 * fit.median_rel_error:.2f}%, "
               f"max {100 * fit.max_rel_error:.2f}% (datasheet figures: median "
               f"{100 * fit.default_median_rel_error:.1f}%)")
-    from ..calibrate.format import class_figures
     figures: dict[str, tuple[float, float]] = {}
     for n in sorted({r["nodes"] for r in fit.runs}):
         figures.update({k: v for k, v in class_figures(load_topology(topo_spec, n)).items()

@@ -13,11 +13,24 @@ from typing import Any
 import click
 from rich.table import Table
 
-from ..collectives import KINDS, load_collective
-from ..errors import LIMIT_REACHED, SynthError
+from .. import progress
+from ..bounds import latency_floor, lower_bound
+from ..calibrate.format import apply_calibration
+from ..collectives import KINDS, load_collective, make_collective
+from ..emit import XmlOptions
+from ..encodings.baseline import baseline, preferred_chunks
+from ..encodings.smt.encoding import SmtProblem
+from ..encodings.smt.search import pareto as walk
+from ..encodings.smt.search import pareto_sccl
+from ..errors import LIMIT_REACHED, NotApplicable, SynthError
 from ..files import atomic_write, check_output_file, check_writable_dir, dumps_json
-from ..sizes import format_size
-from ..topology_io import load_topology
+from ..groups import group_of, rank_maps
+from ..guards import Budget, check_encoding, check_schedule
+from ..outputs import commit, prepare_outputs
+from ..select.candidates import cost_profile
+from ..sizes import DEFAULT_SIZES, format_size
+from ..topology_io import load_group, load_topology
+from ..verify import verify
 from .console import err, out
 
 SMALL, LARGE = 2**10, 2**30
@@ -25,9 +38,6 @@ SMALL, LARGE = 2**10, 2**30
 
 def _problem(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace: bool,
              engine: str | None, group: str | None = None, partition: str | None = None):
-    from ..encodings.smt.encoding import SmtProblem
-    from ..topology_io import load_group
-
     topology = (load_group(topo_spec, nodes, group, partition)[0] if group or partition
                 else load_topology(topo_spec, nodes))
     collective = load_collective(coll_spec, topology.num_ranks, 1, root, inplace)
@@ -87,11 +97,6 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
     hop bound, keeps the algorithms no other beats in both steps and rounds per chunk, and stops
     when one meets the bandwidth bound (or at the time limit: exit code 3, with what was proven).
     """
-    from ..encodings.smt.search import pareto as walk
-    from ..encodings.smt.search import pareto_sccl
-    from ..solve import commit, cost_profile, prepare_outputs
-    from ..verify import verify
-
     if max_steps is not None and max_steps < 1:
         raise SynthError(f"--max-steps must be at least 1, got {max_steps}")
     if max_chunks is not None and max_chunks < 1:
@@ -104,13 +109,9 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
                                              group_spec, partition)
     costed = topology
     if calibration is not None:
-        from ..calibrate.format import apply_calibration
         costed = apply_calibration(topology, calibration)
     target = check_writable_dir(Path(out_dir))  # created when the first schedule is written
 
-    from .. import progress
-    from ..emit import XmlOptions
-    from ..guards import Budget, check_encoding, check_schedule
 
     budget = Budget.of(max_memory, XmlOptions())
     if collective.custom is None:  # the walk's largest model, sized before it is built
@@ -129,7 +130,6 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
                         time_limit_s=time_limit, on_instance=show)
     for note in report.safety_notes:
         err.print(f"note: {note}")
-    from ..bounds import lower_bound
 
     bound = lower_bound(costed, collective) if report.points else None
     rows: list[dict[str, Any]] = []
@@ -146,8 +146,6 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
             written.notes.append(f"no XML: {exc.message}")
         rank_files = {}
         if group_spec is not None:
-            from ..groups import group_of, rank_maps
-
             rank_files = rank_maps(written.files, group_of(topology))
         commit(written, rank_files)  # a failed write is an error, not a reason to drop the XML
         for note in written.notes:
@@ -203,8 +201,6 @@ def _check_plot_path(path: Path) -> None:
 
 
 def _sizes() -> tuple[int, ...]:
-    from ..sizes import DEFAULT_SIZES
-
     return DEFAULT_SIZES
 
 
@@ -215,10 +211,6 @@ def _plot(path: Path, topology, collective, rows: list[dict[str, Any]]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..collectives import make_collective
-    from ..encodings.baseline import baseline, preferred_chunks
-    from ..errors import NotApplicable
-    from ..solve import cost_profile
 
     fig, ax = plt.subplots(figsize=(6.4, 4.8))
     mb = LARGE / 1e6
@@ -266,8 +258,6 @@ def analyze(what: str, topo_spec: str, coll_spec: str, nodes: int, root: int | N
     """Lower bounds of the SMT encoding: least STEPS (hop distance) or ROUNDS per chunk (LPs)."""
     topology, collective, problem = _problem(topo_spec, coll_spec, nodes, root, inplace, None)
     if what == "steps":
-        from ..bounds import latency_floor
-
         steps = problem.steps_lower_bound()
         hops, alpha = latency_floor(topology, collective)
         data = {"topology": topology.name, "collective": collective.name, "steps": steps,

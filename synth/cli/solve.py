@@ -14,13 +14,28 @@ import click
 from rich.table import Table
 
 from .. import progress
-from ..collectives import KINDS, load_collective
+from ..bounds import lower_bound
+from ..calibrate.format import apply_calibration
+from ..closed import emit_closed_program, resolve_topology
+from ..collectives import KINDS, load_collective, make_collective
+from ..emit import XmlOptions
+from ..emit.interpreter import MODES, verify_program
+from ..emit.xml_parse import normalize_coll, parse_program
+from ..encodings import auto_reason
 from ..errors import SynthError
-from ..files import dumps_json
+from ..files import check_output_file, check_writable_dir, dumps_json, read_input
+from ..groups import concurrent, induced, parse_partition
+from ..mscclpp import is_plan_text, verify_plan_file
+from ..outputs.report import ranges_table, served_sizes
 from ..schedule import Schedule
+from ..select.candidates import cost_profile
 from ..sizes import DEFAULT_SIZES, format_size, parse_size, parse_sizes
+from ..solve import SolveRequest, run
+from ..timing.nccl import SOURCE
+from ..timing.program import program_model, program_time, sweep, write_trace
 from ..topology import Topology
 from ..topology_io import load_topology
+from ..verify import verify
 from .console import err, out
 
 
@@ -72,12 +87,13 @@ from .console import err, out
 @click.option("--max-bytes", default="0", show_default=True,
               help="XML maxBytes, inclusive (legacy files get +1); 0 = unbounded.")
 @click.option("--format", "out_format", default="msccl", show_default=True,
-              type=click.Choice(["msccl", "mscclpp"]),
-              help="msccl: MSCCL-IR XML; mscclpp: an MSCCL++ execution plan (JSON), verified by the "
-                   "plan interpreter; --proto (Simple, LL), --instances, --min/max-bytes apply.")
-@click.option("--target", default="msccl", show_default=True,
+              type=click.Choice(["msccl", "mscclpp", "neuron", "jax"]),
+              help="msccl: schedule + MSCCL-IR XML; mscclpp: an MSCCL++ execution plan (JSON), "
+                   "verified by the plan interpreter (--proto Simple or LL); neuron/jax: a "
+                   "composed vendor-primitive program for torch-neuronx or JAX.")
+@click.option("--target", default=None, hidden=True,
               type=click.Choice(["msccl", "neuron", "jax"]),
-              help="msccl: schedule + MSCCL-IR XML; neuron/jax: a composed vendor-primitive program.")
+              help="Deprecated alias of --format (kept for one release).")
 @click.option("--tensors", default=1, show_default=True, help="neuron/jax: tensors per call site.")
 @click.option("--bytes", "nbytes", default=None, help="neuron/jax: bytes per tensor (e.g. 64MB).")
 @click.option("--calibration", default=None, type=click.Path(),
@@ -104,122 +120,56 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
           time_limit: float | None, steps: int | None, rounds: int | None, least_steps: bool,
           engine: str | None, sketch: str | None, solver: str | None, want_xml: bool,
           xml_profile: str, proto: str, instances: int | None, max_threadblocks: int,
-          min_bytes: str, max_bytes: str, out_format: str, target: str, tensors: int,
+          min_bytes: str, max_bytes: str, out_format: str, target: str | None, tensors: int,
           nbytes: str | None, calibration: str | None, out_dir: str, max_memory: str | None,
           want_program: bool, winners_by: str, as_json: bool) -> None:
     """Synthesize a verified schedule and print its cost against the bound."""
+    if target is not None:
+        err.print("note: --target is deprecated; use --format (the same values)")
+        if out_format != "msccl" and out_format != target:
+            raise SynthError(f"--target {target} and --format {out_format} disagree: "
+                             "--format alone says what to write")
+        out_format = target
     if partition is not None and group_spec is None:
         _solve_partition(click.get_current_context(), topo_spec, nodes, partition, coll_spec,
                          out_dir, as_json)
         return
-    if target != "msccl":
+    if out_format in ("neuron", "jax"):
         if group_spec is not None:
-            raise SynthError("--group applies to --target msccl (a neuron/jax program runs on the "
-                             "framework's own groups)")
-        _solve_closed(topo_spec, coll_spec, nodes, target, tensors, nbytes, calibration, out_dir,
-                      as_json)
+            raise SynthError("--group applies to --format msccl/mscclpp (a neuron/jax program runs "
+                             "on the framework's own groups)")
+        _solve_closed(topo_spec, coll_spec, nodes, out_format, tensors, nbytes, calibration,
+                      out_dir, as_json)
         return
-    from ..catalog.select import INSTANCES
-    from ..emit import XmlOptions
-    from ..files import check_writable_dir
-    from ..solve import commit, prepare_best, prepare_winners
-    from ..solve import solve as run_solve
 
-    if chunks is not None and chunks < 1:
-        raise SynthError(f"--chunks must be at least 1, got {chunks}")
-    if (sketch or solver) and encoding not in ("milp", "auto"):
-        raise SynthError(f"--sketch and --solver are options of the milp encoding, not of "
-                         f"'{encoding}' (use --encoding milp or auto)")
-    if instances is not None and instances < 1:
-        raise SynthError(f"--instances must be at least 1, got {instances}")
-    tried = None if instances is not None else INSTANCES   # the program model's choice
-    instances = instances or 1
-    if out_format == "mscclpp" and proto not in ("Simple", "LL"):
-        raise SynthError(f"--format mscclpp emits the Simple or LL protocol, not {proto}")
-    size_list = parse_sizes(sizes) if sizes else DEFAULT_SIZES
-    if max_threadblocks < 1:
-        raise SynthError(f"--max-threadblocks must be at least 1, got {max_threadblocks}")
-    xml = XmlOptions(profile=xml_profile, proto=proto, instances=instances,
-                     min_bytes=_bytes(min_bytes), max_bytes=_bytes(max_bytes),
-                     inplace=inplace, max_threadblocks=max_threadblocks) if want_xml else None
-    if xml is not None and out_format == "msccl" and not any(
-            s >= xml.min_bytes and (not xml.max_bytes or s <= xml.max_bytes) for s in size_list):
-        # refused before solving (rank_sizes would refuse it after): no XML could serve any size
-        raise SynthError(f"no size of the sweep ({size_list[0]}..{size_list[-1]} bytes) lies in the "
-                         f"XML's byte range {xml.min_bytes}..{xml.max_bytes or 'unbounded'} "
-                         "(--min-bytes/--max-bytes)")
-    from ..guards import Budget, check_request
-    from ..topology_io import load_group
-
-    budget = Budget.of(max_memory, None if out_format == "mscclpp" else xml)
-    base, group = load_group(topo_spec, nodes, group_spec, partition)
-    topology = _with_calibration(base, calibration)
-    if coll_spec in KINDS:  # sized before the collective is built (10^9 chunks do not fit)
-        check_request(coll_spec, topology.num_ranks, chunks, budget)
-    collective = load_collective(coll_spec, topology.num_ranks, chunks or 1, root, bool(inplace))
-    target = check_writable_dir(Path(out_dir))  # created when the first file is written
-    with progress.activate(console=err, quiet_on_terminal=as_json), \
-            progress.phase(f"solving {collective.name} on {topology.name} ({encoding})"):
-        extra = {k: v for k, v in (("steps", steps), ("rounds", rounds), ("engine", engine),
-                                   ("sketch", sketch), ("solver", solver)) if v is not None}
-        if least_steps:
-            extra["least_steps"] = True
-        if not as_json and encoding in ("milp", "auto"):
-            from ..encodings.milp.solvers import Progress
-
-            extra["progress"] = Progress(console=err)  # MILP stages: incumbent and gap, live
-        nccl_cal = _nccl_calibration(calibration)
-        result = run_solve(topology, collective, encoding=encoding, algorithm=algo,
-                           sizes=size_list, time_limit_s=time_limit, chunks=chunks, extra=extra,
-                           nccl_calibration=nccl_cal, budget=budget)
-        plan = None
-        if out_format == "mscclpp":
-            from ..catalog.emit import sm_count
-            from ..solve import PlanOptions, PlanTarget
-
-            plan = PlanTarget(topology, PlanOptions(proto=proto, instances=instances,
-                                                    max_threadblocks=sm_count(topology),
-                                                    min_bytes=_bytes(min_bytes),
-                                                    max_bytes=_bytes(max_bytes)))
-        # every file is produced and verified in memory first, and written only after every
-        # later stage that can fail (timing, comparison): a failure leaves nothing on disk
-        if plan is not None:
-            result.best, written = prepare_best(result, target, None, plan,
-                                                _calibration_tag(calibration))
-        else:
-            from ..solve import winners_model
-
-            model, decided_by, model_notes = winners_model(result, topology, xml, winners_by,
-                                                           calibration, instances=tried)
-            result.notes += model_notes
-            written = prepare_winners(result, target, xml, model,
-                                      _calibration_tag(calibration), decided_by)
-            result.best = written.ranges[-1].candidate  # the one serving the largest size
-    texts = dict(written.pending)
-    rank_files: dict[Path, str] = {}
-    if group is not None:
-        from ..groups import rank_maps
-
-        rank_files = rank_maps(written.files, group)
-    from ..solve import compare_with_nccl
-
-    runtime = _runtime(result, written, topology, size_list, proto, instances, calibration)
-    program_us = (_program_times(written, texts, topology, size_list, xml_profile, calibration)
-                  if want_program else None)
-    vs_nccl = compare_with_nccl(result.best.schedule, topology, size_list, nccl_cal, calibration,
-                                program_us)
-    commit(written, rank_files)
+    extra = {k: v for k, v in (("steps", steps), ("rounds", rounds), ("engine", engine),
+                               ("sketch", sketch), ("solver", solver)) if v is not None}
+    if least_steps:
+        extra["least_steps"] = True
+    xml = XmlOptions(profile=xml_profile, min_bytes=_bytes(min_bytes),
+                     max_bytes=_bytes(max_bytes), inplace=inplace,
+                     max_threadblocks=max_threadblocks) if want_xml else None
+    request = SolveRequest(
+        topo=topo_spec, coll=coll_spec, nodes=nodes, group=group_spec, partition=partition,
+        encoding=encoding, algorithm=algo, chunks=chunks, root=root, inplace=inplace,
+        sizes=parse_sizes(sizes) if sizes else DEFAULT_SIZES, time_limit_s=time_limit,
+        extra=extra, xml=xml, proto=proto, instances=instances, format=out_format,
+        calibration=calibration, out_dir=Path(out_dir), max_memory=max_memory,
+        time_program=want_program, winners_by=winners_by)
+    with progress.activate(console=err, quiet_on_terminal=as_json):
+        done = run(request)
+    result, written = done.result, done.written
     files = [str(f) for f in written.files]
     if as_json:
         data = _solve_json(result, files, written)
-        data["runtime"] = runtime.to_dict()
-        data["vs_nccl"] = [c.to_dict() for c in vs_nccl] if vs_nccl is not None else None
+        data["runtime"] = done.runtime.to_dict()
+        data["vs_nccl"] = [c.to_dict() for c in done.vs_nccl] if done.vs_nccl is not None else None
         data["program_us"] = ({str(n): (round(t, 4) if t != float("inf") else None)
-                               for n, t in zip(size_list, program_us, strict=True)}
-                              if program_us is not None else None)
+                               for n, t in zip(request.sizes, done.program_us, strict=True)}
+                              if done.program_us is not None else None)
         click.echo(dumps_json(data, indent=2))
         return
-    _print_solve(result, files, written, vs_nccl, program_us, runtime)
+    _print_solve(result, files, written, done.vs_nccl, done.program_us, done.runtime)
     for note in written.notes:
         out.print(f"[yellow]{note}[/yellow]")
     for rep in written.xml_reports:
@@ -230,31 +180,12 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
                   f"{rep.operations} operations, {rep.signals} signals, postcondition holds")
 
 
-def _runtime(result: Any, written: Any, topology: Topology, sizes: list[int], proto: str,
-             instances: int, calibration: str | None) -> Any:
-    """:func:`synth.solve.runtime_profile` of what serves each size (the best candidate's file
-    when no size ranges were chosen), each range with its file's instances; ``max_bytes`` and
-    ``instances`` are the largest range's file's."""
-    from ..solve import RuntimeProfile, runtime_profile
-
-    if not written.ranges:
-        return runtime_profile(result.best.schedule, topology, sizes, proto, instances, calibration)
-    parts = [runtime_profile(r.candidate.schedule, topology, list(r.sizes), proto, r.instances,
-                             calibration) for r in written.ranges if r.sizes]
-    return RuntimeProfile(proto, parts[-1].instances, parts[-1].max_bytes, parts[-1].source,
-                          [p for part in parts for p in part.points])
-
-
 def _solve_partition(ctx: click.Context, topo_spec: str, nodes: int, partition: str,
                      coll_spec: str, out_dir: str, as_json: bool) -> None:
     """``solve --concurrent P`` without ``--group``: each group of P, into OUT/<group>/, after a
     table of each group's bound alone and with the others running. When a group fails, the
     folders this call created for the groups before it are removed (a folder that was there
     before keeps what the earlier groups wrote into it)."""
-    from ..bounds import lower_bound
-    from ..collectives import make_collective
-    from ..groups import concurrent, induced, parse_partition
-
     if as_json:
         raise SynthError("--json with --concurrent needs --group (one JSON object per solve)")
     whole = load_topology(topo_spec, nodes)
@@ -288,52 +219,6 @@ def _solve_partition(ctx: click.Context, topo_spec: str, nodes: int, partition: 
         raise
 
 
-def _program_times(written: Any, texts: dict[Path, str], topology: Topology, sizes: list[int],
-                   profile: str, calibration: str | None) -> list[float] | None:
-    """Per size, the time of the XML that serves it under the timed program model (None without
-    an XML).
-
-    ``texts``: the files to be written (path -> text); they are timed before anything is written,
-    so a failure here leaves no file behind. Every XML was verified by the interpreter when it
-    was produced (``emit_verified_xml``).
-    """
-    from ..emit.xml_parse import parse_program
-    from ..timing.program import program_times_us
-
-    by_name = {str(path): text for path, text in texts.items()}
-    serving = {p.bytes: f for p, _, f in _served(written)}
-    if not any(serving.values()):
-        xml = [f for f in by_name if f.endswith(".xml")]
-        if not xml:
-            return None
-        serving = dict.fromkeys(sizes, xml[0])
-    out: dict[int, float] = {}
-    for f in dict.fromkeys(v for v in serving.values() if v):
-        mine = [n for n in sizes if serving.get(n) == f]
-        times = program_times_us(parse_program(by_name[f], f, profile), topology, mine,
-                                 calibration=calibration, profile=profile)
-        out.update(zip(mine, times, strict=True))
-    return [out.get(n, float("inf")) for n in sizes]
-
-
-def _calibration_tag(calibration: str | None) -> str:
-    """``cal-<digest>`` for output names: a calibrated topology gives other schedules."""
-    if calibration is None:
-        return ""
-    import hashlib
-
-    return "cal-" + hashlib.sha256(Path(calibration).read_bytes()).hexdigest()[:8]
-
-
-def _nccl_calibration(calibration: str | None) -> Any:
-    """The ``nccl_model`` section of a calibration file (None: NCCL's own figures)."""
-    if calibration is None:
-        return None
-    from ..calibrate.format import load_calibration
-    from ..timing.nccl import calibration_of
-    return calibration_of(load_calibration(calibration))
-
-
 def _with_calibration(topology: Topology, calibration: str | None) -> Topology:
     """``topology`` with a calibration's measured link-class α/β (unchanged without one).
 
@@ -343,7 +228,6 @@ def _with_calibration(topology: Topology, calibration: str | None) -> Topology:
     """
     if calibration is None:
         return topology
-    from ..calibrate.format import apply_calibration
     return apply_calibration(topology, calibration)
 
 
@@ -352,8 +236,6 @@ def _solve_closed(topo_spec: str, coll_spec: str, nodes: int, target: str, tenso
     """`solve --target neuron|jax`: rank strategies, prove the winner on the stand-in, write it."""
     import time
 
-    from ..closed import emit_closed_program, resolve_topology
-    from ..files import check_writable_dir
 
     if tensors < 1:
         raise SynthError(f"--tensors must be at least 1, got {tensors}")
@@ -382,21 +264,9 @@ def _bytes(text: str) -> int:
     return 0 if text.strip() == "0" else parse_size(text)
 
 
-def _served(written: Any) -> list[tuple[Any, Any, str | None]]:
-    """Per swept size: (its cost point under the winner, the winner, the file serving it); empty
-    when no size ranges were chosen (an MSCCL++ plan)."""
-    out = []
-    for r, f in zip(written.ranges, written.range_files, strict=True):
-        at = {p.bytes: p for p in r.candidate.costs}
-        out.extend((at[size], r.candidate, f) for size in r.sizes)
-    return out
-
-
 def _solve_json(result: Any, files: list[str], written: Any) -> dict[str, Any]:
-    from ..solve import ranges_table
-
     best = result.best
-    served = _served(written) or [(p, best, None) for p in best.costs]
+    served = served_sizes(written) or [(p, best, None) for p in best.costs]
     return {
         "xml_verified_modes": [rep.mode for rep in written.xml_reports],
         "mscclpp_verified": bool(written.plan_reports),
@@ -437,8 +307,6 @@ def _print_solve(result: Any, files: list[str], written: Any, vs_nccl: Any = Non
               f"{s.collective.chunks_per_rank} chunk(s)/rank — [green]verified[/green] "
               f"in {result.seconds:.2f} s")
     if result.encoding == "auto":
-        from ..encodings import auto_reason
-
         out.print(f"auto: {auto_reason(result.topology, result.collective)}; each size range "
                   f"gets its fastest candidate (by the {written.winners_by} model)")
     if s.meta.get("why"):
@@ -457,7 +325,7 @@ def _print_solve(result: Any, files: list[str], written: Any, vs_nccl: Any = Non
     for col in cols:
         table.add_column(col, justify="right")
     run_at = {p.bytes: p.time_us for p in runtime.points} if runtime is not None else {}
-    served = _served(written) or [(p, best, None) for p in best.costs]
+    served = served_sizes(written) or [(p, best, None) for p in best.costs]
     for i, (p, c, _) in enumerate(served):
         row = [format_size(p.bytes), c.name, f"{p.time_us:.2f}", f"{p.algbw_GBps:.2f}",
                f"{p.bound_us:.2f}", f"{p.pct_of_bound:.1f}"]
@@ -470,8 +338,6 @@ def _print_solve(result: Any, files: list[str], written: Any, vs_nccl: Any = Non
         table.add_row(*row)
     out.print(table)
     if len(written.ranges) > 1:
-        from ..solve import ranges_table
-
         by = written.winners_by
         rt = Table(title=f"size range -> file, winners by the {by} model (times and % of bound "
                          "at the range's largest size)")
@@ -499,8 +365,6 @@ def _print_solve(result: Any, files: list[str], written: Any, vs_nccl: Any = Non
                   "timed program model (synth.timing.program: threadblocks, grid iterations, FIFO "
                   "slots, shared links; validated in results/reality_msccl.md)[/dim]")
     if vs_nccl is not None:
-        from ..timing.nccl import SOURCE
-
         cmp = Table(title="against NCCL (both with their runtime floors)")
         for col in ("size", "runtime µs", "timed by", "NCCL µs", "NCCL runs", "vs NCCL"):
             cmp.add_column(col, justify="right")
@@ -542,8 +406,6 @@ class _nullcontext:
 # ---------------------------------------------------------------------------------------- verify
 def _load_schedule(path: str, topo_spec: str | None, calibration: str | None = None,
                    check: bool = True) -> tuple[Schedule, Topology]:
-    from ..files import read_input
-
     schedule = Schedule.from_json(read_input(path, "schedule file"), path)
     topology = _with_calibration(load_topology(topo_spec or schedule.topology), calibration)
     if (check and schedule.topology_hash and schedule.topology_hash != topology.content_hash
@@ -569,8 +431,6 @@ def _load_schedule(path: str, topo_spec: str | None, calibration: str | None = N
 def verify_cmd(file: str, topo_spec: str | None, mode: str, xml_profile: str, root: int | None,
                calibration: str | None, as_json: bool) -> None:
     """Verify a schedule JSON, MSCCL-IR XML or MSCCL++ plan JSON: exit 0 if correct, 1 if not."""
-    from ..verify import verify
-
     # options that do not apply to the file are refused, not ignored: "verified" after
     # `--topo ring:4` on an 8-rank XML read as a check against ring:4 that never happened
     ignored = [name for name, value in (("--topo", topo_spec), ("--calibration", calibration))
@@ -605,15 +465,10 @@ def verify_cmd(file: str, topo_spec: str | None, mode: str, xml_profile: str, ro
 
 
 def _is_mscclpp_plan(file: str) -> bool:
-    from ..files import read_input
-    from ..mscclpp import is_plan_text
-
     return file.endswith(".json") and is_plan_text(read_input(file))
 
 
 def _verify_mscclpp(file: str, as_json: bool) -> None:
-    from ..mscclpp import verify_plan_file
-
     _, r = verify_plan_file(file)
     if as_json:
         click.echo(dumps_json({"file": file, "verified": True, "format": "mscclpp",
@@ -630,10 +485,6 @@ def _verify_mscclpp(file: str, as_json: bool) -> None:
 
 
 def _verify_xml(file: str, mode: str, profile: str, root: int | None, as_json: bool) -> None:
-    from ..emit.interpreter import MODES, verify_program
-    from ..emit.xml_parse import normalize_coll, parse_program
-    from ..files import read_input
-
     program = parse_program(read_input(file, "XML file"), file, profile)
     expected = None
     if root is not None:
@@ -676,9 +527,6 @@ def simulate(file: str, topo_spec: str | None, nodes: int, sizes: str | None,
              calibration: str | None, xml_profile: str, trace_path: str | None,
              as_json: bool) -> None:
     """Predict a schedule's (α-β model) or an MSCCL-IR XML program's (timed model) time over sizes."""
-    from ..solve import cost_profile
-    from ..verify import verify
-
     if file.endswith(".xml"):
         _simulate_xml(file, topo_spec, nodes, sizes, calibration, xml_profile, trace_path, as_json)
         return
@@ -708,15 +556,9 @@ def _simulate_xml(file: str, topo_spec: str | None, nodes: int, sizes: str | Non
                   calibration: str | None, profile: str, trace_path: str | None,
                   as_json: bool) -> None:
     """Verify the XML with the interpreter (exit 1 with its message if it fails), then time it."""
-    from ..emit.interpreter import verify_program
-    from ..emit.xml_parse import parse_program
-    from ..files import read_input
-    from ..timing.program import program_model, program_time, sweep, write_trace
-
     if topo_spec is None:
         raise SynthError("an XML file names no topology: pass --topo (and --nodes)")
     if trace_path is not None:
-        from ..files import check_output_file
         check_output_file(Path(trace_path), "--trace")
     program = parse_program(read_input(file, "XML file"), file, profile)
     topology = _with_calibration(load_topology(topo_spec, nodes), calibration)

@@ -7,9 +7,13 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from ..files import dumps_json
+from ..builders import multinode
+from ..errors import SynthError
+from ..files import atomic_write, check_output_file, dumps_json, parse_data
+from ..summary import topology_summary
+from ..topo_import import import_topology
 from ..topology import Topology
-from ..topology_io import load_topology, shipped_files, shipped_names
+from ..topology_io import load_topology, parse_topology, shipped_files, shipped_names
 from .console import out
 
 
@@ -53,8 +57,6 @@ def topo_list(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the full topology as JSON.")
 def topo_show(name: str, nodes: int, as_json: bool) -> None:
     """What synth believes the machine NAME is: ranks, links, bandwidth per rank, bounds."""
-    from ..summary import topology_summary
-
     t = load_topology(name, nodes)
     summary = topology_summary(t)
     if as_json:
@@ -106,11 +108,6 @@ def topo_import(file: str, fmt: str, out_file: str, name: str | None, nodes: int
     Prints what it read, what it inferred and what it assumed; refuses a file it cannot read
     with the line and element.
     """
-    from ..errors import SynthError
-    from ..files import atomic_write, check_output_file
-    from ..summary import topology_summary
-    from ..topo_import import import_topology
-
     if assume_nic_gbps is not None and not 0 < assume_nic_gbps < 1e5:
         raise SynthError(f"--assume-nic-gbps must be a speed in Gbit/s, got {assume_nic_gbps:g}")
     target = check_output_file(Path(out_file), "--out")
@@ -133,8 +130,4 @@ def topo_import(file: str, fmt: str, out_file: str, name: str | None, nodes: int
 
 def load_topology_from_text(text: str, path: str, nodes: int) -> Topology:
     """The N-node cluster of an imported node (validated like --topo FILE --nodes N)."""
-    from ..builders import multinode
-    from ..files import parse_data
-    from ..topology_io import parse_topology
-
     return multinode(parse_topology(parse_data(text, path), path), nodes)

@@ -15,7 +15,7 @@ between them, and how many calls it makes (OverlayCCL's strategy layer). This pa
 * :mod:`.reference` and :mod:`.standin`: NumPy semantics of every primitive and stand-ins for
   ``xm``/``torch`` and ``jax.lax`` that run the emitted modules unchanged;
 * :mod:`.search`: ranking (``synth strategies``) and :func:`emit_closed_program` (``synth solve
-  --target neuron|jax``).
+  --format neuron|jax``).
 """
 
 from .mesh import Mesh, mesh_for_topology, resolve_topology, tpu_v5e

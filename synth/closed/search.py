@@ -1,5 +1,5 @@
 """Ranking strategies and emitting the winner: the library behind ``synth strategies`` and
-``synth solve --target neuron|jax``.
+``synth solve --format neuron|jax``.
 
 Message size convention (nccl-tests, as in :mod:`synth.collectives`): ``nbytes`` is the size of
 the buffer a collective is quoted by, per tensor: the full output of allgather (so each rank

@@ -56,6 +56,7 @@ Calibration (``calibration["protocols"]``): per protocol any of ``efficiency``, 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -310,6 +311,58 @@ class Run:
     schedule: Schedule
     proto: str = "Simple"
     instances: int = 1
+
+
+# ---------------------------------------------------- what --proto and --instances do to a file
+@dataclass(frozen=True)
+class RuntimePoint:
+    """The predicted time of the emitted file at one size, as the MSCCL runtime would run it."""
+
+    bytes: int
+    time_us: float
+    """``inf`` beyond the largest message the file can run (``MSCCL_MAX_ITER``)."""
+
+    @property
+    def algbw_GBps(self) -> float:
+        return self.bytes / (self.time_us * 1e3) if 0 < self.time_us < math.inf else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        finite = math.isfinite(self.time_us)
+        return {"bytes": self.bytes, "time_us": round(self.time_us, 6) if finite else None,
+                "algbw_GBps": round(self.algbw_GBps, 6) if finite else None}
+
+
+@dataclass(frozen=True)
+class RuntimeProfile:
+    """:func:`runtime_profile`: one (protocol, instances) pair's predicted times over the sizes."""
+
+    proto: str
+    instances: int
+    max_bytes: int
+    """The largest message the file runs with this protocol and instance count."""
+    source: str
+    points: list[RuntimePoint]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"proto": self.proto, "instances": self.instances, "max_bytes": self.max_bytes,
+                "model": "synth.timing.protocol: step model + protocol launch, per-step "
+                         "synchronisation, channel caps, instances; " + self.source,
+                "costs": [p.to_dict() for p in self.points]}
+
+
+def runtime_profile(schedule: Schedule, topology: Topology, sizes: Sequence[int],
+                    proto: str = "Simple", instances: int = 1, calibration: Any = None
+                    ) -> RuntimeProfile:
+    """What ``--proto`` and ``--instances`` do to the time: the schedule run by the MSCCL runtime
+    with that protocol over that many channel sets (:func:`synth.timing.protocol.predict_times_us`, the
+    model catalogs tune with). The step model alone (:func:`cost_profile`) is the wire: the same
+    for every protocol, and what the lower bound is compared with."""
+    times = predict_times_us(schedule, topology, sizes, proto, instances, calibration)
+    model = default_model(topology)
+    limit = max_message_bytes(schedule.collective.buffer_chunks, model.get(proto), instances)
+    source = model.source + ("; calibration file applied" if calibration is not None else "")
+    return RuntimeProfile(proto, instances, limit, source,
+                          [RuntimePoint(int(z), float(t)) for z, t in zip(sizes, times, strict=True)])
 
 
 class ProtocolTimes:

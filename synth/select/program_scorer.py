@@ -1,0 +1,330 @@
+"""The timed program model as a scorer: each candidate compiled to XML once, parsed, and simulated
+at the sizes where a runtime selects it, within a budget of estimated work.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from .. import progress
+from ..emit import XmlOptions, emit_verified_xml
+from ..emit.interpreter import LL128_CHUNK_BYTES, LL_CHUNK_BYTES, SIMPLE_CHUNK_BYTES
+from ..emit.xml_parse import parse_program
+from ..errors import SynthError
+from ..guards import xml_estimate
+from ..timing.program import program_model, program_times_us, slicing
+from ..topology import Topology
+from .buckets import runs_at
+from .candidates import Candidate, SolveResult
+
+PROGRAM_COST_BUDGET = 5_000_000
+"""Estimated program-model work :func:`deciding_scorer` ``auto`` spends before falling back to the
+lock-step model, in op-iterations (:func:`program_cost`: one XML step of one threadblock walked
+once per grid iteration). Measured at 8-16 µs of simulation each (dgx1 and trn1_32 allgather,
+1 KB..1 GB), so about 40-80 s: a small fraction of a MILP solve, and a count, so the decision is
+the same on every machine. It was 3,000,000 until files were compiled one op per chunk where that
+lightens their busiest block (:func:`synth.emit.compile._build`): their simulations cost more,
+trn1_32 allgather's first instance count then measured 3,495,974 (171 simulations), and at
+4,000,000 dgx_a100 x 4 allreduce ran out at 4 KiB (3,962,082 spent) and fell back to lock-step,
+whose pick runs 1 GiB at 45.79% of the bound by the program model, where the program
+model's own pick had run at 68.32% before the change. Before anything is compiled,
+:func:`estimated_program_work` (compiles at :data:`COMPILE_WEIGHT` per step, plus one timing
+per candidate at the largest size) must fit it too; during the timing only simulations are
+counted (the whole program-model phase, compiles included, measured 4.5 s on dgx_a100 x2, 10 s on
+dgx1 and 44 s on trn1_32 allgather at one instance count). The higher instance counts
+(:class:`ProgramScorer`, ``synth solve`` without ``--instances``) get this budget again, their
+own: where it runs out they stop with a note and the winners are still the program model's.
+
+What the count leaves out: a step of ``cnt`` chunks is ``ceil(cnt / M)`` messages, each a flow with
+its own events, and at large sizes ``M`` is 1-2, so a schedule with many chunks per step costs far
+more per op-iteration than the figures above. Measured on the imported IBM 8xH100 machine x 2
+(``tests/data/topo-dumps``), allreduce, 1 KB..1 GB at x1..x8: 2,950,322 estimated (inside the
+budget), 222 s of simulation over 526 triples, 12-1,226 µs per op-iteration (median 32), the
+`trees` candidate (128 chunks per rank) 124 s of it; the whole solve 290 s. Counting messages
+would make the budget a truer clock, but it moves the point where ``auto`` falls back to lock-step
+for cases ``results/emit.md`` records, so it waits for a re-run of that benchmark."""
+
+PRUNE_FACTOR = 2.0
+"""At each size a candidate is simulated only if its lock-step time is at most this many times
+the best program-model time already found there (candidates are tried fastest lock-step first).
+
+Why it is safe: the program model runs the same transfers as the lock-step model plus the
+runtime's floors (launch, per-step synchronisation, FIFO slots, shared links), so it is rarely
+faster than lock-step: the lowest ratio measured is 0.80 (recursive doubling on dgx1 at 1 GB, whose
+steps the runtime pipelines while lock-step serialises them); most are 1.3-14. A skipped candidate
+could only have won if the program model found it more than twice as fast as lock-step does. What
+it risks: such a candidate is ranked after every simulated one at that size."""
+
+
+XmlCache = dict[tuple[str, XmlOptions], tuple[str, tuple[Any, ...]] | str]
+"""(candidate name, options) -> the verified XML text and interpreter reports, or why it cannot
+be produced: shared by the program model and :func:`choose_ranges` so no file is compiled twice."""
+
+
+def compiled_xml(cache: XmlCache, candidate: Candidate, options: XmlOptions
+                 ) -> tuple[str, tuple[Any, ...]] | str:
+    """``candidate``'s interpreter-verified XML under ``options`` (or why there is none), once."""
+    key = (candidate.name, options)
+    if key not in cache:
+        try:
+            text, reports = emit_verified_xml(candidate.schedule, options)
+            cache[key] = (text, tuple(reports))
+        except SynthError as exc:
+            cache[key] = exc.message
+    return cache[key]
+
+
+def program_cost(program: Any, nbytes: int, profile: str = "exec") -> int:
+    """Estimated simulation work of ``program`` at ``nbytes``: its steps (all threadblocks, all
+    ranks) times the grid iterations the call takes (:func:`synth.timing.program.slicing`). The
+    simulator's events scale with both; measured wall time is 8-16 µs per unit (dgx1, trn1_32),
+    up to 1,226 where steps carry many chunks (:data:`PROGRAM_COST_BUDGET`)."""
+    steps = sum(len(tb.steps) for g in program.gpus for tb in g.tbs)
+    return steps * len(slicing(program, int(nbytes), profile).slices)
+
+
+class ProgramScorer:
+    """The timed program model (:mod:`synth.timing.program`) as a :data:`Scorer`: each candidate
+    compiled once to XML with the solve's options (its whole byte range), parsed, and simulated at
+    the sizes where a runtime selects it (:func:`synth.select.runs_at`); ``inf`` elsewhere,
+    where the file deadlocks, where its XML cannot be produced (the reason goes to ``notes``, as
+    :func:`synth.select.choose` words its exclusions), and where :data:`PRUNE_FACTOR`
+    skipped it.
+
+    ``instances``: the instance counts each candidate may compete at (``synth solve`` without
+    ``--instances``: :data:`synth.select.INSTANCES`), the first being the solve's own
+    (``xml.instances``). Why: the runtime caps every flow at one threadblock's copy rate, so a file
+    with one block per connection is far from the link rate at large sizes (mi300x allgather at
+    1 GiB: 18% of the bound at x1, 66% at x8); more instances cost threadblocks and latency, so
+    they are a per-size choice. Each candidate is timed at the first count as before, then at each
+    higher count (doubling) only where it may matter (:meth:`run`); :meth:`at` gives the times of
+    one count, ``__call__`` those of the first.
+
+    The file that serves a range is compiled again with that range's byte bounds (as the lock-step
+    path does), which can change its messages per step; ``compiled`` is shared with
+    :func:`choose_ranges`, so a range whose options equal the solve's reuses the compile here.
+    Simulation runs in :meth:`run`, which stops with :class:`ProgramBudgetExceeded` before the
+    first count's timing would spend more than ``budget`` estimated work (:func:`program_cost`);
+    the higher counts have a ``budget`` of their own (so the first count's timing, which decides
+    whether the program model decides at all, is as before), spent largest size first, and stop
+    with a note where it runs out.
+    """
+
+    name = "program"
+
+    def __init__(self, result: SolveResult, topology: Topology, xml: XmlOptions,
+                 calibration: Any = None, budget: float = math.inf,
+                 prune_factor: float = PRUNE_FACTOR, instances: Sequence[int] | None = None
+                 ) -> None:
+        self.result = result
+        self.topology = topology
+        self.xml = xml
+        self.calibration = calibration
+        self.budget = budget
+        self.prune_factor = prune_factor
+        self.instances = tuple(dict.fromkeys([xml.instances, *sorted(
+            i for i in (instances or ()) if i > xml.instances)]))
+        """Instance counts timed: the solve's own first, then the higher ones tried."""
+        self.compiled: XmlCache = {}
+        self.notes: list[str] = []
+        self.cost = 0
+        """Estimated work spent so far (:func:`program_cost` units)."""
+        self.instances_cost = 0
+        """The part of ``cost`` spent on the higher instance counts (their own ``budget``)."""
+        self.simulated = 0
+        """(candidate, instances, size) triples simulated."""
+        self.skipped = 0
+        """(candidate, instances, size) triples the prunes skipped."""
+        self.stopped: str | None = None
+        """Why the higher instance counts were not all tried (the budget), else None."""
+        self.cut: tuple[int, str] | None = None
+        """Where the first count's timing ran out of budget after deciding some sizes: the
+        smallest size it decided, and why it stopped (None when it decided every size)."""
+        self.decided: frozenset[int] = frozenset()
+        """The sizes the program model decides; the others are ranked by lock-step."""
+        self._programs: dict[tuple[str, int], Any] = {}
+        self._times: dict[tuple[str, int], list[float]] | None = None
+
+    def _program(self, c: Candidate, instances: int) -> Any | None:
+        """The candidate's parsed full-range XML at ``instances``, or None (with a note) when it
+        has none."""
+        key = (c.name, instances)
+        if key not in self._programs:
+            got = compiled_xml(self.compiled, c, replace(self.xml, instances=instances))
+            if isinstance(got, str):
+                at = f" at x{instances}" if instances != self.xml.instances else ""
+                self.notes.append(f"{c.name} passed over by the program model{at}: {got}")
+                progress.note(self.notes[-1])
+                self._programs[key] = None
+            else:
+                self._programs[key] = parse_program(got[0], f"{c.name}.xml", self.xml.profile)
+        return self._programs[key]
+
+    def run(self) -> dict[tuple[str, int], list[float]]:
+        """Every (candidate, instance count)'s time at every size.
+
+        The first count: largest size first, so the most expensive sizes meet the budget first,
+        and at each size the candidates fastest by lock-step first, pruned by lock-step
+        (:data:`PRUNE_FACTOR`). Then, largest size first, each higher count ``2i``: a candidate
+        is compiled and simulated at a size only where, at the count before, it ran within
+        ``2i / i`` times the prune factor of the fastest candidate at that count and, from the
+        third count on, that count beat the one before it
+        (once doubling stops paying, doubling again is not tried). All counts, no clock, so two
+        runs decide alike.
+
+        Where the first count's budget runs out after some sizes were timed, those sizes keep the
+        program model's ranking and the smaller ones are ranked by lock-step (:attr:`cut`,
+        :meth:`decided_by`); the higher counts are tried at the timed sizes only. Before, one
+        size over budget sent every size back to lock-step: dgx_h100 x 8 allreduce ran out at
+        1 MiB, and its 1 GiB file was lock-step's pick.
+
+        Measured (1 KB..1 GB, shared 2-core machine): the phase takes 2-4x the single-count one
+        (mi300x allgather 584 simulations, 4.5 s; dgx_a100 x2 allgather 446, 21 s), because in
+        this model more instances pay at nearly every size (mi300x direct x8 is faster than x1
+        from 1 KB: 0.1% there, 72% at 1 GB). A rule that stopped trying a count below the size
+        where it gained under 1% cut only 16% of the simulations (mi300x) and wrote three files
+        (x1, x2, x8) where one x8 file is at least as fast everywhere, so it was not kept; the
+        budget bounds the work either way.
+
+        Why the count ratio widens the prune: doubling the instances can speed a file up by more
+        than the prune factor, while the fastest file at the count before gains less, so their
+        order at ``i`` does not predict it at ``2i``. Measured on trn1_32 allgather at 1 GiB: milp
+        took 7,699 µs at x1 against trees_aligned's 3,776 (2.04 times) and 2,863 µs at x2, the
+        fastest file; a prune by the plain factor never timed it at x2."""
+        if self._times is not None:
+            return self._times
+        cands = self.result.candidates
+        sizes = [p.bytes for p in self.result.best.costs]
+        times = {(c.name, i): [math.inf] * len(sizes) for c in cands for i in self.instances}
+        models: dict[str, Any] = {}
+        largest_first = sorted(range(len(sizes)), key=lambda i: -sizes[i])
+
+        def runs(c: Candidate, inst: int, i: int) -> bool:
+            return bool(runs_at(np.array([sizes[i]]), c.schedule.collective.buffer_chunks,
+                                inst)[0])
+
+        def simulate(c: Candidate, inst: int, i: int, first: bool) -> float:
+            program = self._program(c, inst)
+            if program is None:
+                return math.inf
+            cost = program_cost(program, sizes[i], self.xml.profile)
+            if first and self.cost + cost > self.budget:
+                raise ProgramBudgetExceeded(self.cost, cost, self.budget, sizes[i], c.name)
+            if not first and self.instances_cost + cost > self.budget:
+                raise _StopInstances(f"{c.name} x{inst} on {sizes[i]} bytes would pass their "
+                                     f"budget ({self.budget:,.0f} op-iterations)")
+            if not first:
+                self.instances_cost += cost
+            self.cost += cost
+            self.simulated += 1
+            if program.proto not in models:
+                models[program.proto] = program_model(self.topology, program.proto,
+                                                      self.calibration)
+            t = program_times_us(program, self.topology, [sizes[i]],
+                                 model=models[program.proto], profile=self.xml.profile)[0]
+            times[(c.name, inst)][i] = t
+            return t
+
+        base = self.instances[0]
+        decided: list[int] = []
+        try:
+            for i in largest_first:
+                order = sorted((c for c in cands if runs(c, base, i)),
+                               key=lambda c: (c.costs[i].time_us, c.report.steps, c.name))
+                best = math.inf
+                for c in order:
+                    if c.costs[i].time_us > self.prune_factor * best:
+                        self.skipped += 1
+                        continue
+                    best = min(best, simulate(c, base, i, True))
+                decided.append(i)
+        except ProgramBudgetExceeded as exc:
+            if not decided:
+                raise
+            # the sizes timed so far keep the program model's verdict; below them (the cheaper
+            # sizes, where files differ least) every candidate is ranked by lock-step
+            self.cut = (sizes[min(decided, key=lambda i: sizes[i])], str(exc))
+            for i in range(len(sizes)):
+                if i not in decided:
+                    for c in cands:
+                        times[(c.name, base)][i] = c.costs[i].time_us
+        self.decided = frozenset(sizes[i] for i in decided)
+        try:
+            for i in largest_first:     # sizes outer: the budget goes to the largest sizes first
+                if i not in decided:
+                    continue
+                for k, inst in enumerate(self.instances[1:], start=1):
+                    prev = self.instances[k - 1]
+                    before = self.instances[k - 2] if k >= 2 else None
+                    ref = min(times[(c.name, prev)][i] for c in cands)
+                    order = sorted(cands, key=lambda c: (times[(c.name, prev)][i], c.name))
+                    for c in order:
+                        t = times[(c.name, prev)][i]
+                        if not math.isfinite(t) or not runs(c, inst, i):
+                            continue
+                        if t > self.prune_factor * (inst / prev) * ref or (
+                                before is not None and not t < times[(c.name, before)][i]):
+                            self.skipped += 1
+                            continue
+                        simulate(c, inst, i, False)
+        except _StopInstances as exc:
+            self.stopped = str(exc)
+        self._times = times
+        return times
+
+    def decided_by(self, nbytes: int) -> str:
+        """Which model ranks the candidates at ``nbytes``: ``program``, or ``lockstep`` below
+        the sizes the budget let it time (:attr:`cut`)."""
+        self.run()
+        return "program" if nbytes in self.decided else "lockstep"
+
+    def at(self, candidate: Candidate, instances: int) -> list[float]:
+        """The candidate's times compiled with ``instances`` (``inf`` where it was not timed)."""
+        run = self.run()
+        key = (candidate.name, instances)
+        return run[key] if key in run else [math.inf] * len(self.result.best.costs)
+
+    def __call__(self, candidate: Candidate) -> list[float]:
+        return self.at(candidate, self.instances[0])
+
+
+COMPILE_WEIGHT = 4
+"""Op-iterations one compiled and verified XML step is worth in :func:`estimated_program_work`
+(compile + interpreter about 60 µs a step on trn1_32, simulation 8-16 µs an op-iteration)."""
+
+
+def estimated_program_work(result: SolveResult, xml: XmlOptions) -> int:
+    """Work the program model cannot avoid, estimated from the schedules before anything is
+    compiled: every candidate compiled once (:data:`COMPILE_WEIGHT` per step) and timed once at the
+    largest size. Steps per rank come from :func:`synth.guards.xml_estimate` (an under-estimate:
+    nops, copies and unfused sends come on top), grid iterations from the chunk size against the
+    protocol's slice (spec §3.5). A 512-rank machine's candidates are far over the budget here,
+    so ``auto`` decides by lock-step without spending minutes compiling files it cannot time."""
+    slice_bytes = {"Simple": SIMPLE_CHUNK_BYTES, "LL": LL_CHUNK_BYTES,
+                   "LL128": LL128_CHUNK_BYTES}.get(xml.proto, SIMPLE_CHUNK_BYTES)
+    largest = max(p.bytes for p in result.best.costs)
+    total = 0
+    for c in result.candidates:
+        est = xml_estimate(c.schedule, xml.instances)
+        steps = (est.receives + est.sends) * xml.instances * c.schedule.collective.num_ranks
+        chunk = largest / max(1, c.schedule.collective.buffer_chunks * xml.instances)
+        total += steps * (COMPILE_WEIGHT + max(1, math.ceil(chunk / slice_bytes)))
+    return int(total)
+
+
+class _StopInstances(Exception):
+    """The higher instance counts would pass the budget: they stop where they are."""
+
+
+class ProgramBudgetExceeded(Exception):
+    """:meth:`ProgramScorer.run` would pass its budget (not an error: ``auto`` falls back)."""
+
+    def __init__(self, spent: int, next_cost: int, budget: float, size: int, name: str) -> None:
+        super().__init__(f"the program model's estimated cost passed its budget ({budget:,.0f} "
+                         f"op-iterations) after {spent:,}, at {name} on {size} bytes "
+                         f"({next_cost:,} more)")

@@ -1,0 +1,209 @@
+"""Candidates ranked per size bucket by a scorer, and the winning configuration of every size range
+with its interpreter-verified file.
+
+Both ``synth solve`` and ``synth catalog`` end in :func:`synth.select.ranges.choose`; this module is
+how ``solve`` gets there from its candidates and a scorer (:mod:`synth.select.scorers`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from ..emit import XmlOptions, xml_unsupported_reason
+from ..errors import SynthError
+from .buckets import make_buckets, runs_at
+from .candidates import Candidate, SolveResult
+from .program_scorer import XmlCache, compiled_xml
+from .ranges import NEAR_TIE, BucketTuning, Config, Range, choose
+from .scorers import Scorer, lockstep_scorer
+
+
+@dataclass(frozen=True)
+class SizeRange:
+    """Message sizes ``lo..hi`` (inclusive; ``hi`` 0 = unbounded) and the candidate serving them."""
+
+    lo: int
+    hi: int
+    candidate: Candidate
+    sizes: tuple[int, ...]
+    """The requested sizes that fall in the range (where its time and % of bound are reported)."""
+    xml: str | None = None
+    reports: tuple[Any, ...] = ()
+    model_us: tuple[float, ...] = ()
+    """The deciding model's time at each of ``sizes`` (:data:`Scorer`)."""
+    instances: int = 1
+    """The instance count its file is compiled with (:class:`ProgramScorer` chooses it)."""
+    decided_by: str | None = None
+    """The model that ranked the range's largest size, where it differs by size
+    (:meth:`ProgramScorer.decided_by`); None: the solve's ``winners_by``."""
+
+    def to_dict(self, file: str | None) -> dict[str, Any]:
+        return {"min_bytes": self.lo, "max_bytes": self.hi,
+                "algorithm": self.candidate.schedule.algorithm, "candidate": self.candidate.name,
+                "instances": self.instances, "file": file}
+
+
+def _config(c: Candidate, xml: XmlOptions | None, instances: int | None = None) -> Config:
+    return Config(c.name, c.schedule.collective.chunks_per_rank, xml.proto if xml else "Simple",
+                  instances if instances is not None else xml.instances if xml else 1)
+
+
+def model_instances(model: Scorer, xml: XmlOptions | None) -> tuple[int, ...]:
+    """The instance counts ``model`` times (the first is the solve's own): a
+    :class:`ProgramScorer`'s, else ``xml.instances`` alone."""
+    return tuple(getattr(model, "instances", ())) or ((xml.instances,) if xml else (1,))
+
+
+def config_times(model: Scorer, candidate: Candidate, instances: int) -> Sequence[float]:
+    """``candidate``'s times under ``model`` compiled with ``instances`` (a model without a notion
+    of instances, such as :func:`lockstep_scorer`, gives its one profile)."""
+    at = getattr(model, "at", None)
+    return at(candidate, instances) if at is not None else model(candidate)
+
+
+def rank_sizes(result: SolveResult, xml: XmlOptions | None, model: Scorer = lockstep_scorer
+               ) -> tuple[list[BucketTuning], dict[Config, Candidate]]:
+    """Per size bucket (:func:`synth.select.make_buckets` over the sizes inside the XML's
+    byte range), the candidates fastest first under ``model``.
+
+    The configurations are (candidate, instance count) for every count ``model`` times
+    (:func:`model_instances`; a higher count only where it was timed somewhere). Where a file is
+    written, a configuration whose ``nchunksperloop`` does not divide a size's element count is
+    never selected there by the runtime (:func:`synth.select.runs_at`), so it ranks after
+    every one that runs there; ties go to fewer instances, then the faster by lock-step
+    (``model`` may leave several at ``inf``: :class:`ProgramScorer`), then fewer steps, then
+    the name. Each bucket carries its configurations' times (``inf`` where they do not run) for
+    the near-tie settling (:data:`NEAR_TIE`).
+    """
+    sizes = [p.bytes for p in result.best.costs]
+    lo = xml.min_bytes if xml else 0
+    hi = xml.max_bytes if xml and xml.max_bytes else None
+    inside = [s for s in sizes if s >= lo and (hi is None or s <= hi)]
+    if not inside:
+        raise SynthError(f"no size of the sweep ({sizes[0]}..{sizes[-1]} bytes) lies in the XML's "
+                         f"byte range {lo}..{hi or 'unbounded'} (--min-bytes/--max-bytes)")
+    buckets = make_buckets(inside)
+    # the outer buckets reach the file's byte range: sizes outside the sweep go to its ends
+    buckets[0] = replace(buckets[0], lo=lo)
+    buckets[-1] = replace(buckets[-1], hi=hi or 0)
+    levels = model_instances(model, xml)
+    times: dict[Config, dict[int, float]] = {}
+    lookup: dict[Config, Candidate] = {}
+    for c in result.candidates:
+        for k, inst in enumerate(levels):
+            t = list(config_times(model, c, inst))
+            if k and not any(math.isfinite(x) for x in t):
+                continue    # a higher count never timed: not a configuration
+            cfg = _config(c, xml, inst)
+            lookup[cfg] = c
+            times[cfg] = dict(zip(sizes, t, strict=True))
+    wire = {c.name: {p.bytes: p.time_us for p in c.costs} for c in result.candidates}
+    out = []
+    for b in buckets:
+        def runs(cfg: Config, size: int = b.size) -> bool:
+            return xml is None or bool(runs_at(np.array([size]),
+                                               lookup[cfg].schedule.collective.buffer_chunks,
+                                               cfg.instances)[0])
+
+        def key(cfg: Config, size: int = b.size) -> tuple:
+            c = lookup[cfg]
+            return (not runs(cfg), times[cfg][size], cfg.instances, wire[c.name][size],
+                    c.report.steps, c.name)
+        ranking = sorted(lookup, key=key)
+        at = {cfg: times[cfg][b.size] if runs(cfg) else math.inf for cfg in ranking}
+        out.append(BucketTuning(b, ranking, len(ranking), len(ranking), ranking[0], at))
+    return out, lookup
+
+
+def range_options(xml: XmlOptions, lo: int, hi: int, instances: int | None = None
+                   ) -> XmlOptions:
+    """The file's byte range: inclusive ``hi`` (exec, rccl) or exclusive ``hi + 1`` (legacy,
+    spec §2.1); 0 stays unbounded. ``instances``: the range's own count (default the solve's)."""
+    top = hi + 1 if hi and xml.profile == "legacy" else hi
+    return replace(xml, min_bytes=lo, max_bytes=top,
+                   instances=xml.instances if instances is None else instances)
+
+
+def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer = lockstep_scorer
+                  ) -> tuple[list[SizeRange], list[str]]:
+    """The winner of every size range, each with its interpreter-verified XML (when ``xml``).
+
+    Selection is the catalog's (:func:`synth.select.choose`): adjacent buckets with one
+    winner merge into one range, one file, and near ties (:data:`NEAR_TIE`) do not split ranges;
+    a configuration (candidate, instances) whose file cannot be produced (a hard limit
+    of the runtime, named with its excess by the compiler) is excluded with that reason and its
+    buckets go to their next-best candidate. Returns the ranges and the notes on exclusions.
+
+    Each range's file is compiled with that range's byte bounds; a model that already compiled
+    the candidates (:class:`ProgramScorer`, its ``compiled`` cache) lends them, so a range whose
+    options equal the ones it compiled with is not compiled again.
+    """
+    notes: list[str] = []
+    if xml is not None:
+        why = xml_unsupported_reason(result.best.schedule, xml)
+        if why:     # the collective has no MSCCL-IR form: the same for every candidate
+            notes.append(f"no XML: {why}")
+            xml = None
+    tunings, lookup = rank_sizes(result, xml, model)
+    made: XmlCache = getattr(model, "compiled", {})
+
+    def attempt(r: Range) -> str | None:
+        if xml is None:
+            return None
+        got = compiled_xml(made, lookup[r.config],
+                           range_options(xml, r.lo, r.hi, r.config.instances))
+        return got if isinstance(got, str) else None
+
+    choice = choose(tunings, attempt, NEAR_TIE)
+    sizes = [p.bytes for p in result.best.costs]
+    ranges = []
+    for r in choice.ranges:
+        inside = tuple(s for s in sizes if s >= r.lo and (not r.hi or s <= r.hi))
+        cand = lookup[r.config]
+        got = (made.get((cand.name, range_options(xml, r.lo, r.hi, r.config.instances)))
+               if xml is not None else None)
+        text, reports = got if isinstance(got, tuple) else (None, ())
+        at = dict(zip(sizes, config_times(model, cand, r.config.instances), strict=True))
+        by = getattr(model, "decided_by", None)
+        ranges.append(SizeRange(r.lo, r.hi, cand, inside, text, reports,
+                                tuple(at[s] for s in inside), r.config.instances,
+                                by(inside[-1]) if by is not None and inside else None))
+    several = len(model_instances(model, xml)) > 1
+    notes += [f"{cfg.family}{f' x{cfg.instances}' if several else ''} passed over: {why}"
+              for cfg, why in choice.excluded.items()]
+    if xml is not None:
+        # a runtime never selects a file where it does not run, so the deciding model may not
+        # time it there (ProgramScorer: inf); the missed chance is judged by lock-step
+        notes += _never_selected(result, tunings, choice, lookup, lockstep_scorer,
+                                 "" if model is lockstep_scorer else " by the lock-step model")
+    return ranges, notes
+
+
+def _never_selected(result: SolveResult, tunings: Sequence[BucketTuning], choice: Any,
+                    lookup: dict[Config, Candidate], model: Scorer, by: str = "") -> list[str]:
+    """Notes on candidates faster than a bucket's winner whose file a runtime would not select
+    there (``nchunksperloop`` does not divide the element count, spec §3.1)."""
+    sizes = [p.bytes for p in result.best.costs]
+    times = {cfg: dict(zip(sizes, config_times(model, c, cfg.instances), strict=True))
+             for cfg, c in lookup.items()}
+    winner = {b: r.config for r in choice.ranges for b in r.buckets}
+    missed: dict[str, list[int]] = {}
+    chunks = {c.name: c.schedule.collective.buffer_chunks for c in result.candidates}
+    for t in tunings:
+        size = t.bucket.size
+        won = times[winner[t.bucket.index]][size]
+        for cfg in t.ranking:
+            c = lookup[cfg]
+            if times[cfg][size] < won and not runs_at(
+                    np.array([size]), c.schedule.collective.buffer_chunks, cfg.instances)[0] \
+                    and size not in missed.get(c.name, ()):
+                missed.setdefault(c.name, []).append(size)
+    return [f"{name} would be faster{by} at {len(at)} size(s) ({at[0]}..{at[-1]} bytes) but its "
+            f"nchunksperloop ({chunks[name]}) "
+            f"does not divide their fp32 element counts, so no runtime selects it there (spec §3.1)"
+            for name, at in missed.items()]
