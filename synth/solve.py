@@ -41,7 +41,7 @@ from .outputs.msccl import sm_count
 from .outputs.mscclpp import PlanTarget
 from .outputs.report import served_sizes
 from .schedule import Schedule
-from .select.candidates import Candidate, SolveResult, cost_profile
+from .select.candidates import Candidate, SolveResult, cost_profile, nccl_points
 from .select.nccl import NcclComparison, compare_with_nccl
 from .select.ranges import INSTANCES
 from .select.scorers import deciding_scorer
@@ -147,6 +147,7 @@ def run(req: SolveRequest) -> SolveOutcome:
         result = solve(topology, collective, encoding=req.encoding, algorithm=req.algorithm,
                        sizes=req.sizes, time_limit_s=req.time_limit_s, chunks=req.chunks,
                        extra=req.extra, nccl_calibration=nccl_cal, budget=budget)
+        result.calibration = req.calibration
         if req.format == "mscclpp":
             plan = PlanTarget(topology, PlanOptions(
                 proto=req.proto, instances=req.instances or 1, max_threadblocks=sm_count(topology),
@@ -158,15 +159,17 @@ def run(req: SolveRequest) -> SolveOutcome:
                                                         req.calibration, instances=tried)
             result.notes += notes
             written = prepare_winners(result, out_dir, xml, scorer, tag, decided_by)
-            result.best = written.ranges[-1].candidate  # the one serving the largest size
+            mine = [r.candidate for r in written.ranges if r.candidate is not None]
+            if mine:
+                result.best = mine[-1]  # the one serving the largest size synth serves
     texts = dict(written.pending)
     rank_files = rank_maps(written.files, group) if group is not None else {}
     runtime = served_runtime(result, written, topology, list(req.sizes), req.proto,
                              req.instances or 1, req.calibration)
-    program_us = (program_times(written, texts, topology, list(req.sizes), xml.profile
+    program_us = (program_times(written, result, texts, topology, list(req.sizes), xml.profile
                                 if xml else "exec", req.calibration) if req.time_program else None)
-    vs_nccl = compare_with_nccl(result.best.schedule, topology, req.sizes, nccl_cal,
-                                req.calibration, program_us)
+    vs_nccl = compare_with_nccl(result, written.ranges, req.sizes, req.proto, req.instances or 1,
+                                nccl_cal, program_us)
     commit(written, rank_files)
     return SolveOutcome(result, written, runtime, program_us, vs_nccl)
 
@@ -177,6 +180,7 @@ def solve(topology: Topology, collective: Collective, *, encoding: str = "auto",
           extra: dict[str, Any] | None = None, nccl_calibration: Any = None,
           budget: Budget | None = None) -> SolveResult:
     """Produce, verify and cost schedules; the best is the one closest to the bound overall.
+    NCCL's own times come along (``SolveResult.nccl``): it competes in every selection.
 
     With a ``budget`` (:mod:`synth.guards`) every candidate is sized before it is verified: one
     over the memory budget or, when XML is wanted, over the runtime's limits is passed over with a
@@ -201,12 +205,12 @@ def solve(topology: Topology, collective: Collective, *, encoding: str = "auto",
         with progress.phase(f"verify and cost {name} ({schedule.num_transfers:,} transfers)"):
             report = verify(schedule, topology)
             candidates.append(Candidate(name, schedule, report,
-                                        cost_profile(schedule, topology, sizes, bound,
-                                                     nccl_calibration)))
+                                        cost_profile(schedule, topology, sizes, bound)))
     candidates.sort(key=lambda c: (-c.score, c.report.steps, c.name))
     ran = "baseline" if encoding == "auto" and algorithm else encoding  # --algo: baseline only
     return SolveResult(topology, collective, ran, candidates[0], candidates, bound,
-                       time.perf_counter() - start, notes=notes)
+                       time.perf_counter() - start, notes=notes,
+                       nccl=nccl_points(topology, collective, sizes, bound, nccl_calibration))
 
 
 def within_budget(found: dict[str, Schedule], budget: Budget
@@ -232,31 +236,32 @@ def within_budget(found: dict[str, Schedule], budget: Budget
 
 def served_runtime(result: SolveResult, written: Written, topology: Topology, sizes: list[int],
                    proto: str, instances: int, calibration: str | None) -> RuntimeProfile:
-    """:func:`synth.timing.protocol.runtime_profile` of what serves each size (the best
-    candidate's file when no size ranges were chosen), each range with its file's instances;
-    ``max_bytes`` and ``instances`` are the largest range's file's."""
-    if not written.ranges:
+    """:func:`synth.timing.protocol.runtime_profile` of what synth serves (the best candidate's
+    file when no size ranges were chosen), each range with its file's instances; ``max_bytes``
+    and ``instances`` are the largest range's file's; sizes left to NCCL are not in it."""
+    if not any(r.candidate for r in written.ranges):
         return runtime_profile(result.best.schedule, topology, sizes, proto, instances, calibration)
     parts = [runtime_profile(r.candidate.schedule, topology, list(r.sizes), proto, r.instances,
-                             calibration) for r in written.ranges if r.sizes]
+                             calibration) for r in written.ranges if r.sizes and r.candidate]
     return RuntimeProfile(proto, parts[-1].instances, parts[-1].max_bytes, parts[-1].source,
                           [p for part in parts for p in part.points])
 
 
-def program_times(written: Written, texts: dict[Path, str], topology: Topology, sizes: list[int],
-                  profile: str, calibration: str | None) -> list[float] | None:
+def program_times(written: Written, result: SolveResult, texts: dict[Path, str],
+                  topology: Topology, sizes: list[int], profile: str, calibration: str | None
+                  ) -> list[float] | None:
     """Per size, the time of the XML that serves it under the timed program model (None without
-    an XML).
+    an XML; ``inf`` at a size no XML serves, such as one left to NCCL).
 
     ``texts``: the files to be written (path -> text); they are timed before anything is written,
     so a failure here leaves no file behind. Every XML was verified by the interpreter when it
     was produced (``emit_verified_xml``).
     """
     by_name = {str(path): text for path, text in texts.items()}
-    serving = {p.bytes: f for p, _, f in served_sizes(written)}
+    serving = {p.bytes: f for p, _, f in served_sizes(written, result)}
     if not any(serving.values()):
         xml = [f for f in by_name if f.endswith(".xml")]
-        if not xml:
+        if not xml or any(r.candidate is None for r in written.ranges):
             return None
         serving = dict.fromkeys(sizes, xml[0])
     out: dict[int, float] = {}

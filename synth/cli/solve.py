@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
 
 import click
 from rich.table import Table
@@ -21,22 +20,20 @@ from ..collectives import KINDS, load_collective, make_collective
 from ..emit import XmlOptions
 from ..emit.interpreter import MODES, verify_program
 from ..emit.xml_parse import normalize_coll, parse_program
-from ..encodings import auto_reason
 from ..errors import SynthError
 from ..files import check_output_file, check_writable_dir, dumps_json, read_input
 from ..groups import concurrent, induced, parse_partition
 from ..mscclpp import is_plan_text, verify_plan_file
-from ..outputs.report import ranges_table, served_sizes
 from ..schedule import Schedule
 from ..select.candidates import cost_profile
 from ..sizes import DEFAULT_SIZES, format_size, parse_size, parse_sizes
 from ..solve import SolveRequest, run
-from ..timing.nccl import SOURCE
 from ..timing.program import program_model, program_time, sweep, write_trace
 from ..topology import Topology
 from ..topology_io import load_topology
 from ..verify import verify
 from .console import err, out
+from .solve_report import print_solve, solve_json
 
 
 @click.command()
@@ -158,26 +155,10 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
         time_program=want_program, winners_by=winners_by)
     with progress.activate(console=err, quiet_on_terminal=as_json):
         done = run(request)
-    result, written = done.result, done.written
-    files = [str(f) for f in written.files]
     if as_json:
-        data = _solve_json(result, files, written)
-        data["runtime"] = done.runtime.to_dict()
-        data["vs_nccl"] = [c.to_dict() for c in done.vs_nccl] if done.vs_nccl is not None else None
-        data["program_us"] = ({str(n): (round(t, 4) if t != float("inf") else None)
-                               for n, t in zip(request.sizes, done.program_us, strict=True)}
-                              if done.program_us is not None else None)
-        click.echo(dumps_json(data, indent=2))
+        click.echo(dumps_json(solve_json(done, request.sizes), indent=2))
         return
-    _print_solve(result, files, written, done.vs_nccl, done.program_us, done.runtime)
-    for note in written.notes:
-        out.print(f"[yellow]{note}[/yellow]")
-    for rep in written.xml_reports:
-        out.print(f"XML verified by the interpreter ({rep.mode}): {rep.threadblocks} threadblocks, "
-                  f"{rep.operations} operations, {rep.messages} messages")
-    for rep in written.plan_reports:
-        out.print(f"MSCCL++ plan verified by the plan interpreter: {rep.threadblocks} threadblocks, "
-                  f"{rep.operations} operations, {rep.signals} signals, postcondition holds")
+    print_solve(done)
 
 
 def _solve_partition(ctx: click.Context, topo_spec: str, nodes: int, partition: str,
@@ -262,137 +243,6 @@ def _solve_closed(topo_spec: str, coll_spec: str, nodes: int, target: str, tenso
 
 def _bytes(text: str) -> int:
     return 0 if text.strip() == "0" else parse_size(text)
-
-
-def _solve_json(result: Any, files: list[str], written: Any) -> dict[str, Any]:
-    best = result.best
-    served = served_sizes(written) or [(p, best, None) for p in best.costs]
-    return {
-        "xml_verified_modes": [rep.mode for rep in written.xml_reports],
-        "mscclpp_verified": bool(written.plan_reports),
-        "notes": written.notes,
-        "topology": result.topology.name,
-        "collective": result.collective.name,
-        "ranks": result.topology.num_ranks,
-        "encoding": best.schedule.encoding,
-        "why": best.schedule.meta.get("why"),
-        "algorithm": best.schedule.algorithm,
-        "chunks_per_rank": best.schedule.collective.chunks_per_rank,
-        "verified": True,
-        "steps": best.report.steps,
-        "rounds": best.report.rounds,
-        "solve_seconds": round(result.seconds, 3),
-        "files": files,
-        "bound": {"method": result.bound.method, "latency_us": result.bound.latency_us,
-                  "steps": result.bound.steps},
-        "costs": [{**p.to_dict(), "algorithm": c.name, "file": f} for p, c, f in served],
-        "ranges": [r.to_dict(f) for r, f in zip(written.ranges, written.range_files, strict=True)],
-        "winners_by": written.winners_by,
-        "range_table": ranges_table(result, written.ranges, written.range_files,
-                                    written.winners_by),
-        "candidates": [{"name": c.name, "algorithm": c.schedule.algorithm, "steps": c.report.steps,
-                        "score_pct": round(100 * c.score, 3),
-                        "time_us": {str(p.bytes): round(p.time_us, 6) for p in c.costs}}
-                       for c in result.candidates],
-    }
-
-
-def _print_solve(result: Any, files: list[str], written: Any, vs_nccl: Any = None,
-                 program_us: list[float] | None = None, runtime: Any = None) -> None:
-    best = result.best
-    s = best.schedule
-    out.print(f"[bold]{result.collective.name}[/bold] on [bold]{result.topology.name}[/bold] "
-              f"({result.topology.num_ranks} ranks): {s.encoding}/{s.algorithm}, "
-              f"{best.report.steps} steps, {best.report.rounds} rounds, "
-              f"{s.collective.chunks_per_rank} chunk(s)/rank — [green]verified[/green] "
-              f"in {result.seconds:.2f} s")
-    if result.encoding == "auto":
-        out.print(f"auto: {auto_reason(result.topology, result.collective)}; each size range "
-                  f"gets its fastest candidate (by the {written.winners_by} model)")
-    if s.meta.get("why"):
-        out.print(f"why: {s.meta['why']}")
-    model = ("NCCL's tuning model" if s.meta.get("time_model") == "nccl"
-             else "step model, no runtime floors")
-    table = Table(title=f"predicted cost of what is written ({model}; bound: "
-                        f"{result.bound.method})")
-    cols = ["size", "algorithm", "model_us", "algbw GB/s", "bound µs", "% of bound"]
-    if program_us is not None:
-        runtime = None      # the written file, timed, already runs its --proto and --instances
-    if runtime is not None:
-        cols.append("runtime_us")
-    if program_us is not None:
-        cols.append("program_us")
-    for col in cols:
-        table.add_column(col, justify="right")
-    run_at = {p.bytes: p.time_us for p in runtime.points} if runtime is not None else {}
-    served = served_sizes(written) or [(p, best, None) for p in best.costs]
-    for i, (p, c, _) in enumerate(served):
-        row = [format_size(p.bytes), c.name, f"{p.time_us:.2f}", f"{p.algbw_GBps:.2f}",
-               f"{p.bound_us:.2f}", f"{p.pct_of_bound:.1f}"]
-        if runtime is not None:
-            t = run_at[p.bytes]
-            row.append(f"{t:.2f}" if t != float("inf") else "too large")
-        if program_us is not None:
-            t = program_us[i]
-            row.append(f"{t:.2f}" if t != float("inf") else "deadlock")
-        table.add_row(*row)
-    out.print(table)
-    if len(written.ranges) > 1:
-        by = written.winners_by
-        rt = Table(title=f"size range -> file, winners by the {by} model (times and % of bound "
-                         "at the range's largest size)")
-        for col in ("min bytes", "max bytes", "algorithm", "x", f"{by} µs", "lock-step µs",
-                    "% of bound", "file"):
-            rt.add_column(col, justify="left" if col in ("algorithm", "file") else "right")
-        for row_ in ranges_table(result, written.ranges, written.range_files, by):
-            rt.add_row(str(row_["min_bytes"]), str(row_["max_bytes"] or "unbounded"),
-                       row_["algorithm"] + (" (lock-step)" if row_["winners_by"] != by else ""),
-                       str(row_["instances"]),
-                       f"{row_['decided_us']:.2f}" if row_["decided_us"] is not None else "—",
-                       f"{row_['time_us']:.2f}" if row_["time_us"] else "—",
-                       f"{row_['pct_of_bound']:.1f}" if row_["pct_of_bound"] else "—",
-                       Path(row_["file"]).name if row_["file"] else "—")
-        out.print(rt)
-    if runtime is not None:
-        too_large = any(t == float("inf") for t in run_at.values())
-        out.print(f"[dim]runtime_us: run by the MSCCL runtime with --proto {runtime.proto} "
-                  f"--instances {runtime.instances} (synth.timing.protocol, the catalogs' model: launch, "
-                  "per-step synchronisation, channel caps)"
-                  + (f"; too large: beyond the {runtime.max_bytes} bytes the file can run"
-                     if too_large else "") + "[/dim]")
-    if program_us is not None:
-        out.print("[dim]model_us: the lock-step model above; program_us: the written XML run by the "
-                  "timed program model (synth.timing.program: threadblocks, grid iterations, FIFO "
-                  "slots, shared links; validated in results/reality_msccl.md)[/dim]")
-    if vs_nccl is not None:
-        cmp = Table(title="against NCCL (both with their runtime floors)")
-        for col in ("size", "runtime µs", "timed by", "NCCL µs", "NCCL runs", "vs NCCL"):
-            cmp.add_column(col, justify="right")
-        for c in vs_nccl:
-            cmp.add_row(format_size(c.bytes), f"{c.runtime_us:.2f}", c.runtime_proto,
-                        f"{c.nccl_us:.2f}", f"{c.nccl_algo}/{c.nccl_proto} x{c.nccl_channels}",
-                        f"{c.speedup:.2f}x")
-        out.print(cmp)
-        out.print("[dim]runtime: this schedule as the MSCCL runtime runs it — 'program': the "
-                  "written XML under the timed program model; a protocol name: the step model "
-                  "plus that protocol's launch and per-step floors (synth.timing.protocol). NCCL: what "
-                  f"NCCL's tuner runs and its time ({SOURCE}; validated in results/reality.md). "
-                  "vs NCCL = NCCL / runtime[/dim]")
-    if len(result.candidates) > 1:
-        sizes = [best.costs[0].bytes, best.costs[len(best.costs) // 2].bytes, best.costs[-1].bytes]
-        cand = Table(title="candidates (time µs; best first)")
-        cand.add_column("algorithm")
-        cand.add_column("steps", justify="right")
-        for size in sizes:
-            cand.add_column(format_size(size), justify="right")
-        cand.add_column("mean % of bound", justify="right")
-        for c in result.candidates:
-            by = {p.bytes: p.time_us for p in c.costs}
-            cand.add_row(c.name, str(c.report.steps), *(f"{by[z]:.1f}" for z in sizes),
-                         f"{100 * c.score:.1f}")
-        out.print(cand)
-    for f in files:
-        out.print(f"wrote {f}")
 
 
 class _nullcontext:

@@ -158,8 +158,9 @@ def prepare_winners(result: SolveResult, out_dir: Path, xml: XmlOptions | None =
     """Produce, for every size range, its winner's schedule JSON and verified XML; with more than one
     range also the ``MSCCL_CONFIG`` index and the range table (``<prefix>.ranges.md``).
 
-    Everything is produced and verified in memory (:func:`choose_ranges`); :func:`commit` writes
-    it. Names are :func:`schedule_file_name` and :func:`xml_file_name` (which
+    A range NCCL serves (it was faster there) gets no file at all; when NCCL serves every size,
+    nothing is written. Everything is produced and verified in memory (:func:`choose_ranges`);
+    :func:`commit` writes it. Names are :func:`schedule_file_name` and :func:`xml_file_name` (which
     carries the byte range of each file); ``tag`` as there. ``model`` decides the winners and
     ``winners_by`` names it in the range table (:func:`deciding_scorer` gives both).
     """
@@ -178,6 +179,9 @@ def prepare_winners(result: SolveResult, out_dir: Path, xml: XmlOptions | None =
     entries: list[tuple[Path, int, int, str]] = []
     single = len(ranges) == 1
     for r in ranges:
+        if r.candidate is None:     # left to NCCL: no file, no MSCCL_CONFIG entry
+            range_files.append(None)
+            continue
         sched = r.candidate.schedule
         outputs[out_dir / schedule_file_name(sched, tag)] = sched.to_json()
         if r.xml is None or xml is None:

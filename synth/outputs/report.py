@@ -18,14 +18,18 @@ def ranges_table(result: SolveResult, ranges: Sequence[SizeRange], files: Sequen
     """One row per range: the algorithm, and at the largest requested size in the range (the one
     the row's bandwidth is quoted at) its lock-step time and % of bound (the bound is a wire
     bound: lock-step is the model comparable with it) and ``decided_us``, the time under the model
-    that chose it (``winners_by``; null where that model gives none)."""
+    that chose it (``winners_by``; null where that model gives none). A range left to NCCL names
+    ``nccl``, has no file, and quotes NCCL's own time in both columns."""
     rows = []
     for r, f in zip(ranges, files, strict=True):
-        at = {p.bytes: p for p in r.candidate.costs}
+        at = {p.bytes: p for p in (r.candidate.costs if r.candidate else result.nccl or ())}
         p = at[r.sizes[-1]] if r.sizes else None
         decided = r.model_us[-1] if r.sizes and r.model_us else None
-        rows.append({"min_bytes": r.lo, "max_bytes": r.hi, "algorithm": r.candidate.name,
-                     "instances": r.instances, "at_bytes": p.bytes if p else None,
+        rows.append({"min_bytes": r.lo, "max_bytes": r.hi,
+                     "algorithm": r.candidate.name if r.candidate else "nccl",
+                     "served_by": r.served_by,
+                     "instances": r.instances if r.candidate else None,
+                     "at_bytes": p.bytes if p else None,
                      "time_us": round(p.time_us, 6) if p else None,
                      "pct_of_bound": round(p.pct_of_bound, 4) if p else None,
                      "winners_by": r.decided_by or winners_by,
@@ -35,33 +39,42 @@ def ranges_table(result: SolveResult, ranges: Sequence[SizeRange], files: Sequen
 
 
 def ranges_markdown(result: SolveResult, rows: Sequence[dict[str, Any]]) -> str:
-    models = list(dict.fromkeys(r["winners_by"] for r in rows)) or ["lockstep"]
+    models = list(dict.fromkeys(r["winners_by"] for r in rows if r["winners_by"] != "nccl"))
+    models = models or ["lockstep"]
     by = "program" if "program" in models else models[0]
+    both = by != "lockstep"     # one lock-step column when lock-step decided
     mixed = (" (lock-step in the rows it names: the program model's budget ran out before "
              "their sizes, so `program µs` is lock-step's time there)" if len(models) > 1 else "")
+    nccl = (" Rows `nccl` are left to NCCL: no file covers them, and the times are NCCL's own "
+            "model's (synth.timing.nccl)." if any(r["served_by"] == "nccl" for r in rows) else "")
+    cols = (f"{by} µs | lock-step µs" if both else "lock-step µs")
     head = (f"# {result.collective.name} on {result.topology.name} ({result.topology.num_ranks} "
             f"ranks): the file serving each message size\n\nWinners chosen by the {by} model"
-            f"{mixed}. At the largest swept size of the range: the {by} model's time, and the lock-step "
-            f"time and % of bound (bound: {result.bound.method}); `max` is inclusive, "
-            f"0 = unbounded; instances: the channel sets the file runs on.\n\n| min bytes | "
-            f"max bytes | algorithm | instances | at | {by} µs | lock-step µs | % of bound | file |"
-            f"\n|---|---|---|---|---|---|---|---|---|\n")
-    body = "".join(
-        f"| {r['min_bytes']} | {r['max_bytes']} | "
-        f"{r['algorithm']}{' (lock-step)' if r['winners_by'] != by else ''} | {r['instances']} | "
-        f"{format_size(r['at_bytes']) if r['at_bytes'] else '—'} | "
-        f"{r['decided_us'] if r['decided_us'] is not None else '—'} | "
-        f"{r['time_us'] if r['time_us'] is not None else '—'} | "
-        f"{r['pct_of_bound'] if r['pct_of_bound'] is not None else '—'} | "
-        f"{Path(r['file']).name if r['file'] else '—'} |\n" for r in rows)
-    return head + body
+            f"{mixed}. At the largest swept size of the range: "
+            + (f"the {by} model's time, and " if both else "")
+            + f"the lock-step time and % of bound (bound: {result.bound.method}); `max` is "
+            f"inclusive, 0 = unbounded; instances: the channel sets the file runs on.{nccl}\n\n"
+            f"| min bytes | max bytes | algorithm | instances | at | {cols} | % of bound | file |"
+            f"\n|---|---|---|---|---|---|{'---|' if both else ''}---|---|\n")
+
+    def row(r: dict[str, Any]) -> str:
+        tag = " (lock-step)" if r["winners_by"] not in (by, "nccl") else ""
+        decided = (f"{r['decided_us'] if r['decided_us'] is not None else '—'} | " if both else "")
+        return (f"| {r['min_bytes']} | {r['max_bytes']} | {r['algorithm']}{tag} | "
+                f"{r['instances'] if r['instances'] is not None else '—'} | "
+                f"{format_size(r['at_bytes']) if r['at_bytes'] else '—'} | {decided}"
+                f"{r['time_us'] if r['time_us'] is not None else '—'} | "
+                f"{r['pct_of_bound'] if r['pct_of_bound'] is not None else '—'} | "
+                f"{Path(r['file']).name if r['file'] else '—'} |\n")
+    return head + "".join(row(r) for r in rows)
 
 
-def served_sizes(written: Any) -> list[tuple[Any, Any, str | None]]:
-    """Per swept size: (its cost point under the winner, the winner, the file serving it); empty
-    when no size ranges were chosen (an MSCCL++ plan)."""
+def served_sizes(written: Any, result: SolveResult) -> list[tuple[Any, str, str | None]]:
+    """Per swept size: (its cost point under what serves it, the candidate's name or ``nccl``,
+    the file serving it); empty when no size ranges were chosen (an MSCCL++ plan). A size left to
+    NCCL has NCCL's own cost point and no file."""
     out = []
     for r, f in zip(written.ranges, written.range_files, strict=True):
-        at = {p.bytes: p for p in r.candidate.costs}
-        out.extend((at[size], r.candidate, f) for size in r.sizes)
+        at = {p.bytes: p for p in (r.candidate.costs if r.candidate else result.nccl or ())}
+        out.extend((at[size], r.candidate.name if r.candidate else "nccl", f) for size in r.sizes)
     return out

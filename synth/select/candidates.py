@@ -15,12 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..bounds import Bound, lower_bound
 from ..collectives import Collective
+from ..errors import NotApplicable
 from ..schedule import Schedule
 from ..sizes import algbw_GBps
 from ..timing.lockstep import schedule_times_us
-from ..timing.nccl import times_us as nccl_times_us
+from ..timing.nccl import NcclTimes
 from ..topology import Topology
 from ..verify import VerifyReport
 
@@ -41,31 +44,36 @@ class CostPoint:
                 "pct_of_bound": round(self.pct_of_bound, 4)}
 
 
-def schedule_time_model(schedule: Schedule) -> str:
-    """``nccl`` for the ``nccl`` baseline (priced by NCCL's tuning model), else ``step``."""
-    return "nccl" if schedule.meta.get("time_model") == "nccl" else "step"
-
-
-def cost_profile(schedule: Schedule, topology: Topology, sizes: Sequence[int],
-                 bound: Bound | None = None, nccl_calibration: Any = None) -> list[CostPoint]:
-    """Time, algorithm bandwidth and % of the lower bound at every size.
-
-    The ``nccl`` baseline is priced as NCCL prices itself (:mod:`synth.timing.nccl`: its tuner's
-    algorithm, protocol and channels, with its latency floors), every other schedule by the α-β
-    step model (:func:`synth.timing.lockstep.schedule_times_us`).
-    """
-    bound = bound or lower_bound(topology, schedule.collective)
-    if schedule_time_model(schedule) == "nccl":
-        times = nccl_times_us(topology, schedule.collective.kind, sizes, nccl_calibration)
-    else:
-        times = schedule_times_us(schedule, topology, sizes)
-    bws = algbw_GBps(sizes, times)
+def cost_points(sizes: Sequence[int], times: Sequence[float], bound: Bound) -> list[CostPoint]:
+    """Times at ``sizes`` as cost points: algorithm bandwidth and % of ``bound``."""
+    bws = algbw_GBps(sizes, np.asarray(times, dtype=float))
     points = []
     for size, t, bw in zip(sizes, times, bws, strict=True):
         b = bound.time_us(size)
         points.append(CostPoint(int(size), float(t), float(bw), float(b),
                                 100.0 * b / float(t) if t > 0 else 100.0))
     return points
+
+
+def cost_profile(schedule: Schedule, topology: Topology, sizes: Sequence[int],
+                 bound: Bound | None = None) -> list[CostPoint]:
+    """The schedule's lock-step time (:func:`synth.timing.lockstep.schedule_times_us`), algorithm
+    bandwidth and % of the lower bound at every size."""
+    bound = bound or lower_bound(topology, schedule.collective)
+    return cost_points(sizes, schedule_times_us(schedule, topology, sizes), bound)
+
+
+def nccl_points(topology: Topology, collective: Collective, sizes: Sequence[int], bound: Bound,
+                calibration: Any = None) -> list[CostPoint] | None:
+    """NCCL's own time at every size (:mod:`synth.timing.nccl`: its tuner's algorithm, protocol
+    and channels, with its floors), or None where NCCL has no such collective or does not run."""
+    if collective.custom is not None:
+        return None
+    try:
+        times = NcclTimes(topology, calibration).times_us(collective.kind, sizes)
+    except NotApplicable:
+        return None
+    return cost_points(sizes, times, bound)
 
 
 @dataclass(frozen=True)
@@ -94,3 +102,9 @@ class SolveResult:
     files: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     """Candidates passed over before verification (size guards), and why."""
+    nccl: list[CostPoint] | None = None
+    """NCCL itself at every size, the competitor in every selection (None where NCCL does not run
+    or has no such collective): :func:`nccl_points`."""
+    calibration: Any = None
+    """The calibration the solve ran with (a path, a mapping or None), for the time models that
+    read their own sections of it (:mod:`synth.timing`)."""

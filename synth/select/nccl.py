@@ -1,4 +1,14 @@
-"""NCCL as the competitor: what NCCL itself runs at each size, against what synth would write.
+"""NCCL as a candidate: what NCCL itself runs at each size competes in every selection, and the
+sizes where it is fastest are left to it.
+
+A synthesizer is worth using only where its files beat what users already have. So NCCL's own
+choice at each size (:mod:`synth.timing.nccl`: its tuner's algorithm, protocol and channels, with
+its floors; validated in results/reality.md) is a candidate that writes no file: where it is
+faster than every synthesized configuration *as the runtime runs it* (:func:`runtime_times`), the
+size goes to NCCL, no XML covers it and ``MSCCL_CONFIG`` has no entry for it. Both sides are
+compared with their runtime floors: a configuration's program-model time where the program model
+decides, else the protocol model's (the lock-step steps plus the protocol's launch, per-step
+synchronisation and channel caps), never the bare wire time.
 """
 
 from __future__ import annotations
@@ -9,23 +19,44 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import NotApplicable
-from ..schedule import Schedule
-from ..timing.nccl import predict
-from ..timing.protocol import PROTOCOLS, predict_times_us
-from ..topology import Topology
-from .candidates import schedule_time_model
+from ..timing.nccl import NcclTimes
+from ..timing.protocol import ProtocolTimes, Run
+from .candidates import Candidate, SolveResult
+from .ranges import Config
+
+NCCL = Config("nccl", 0, "nccl", 0)
+"""The configuration that writes no file: its sizes are left to NCCL."""
+
+
+def runtime_times(result: SolveResult, scorer: Any, candidate: Candidate, cfg: Config
+                  ) -> list[float]:
+    """``candidate`` compiled as ``cfg`` at every swept size, as the runtime runs it: the
+    scorer's time where the program model decided that size, else the protocol model's."""
+    sizes = [p.bytes for p in result.best.costs]
+    decided_by = getattr(scorer, "decided_by", None)
+    at = getattr(scorer, "at", None)
+    timed = list(at(candidate, cfg.instances)) if at is not None else None
+    proto: list[float] | None = None
+    out = []
+    for i, size in enumerate(sizes):
+        if timed is not None and decided_by is not None and decided_by(size) == "program":
+            out.append(timed[i])
+            continue
+        if proto is None:
+            proto = ProtocolTimes(result.topology, result.calibration).times_us(
+                Run(candidate.schedule, cfg.proto, max(1, cfg.instances)), sizes)
+        out.append(proto[i])
+    return out
 
 
 @dataclass(frozen=True)
 class NcclComparison:
-    """The candidate against NCCL at one size, both with their runtime floors.
+    """What serves one size against NCCL, both with their runtime floors.
 
-    ``runtime_us`` is the candidate as the MSCCL runtime runs it: the written XML under the timed
-    program model (:mod:`synth.timing.program`, ``runtime_proto`` = ``program``) where it was timed,
-    else the protocol model (:mod:`synth.timing.protocol`: the step model plus the protocol's launch floor
-    and per-step synchronisation, best of Simple / LL / LL128, one instance). ``nccl_us`` is NCCL's
-    own tuning-model time of what NCCL would run (:mod:`synth.timing.nccl`). ``speedup`` =
-    nccl_us / runtime_us (> 1: the candidate is faster).
+    ``runtime_us``: the file serving the size as the MSCCL runtime runs it, ``runtime_proto``
+    naming the model (``program``: the written XML under the timed program model; a protocol
+    name: the protocol model of that file's protocol and instances), or NCCL's own time where
+    NCCL serves the size (``served_by`` ``nccl``, no file). ``speedup`` = nccl_us / runtime_us.
     """
 
     bytes: int
@@ -35,6 +66,7 @@ class NcclComparison:
     nccl_us: float
     runtime_us: float
     runtime_proto: str
+    served_by: str = "synth"
 
     @property
     def speedup(self) -> float:
@@ -45,37 +77,42 @@ class NcclComparison:
                                               "channels": self.nccl_channels,
                                               "time_us": round(self.nccl_us, 6)},
                 "runtime_us": round(self.runtime_us, 6), "runtime_proto": self.runtime_proto,
-                "speedup_vs_nccl": round(self.speedup, 6)}
+                "speedup_vs_nccl": round(self.speedup, 6), "served_by": self.served_by}
 
 
-def compare_with_nccl(schedule: Schedule, topology: Topology, sizes: Sequence[int],
-                      nccl_calibration: Any = None, calibration: Any = None,
+def compare_with_nccl(result: SolveResult, ranges: Sequence[Any], sizes: Sequence[int],
+                      proto: str = "Simple", instances: int = 1, nccl_calibration: Any = None,
                       program_us: Sequence[float] | None = None) -> list[NcclComparison] | None:
-    """The candidate's floored runtime time against NCCL's, per size; None where NCCL has no
-    such collective (gather, scatter, custom) or does not run (no NVIDIA GPU).
-
-    ``program_us``: the written XML's time per size under the timed program model, used where
-    finite (the file runs at that size)."""
-    coll = schedule.collective
+    """Per size, what serves it against NCCL; None where NCCL has no such collective or does not
+    run (no NVIDIA GPU). ``ranges``: the size ranges written (:class:`~synth.select.ranking.
+    SizeRange`; empty: ``result.best`` serves every size with ``proto`` and ``instances``);
+    ``program_us``: the written XML's time per size under the program model, used where finite."""
+    coll = result.collective
     if coll.custom is not None:
         return None
     try:
-        nccl = predict(topology, coll.kind, sizes, nccl_calibration)
+        nccl = NcclTimes(result.topology, nccl_calibration).choices(coll.kind, sizes)
     except NotApplicable:
         return None
-    if schedule_time_model(schedule) == "nccl":
-        runtime = {"NCCL": [c.time_us for c in nccl]}
-    else:
-        runtime = {p: predict_times_us(schedule, topology, sizes, p, 1, calibration)
-                   for p in PROTOCOLS}
+    model = ProtocolTimes(result.topology, result.calibration)
+    serving = {s: r for r in ranges for s in r.sizes}
+    cache: dict[tuple[str, int], dict[int, float]] = {}
     out = []
     for i, c in enumerate(nccl):
-        if program_us is not None and math.isfinite(program_us[i]) \
-                and schedule_time_model(schedule) != "nccl":
+        r = serving.get(c.bytes)
+        if r is not None and r.candidate is None:
+            out.append(NcclComparison(c.bytes, c.algo, c.proto, c.channels, c.time_us,
+                                      c.time_us, "NCCL", "nccl"))
+            continue
+        if program_us is not None and math.isfinite(program_us[i]):
             out.append(NcclComparison(c.bytes, c.algo, c.proto, c.channels, c.time_us,
                                       float(program_us[i]), "program"))
             continue
-        proto = min(runtime, key=lambda p: (runtime[p][i], p))
+        cand, inst = (r.candidate, r.instances) if r is not None else (result.best, instances)
+        key = (cand.name, inst)
+        if key not in cache:
+            cache[key] = dict(zip(sizes, model.times_us(Run(cand.schedule, proto, inst), sizes),
+                                  strict=True))
         out.append(NcclComparison(c.bytes, c.algo, c.proto, c.channels, c.time_us,
-                                  runtime[proto][i], proto))
+                                  cache[key][c.bytes], proto))
     return out

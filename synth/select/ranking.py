@@ -18,6 +18,7 @@ from ..emit import XmlOptions, xml_unsupported_reason
 from ..errors import SynthError
 from .buckets import make_buckets, runs_at
 from .candidates import Candidate, SolveResult
+from .nccl import NCCL, runtime_times
 from .program_scorer import XmlCache, compiled_xml
 from .ranges import NEAR_TIE, BucketTuning, Config, Range, choose
 from .scorers import Scorer, lockstep_scorer
@@ -25,11 +26,12 @@ from .scorers import Scorer, lockstep_scorer
 
 @dataclass(frozen=True)
 class SizeRange:
-    """Message sizes ``lo..hi`` (inclusive; ``hi`` 0 = unbounded) and the candidate serving them."""
+    """Message sizes ``lo..hi`` (inclusive; ``hi`` 0 = unbounded) and the candidate serving them,
+    or None where NCCL serves them with no file (it was faster there)."""
 
     lo: int
     hi: int
-    candidate: Candidate
+    candidate: Candidate | None
     sizes: tuple[int, ...]
     """The requested sizes that fall in the range (where its time and % of bound are reported)."""
     xml: str | None = None
@@ -42,10 +44,17 @@ class SizeRange:
     """The model that ranked the range's largest size, where it differs by size
     (:meth:`ProgramScorer.decided_by`); None: the solve's ``winners_by``."""
 
+    @property
+    def served_by(self) -> str:
+        """``synth`` (a file) or ``nccl`` (no file: left to NCCL)."""
+        return "nccl" if self.candidate is None else "synth"
+
     def to_dict(self, file: str | None) -> dict[str, Any]:
+        c = self.candidate
         return {"min_bytes": self.lo, "max_bytes": self.hi,
-                "algorithm": self.candidate.schedule.algorithm, "candidate": self.candidate.name,
-                "instances": self.instances, "file": file}
+                "algorithm": "nccl" if c is None else c.schedule.algorithm,
+                "candidate": "nccl" if c is None else c.name, "served_by": self.served_by,
+                "instances": self.instances if c is not None else None, "file": file}
 
 
 def _config(c: Candidate, xml: XmlOptions | None, instances: int | None = None) -> Config:
@@ -67,7 +76,7 @@ def config_times(model: Scorer, candidate: Candidate, instances: int) -> Sequenc
 
 
 def rank_sizes(result: SolveResult, xml: XmlOptions | None, model: Scorer = lockstep_scorer
-               ) -> tuple[list[BucketTuning], dict[Config, Candidate]]:
+               ) -> tuple[list[BucketTuning], dict[Config, Candidate | None]]:
     """Per size bucket (:func:`synth.select.make_buckets` over the sizes inside the XML's
     byte range), the candidates fastest first under ``model``.
 
@@ -79,6 +88,12 @@ def rank_sizes(result: SolveResult, xml: XmlOptions | None, model: Scorer = lock
     (``model`` may leave several at ``inf``: :class:`ProgramScorer`), then fewer steps, then
     the name. Each bucket carries its configurations' times (``inf`` where they do not run) for
     the near-tie settling (:data:`NEAR_TIE`).
+
+    NCCL competes in every bucket where it runs (``result.nccl``; :data:`NCCL`, looked up as None):
+    a configuration slower than NCCL there as the runtime runs it
+    (:func:`synth.select.nccl.runtime_times`) ranks after NCCL, which always succeeds (no file), so
+    no size is served slower than NCCL. NCCL takes no part in near-tie settling: a bucket it wins
+    keeps it, and a bucket it does not win cannot settle on a configuration slower than NCCL.
     """
     sizes = [p.bytes for p in result.best.costs]
     lo = xml.min_bytes if xml else 0
@@ -103,6 +118,9 @@ def rank_sizes(result: SolveResult, xml: XmlOptions | None, model: Scorer = lock
             lookup[cfg] = c
             times[cfg] = dict(zip(sizes, t, strict=True))
     wire = {c.name: {p.bytes: p.time_us for p in c.costs} for c in result.candidates}
+    nccl = {p.bytes: p.time_us for p in result.nccl} if result.nccl is not None else None
+    runtime = ({cfg: dict(zip(sizes, runtime_times(result, model, c, cfg), strict=True))
+                for cfg, c in lookup.items()} if nccl is not None else {})
     out = []
     for b in buckets:
         def runs(cfg: Config, size: int = b.size) -> bool:
@@ -116,8 +134,13 @@ def rank_sizes(result: SolveResult, xml: XmlOptions | None, model: Scorer = lock
                     c.report.steps, c.name)
         ranking = sorted(lookup, key=key)
         at = {cfg: times[cfg][b.size] if runs(cfg) else math.inf for cfg in ranking}
+        if nccl is not None:
+            faster = [cfg for cfg in ranking
+                      if runs(cfg) and runtime[cfg][b.size] < nccl[b.size]]
+            at = {cfg: at[cfg] for cfg in faster} or {NCCL: nccl[b.size]}
+            ranking = [*faster, NCCL]
         out.append(BucketTuning(b, ranking, len(ranking), len(ranking), ranking[0], at))
-    return out, lookup
+    return out, {**lookup, **({NCCL: None} if nccl is not None else {})}
 
 
 def range_options(xml: XmlOptions, lo: int, hi: int, instances: int | None = None
@@ -153,7 +176,7 @@ def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer = l
     made: XmlCache = getattr(model, "compiled", {})
 
     def attempt(r: Range) -> str | None:
-        if xml is None:
+        if xml is None or r.config == NCCL:
             return None
         got = compiled_xml(made, lookup[r.config],
                            range_options(xml, r.lo, r.hi, r.config.instances))
@@ -165,6 +188,11 @@ def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer = l
     for r in choice.ranges:
         inside = tuple(s for s in sizes if s >= r.lo and (not r.hi or s <= r.hi))
         cand = lookup[r.config]
+        if cand is None:    # left to NCCL: no file; its own time
+            nccl = {p.bytes: p.time_us for p in result.nccl or ()}
+            ranges.append(SizeRange(r.lo, r.hi, None, inside,
+                                    model_us=tuple(nccl[s] for s in inside), decided_by="nccl"))
+            continue
         got = (made.get((cand.name, range_options(xml, r.lo, r.hi, r.config.instances)))
                if xml is not None else None)
         text, reports = got if isinstance(got, tuple) else (None, ())
@@ -176,6 +204,11 @@ def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer = l
     several = len(model_instances(model, xml)) > 1
     notes += [f"{cfg.family}{f' x{cfg.instances}' if several else ''} passed over: {why}"
               for cfg, why in choice.excluded.items()]
+    left = [r for r in ranges if r.candidate is None]
+    if left:
+        spans = ", ".join(f"{r.lo}..{r.hi or 'unbounded'}" for r in left)
+        notes.append(f"left to NCCL (no file; its model is faster there than every candidate as "
+                     f"the runtime runs it): {spans} bytes")
     if xml is not None:
         # a runtime never selects a file where it does not run, so the deciding model may not
         # time it there (ProgramScorer: inf); the missed chance is judged by lock-step
@@ -185,10 +218,12 @@ def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer = l
 
 
 def _never_selected(result: SolveResult, tunings: Sequence[BucketTuning], choice: Any,
-                    lookup: dict[Config, Candidate], model: Scorer, by: str = "") -> list[str]:
+                    lookup: dict[Config, Candidate | None], model: Scorer, by: str = ""
+                    ) -> list[str]:
     """Notes on candidates faster than a bucket's winner whose file a runtime would not select
     there (``nchunksperloop`` does not divide the element count, spec §3.1)."""
     sizes = [p.bytes for p in result.best.costs]
+    lookup = {cfg: c for cfg, c in lookup.items() if c is not None}   # not NCCL: no file
     times = {cfg: dict(zip(sizes, config_times(model, c, cfg.instances), strict=True))
              for cfg, c in lookup.items()}
     winner = {b: r.config for r in choice.ranges for b in r.buckets}
@@ -196,8 +231,12 @@ def _never_selected(result: SolveResult, tunings: Sequence[BucketTuning], choice
     chunks = {c.name: c.schedule.collective.buffer_chunks for c in result.candidates}
     for t in tunings:
         size = t.bucket.size
+        if winner[t.bucket.index] not in times:
+            continue    # left to NCCL
         won = times[winner[t.bucket.index]][size]
         for cfg in t.ranking:
+            if cfg not in lookup:
+                continue
             c = lookup[cfg]
             if times[cfg][size] < won and not runs_at(
                     np.array([size]), c.schedule.collective.buffer_chunks, cfg.instances)[0] \

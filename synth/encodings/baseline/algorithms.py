@@ -303,18 +303,17 @@ NCCL_KINDS = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce", 
 """The collectives NCCL implements (gather and scatter are not NCCL collectives)."""
 
 
-def _nccl(job: Job) -> None:
+def _nccl_rings(job: Job) -> None:
     from ...timing.nccl import machine_of
 
     try:
-        machine_of(job.topology)  # priced by NCCL's model: only where NCCL runs
+        machine_of(job.topology)  # NCCL's ring search: only where NCCL runs
     except NotApplicable as exc:
         raise job.fail(f"does not apply: {exc}") from exc
     if job.kind == "alltoall":
         _direct(job)
     else:
         nccl_ring_algorithm(job)
-    job.meta["time_model"] = "nccl"
 
 
 ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
@@ -341,9 +340,10 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
               "nodes; meets the NIC bound with about nodes/m + m peers a rank", rail_blocks),
     Algorithm("tree", ALL_KINDS, "one BFS spanning tree of the real topology, pipelined; allreduce "
               "= reduce + broadcast", _tree),
-    Algorithm("nccl", NCCL_KINDS, "NCCL as it runs: one ring per rail (alltoall: direct point-to-"
-              "point); its time is NCCL's own tuning model (synth.timing.nccl), not the step model",
-              _nccl),
+    Algorithm("nccl_rings", NCCL_KINDS, "NCCL's own rings, one per rail (alltoall: direct "
+              "point-to-point), as a schedule written and timed like any other; NCCL itself is "
+              "no file: it competes in every selection as 'nccl' (synth.select.nccl)",
+              _nccl_rings),
 )}
 """name -> :class:`Algorithm`, in the order :func:`applicable` tries them."""
 
@@ -362,15 +362,15 @@ PIPELINED = ("ring", "bidir_ring", "binomial_tree", "double_binary_tree", "tree"
 def preferred_chunks(algorithm: str, kind: str, n: int, topology: Topology | None = None) -> int:
     """Chunks per rank the algorithm wants for ``kind`` on ``n`` ranks (callers may build with it).
 
-    ``nccl`` wants one chunk per ring, which depends on the ``topology`` (its rails).
+    ``nccl_rings`` wants one chunk per ring, which depends on the ``topology`` (its rails).
     """
     if algorithm not in ALGORITHMS:
         raise unknown_name("baseline algorithm", algorithm, ALGORITHMS)
-    if algorithm == "nccl" and kind in ("allgather", "reducescatter", "allreduce") \
+    if algorithm == "nccl_rings" and kind in ("allgather", "reducescatter", "allreduce") \
             and topology is not None and topology.num_ranks == n:
         try:
             return len(nccl_rings(Job(topology, make_collective(kind, n, 1), RankGraph(topology),
-                                      "nccl")))
+                                      "nccl_rings")))
         except NotApplicable:
             return 1
     if kind in ("broadcast", "reduce") and algorithm in PIPELINED:
@@ -425,6 +425,10 @@ def baseline(topology: Topology, collective: Collective, algorithm: str, *,
              graph: RankGraph | None = None) -> Schedule:
     """Build one baseline algorithm; NotApplicable (with the reason) when it does not apply."""
     alg = ALGORITHMS.get(algorithm)
+    if algorithm == "nccl":
+        raise SynthError("'nccl' is no schedule: NCCL itself competes in every solve and serves, "
+                         "with no file, the sizes where its model is fastest; NCCL's rings written "
+                         "as a schedule are --algo nccl_rings")
     if alg is None:
         raise unknown_name("baseline algorithm", algorithm, ALGORITHMS)
     if graph is None or graph.topology is not topology:
