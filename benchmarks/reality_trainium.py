@@ -262,7 +262,7 @@ def to_markdown(data: dict, compare: dict | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(data: dict, path: Path) -> None:
+def plot(data: dict, path: Path, compare: dict | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -273,12 +273,17 @@ def plot(data: dict, path: Path) -> None:
     nrows = math.ceil(len(files) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(4.0 * cols, 3.3 * nrows), squeeze=False)
     for ax, f in zip(axes.flat, files, strict=False):
-        rs = [r for r in data["rows"] if r["file"] == f]
+        rs = sorted((r for r in data["rows"] if r["file"] == f), key=lambda r: r["bytes"])
         x = [r["bytes"] for r in rs]
         ax.loglog(x, [r["measured_us"] for r in rs], "ko", ms=4, label="measured")
         ax.loglog(x, [r["shipped_us"] for r in rs], "x-", label="shipped model")
         if all("loso_us" in r for r in rs):
             ax.loglog(x, [r["loso_us"] for r in rs], "+--", label="leave-one-source-out")
+        if compare is not None:
+            before = sorted((r for r in compare["rows"] if r["file"] == f), key=lambda r: r["bytes"])
+            if before:
+                ax.loglog([r["bytes"] for r in before], [r["shipped_us"] for r in before], ".:",
+                          color="grey", label=f"before ({str(compare.get('commit'))[:7]})")
         r0 = rs[0]
         ax.set_title(f"{r0['collective']} {r0['ranks']} ranks x{r0['nodes']} (SDK {r0['runtime']})"
                      f"\n{f[:40]}", fontsize=8)
@@ -300,15 +305,17 @@ def main() -> int:
     parser.add_argument("--compare", type=Path, default=None,
                         help="an earlier run's JSON to print side by side (e.g. the base commit's)")
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument("--label", default=None,
+                        help="what was measured, when not this checkout's commit (an exported tree)")
     args = parser.parse_args()
-    data = {"commit": commit(), **measure(args.data)}
+    data = {"commit": args.label or commit(), **measure(args.data)}
     compare = json.loads(args.compare.read_text()) if args.compare else None
     if compare is not None:
         data["compared_with"] = {"commit": compare.get("commit"),
                                  "summary": compare["summary"]["shipped"]["all"]}
     write_results(args.name, data, to_markdown(data, compare), indent=1)
     if not args.no_plot:
-        plot(data, RESULTS / f"{args.name}.png")
+        plot(data, RESULTS / f"{args.name}.png", compare)
     s = data["summary"]
     print(json.dumps({"shipped": s["shipped"]["all"], "loso": s.get("leave_one_source_out", {}).get("all"),
                       "meets_goal": s["meets_goal"]}))

@@ -359,25 +359,26 @@ def calibrate(log: str | Path, topology: Topology, platform: str) -> Fit:
 
 
 # ------------------------------------------------------------------------------------ synthetic
-def synthetic_nccom(truth: dict, runs: Sequence[tuple[str, int, int, str]], sizes: Sequence[int],
+def synthetic_nccom(truth, runs: Sequence[tuple[str, int, int]], sizes: Sequence[int],
                     noise: float = 0.02, seed: int = 0) -> str:
-    """nccom-test output generated from known terms, with multiplicative Gaussian noise.
+    """nccom-test output of a known Trainium model, with multiplicative Gaussian noise.
 
-    ``truth``: {"launch_us": τ, (prim, (nodes, per_node), class): (α, β)}; ``runs``: (op name,
-    ranks, nodes, class) per run.
+    ``truth``: a :class:`synth.closed.neuron.NeuronModel` (its figures are what a calibration
+    should recover); ``runs``: (op name, ranks, nodes) per run, ranks 0 .. R/N - 1 of each node.
     """
+    from ..closed.neuron import consecutive_group
+
     rng = np.random.default_rng(seed)
     lines = []
-    for op, ranks, nodes, cls in runs:
+    for op, ranks, nodes in runs:
         prim = OPS[op]
-        alpha, beta = truth[(prim, (nodes, ranks // nodes), cls)]
+        group = consecutive_group(truth.family, ranks, nodes)
         lines.append(f"$ nccom-test -r {ranks} -N {nodes} {op} -b {sizes[0]} -e {sizes[-1]} -f 2")
-        lines.append("     size(B)    count(elems)     type    time(us)    algbw(GB/s)    busbw(GB/s)")
+        lines.append("     size(B)    count(elems)     type    time:avg(us)    algbw(GB/s)    busbw(GB/s)")
         for s in sizes:
-            t = truth["launch_us"] + alpha + wire_factor(prim, ranks) * s / MB * beta
-            t *= 1 + noise * rng.standard_normal()
+            t = truth.time_us(prim, group, s) * (1 + noise * rng.standard_normal())
             algbw = s / (t * 1e-6) / 1e9
-            lines.append(f"{s:>12d}{s // 4:>16d}     fp32{t:>12.2f}{algbw:>15.2f}"
+            lines.append(f"{s:>12d}{s // 4:>16d}     fp32{t:>16.2f}{algbw:>15.2f}"
                          f"{algbw * wire_factor(prim, ranks):>15.2f}")
         lines.append("")
     return "\n".join(lines) + "\n"

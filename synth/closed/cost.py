@@ -52,7 +52,16 @@ from ..errors import SynthError
 from ..topology import MB, Topology, bandwidth_from_beta
 from .ir import Program
 from .mesh import Mesh
-from .neuron import DEFAULT_RUNTIME, FLOORS, Bandwidths, Group, NeuronModel, family_of, shipped_model
+from .neuron import (
+    DEFAULT_RUNTIME,
+    FLOORS,
+    Bandwidths,
+    Group,
+    NeuronModel,
+    family_of,
+    shipped_model,
+    wire_factor,
+)
 
 NEURON_PARAMETERS = ("core_GBps", "mesh_efficiency", "ring_efficiency", "efa_efficiency",
                      "per_rank_us", "chip_hop_us", "link_hop_us", "efa_hop_us")
@@ -81,17 +90,6 @@ HBM_GBPS = {"trn1": 820.0, "trn2": 2900.0, "tpu": 819.0}
 """HBM bandwidth per chip (hardware.md for Trainium; TPU v5e 819 GB/s from Google's v5e page)."""
 
 PRIMS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "permute")
-
-
-def wire_factor(prim: str, g: int) -> float:
-    """Bytes each rank moves per buffer byte (nccom-test's busbw / algbw)."""
-    if g <= 1:
-        return 0.0
-    if prim == "all_reduce":
-        return 2.0 * (g - 1) / g
-    if prim == "permute":
-        return 1.0
-    return (g - 1) / g
 
 
 @dataclass(frozen=True)
@@ -126,14 +124,21 @@ class CostModel:
     """Trainium: Neuron's own calls, priced by :mod:`synth.closed.neuron` (None elsewhere)."""
 
     def group(self, axes: Sequence[str]) -> Group:
-        """The replica group a call over ``axes`` runs on: nodes, the sub-torus, cores per chip."""
+        """The replica group a call over ``axes`` runs on: nodes, the sub-torus, cores per chip, and
+        how many sibling groups (the same call on the other ranks) share its chips' links and its
+        instance's EFA: a program's call is issued by every rank at once."""
         mesh = self.mesh
         assert mesh is not None
-        nodes = math.prod(mesh.axis(a).size for a in axes if mesh.axis(a).role == "node")
+        role = {a.name: a.role for a in mesh.axes}
+        nodes = math.prod(mesh.axis(a).size for a in axes if role[a] == "node")
         dims = tuple((mesh.axis(a).size, True) for a in axes
-                     if mesh.axis(a).role == "torus" and mesh.axis(a).size > 1)
-        per_chip = math.prod(mesh.axis(a).size for a in axes if mesh.axis(a).role in ("core", "flat"))
-        return Group(nodes, dims, per_chip)
+                     if role[a] == "torus" and mesh.axis(a).size > 1)
+        per_chip = math.prod(mesh.axis(a).size for a in axes if role[a] in ("core", "flat"))
+        chip_ranks = math.prod(a.size for a in mesh.axes if a.role in ("core", "flat"))
+        node_ranks = math.prod(a.size for a in mesh.axes if a.role != "node")
+        group_node_ranks = math.prod(mesh.axis(a).size for a in axes if role[a] != "node")
+        return Group(nodes, dims, per_chip, link_sharing=chip_ranks // per_chip,
+                     efa_sharing=node_ranks // group_node_ranks)
 
     def rescale(self) -> None:
         ratios: dict[str, list[tuple[float, float]]] = {}

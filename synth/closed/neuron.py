@@ -50,7 +50,6 @@ default profile is the current one (:data:`DEFAULT_RUNTIME`).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
@@ -208,11 +207,18 @@ class Group:
 
     ``chip_dims``: the chips spanned along each torus dimension and whether that dimension closes
     into a ring inside the group (a whole row or column of the torus does; a segment does not).
+    Throughputs are divided by the sharing factors: what one group gets when its siblings run too.
     """
 
     nodes: int
     chip_dims: tuple[tuple[int, bool], ...]
     per_chip: int
+    link_sharing: int = 1
+    """Groups of the same call that run at once on the same chips and share their links: 1 for a
+    lone group (nccom-test), ranks-per-chip / per_chip when every rank issues the call (a group
+    over the torus axes alone has one sibling group per core index on every chip)."""
+    efa_sharing: int = 1
+    """Groups of the same call that share an instance's EFA devices at once (likewise)."""
 
     @property
     def chips(self) -> int:
@@ -290,6 +296,19 @@ class CallTime:
     algorithm: str
 
 
+def wire_factor(prim: str, g: int) -> float:
+    """Bytes each rank moves per buffer byte: nccom-test's busbw / algbw (its "Bus Bandwidth
+    Calculation" table: 2(r-1)/r all-reduce, (r-1)/r all-gather, reduce-scatter, all-to-all, 1 for
+    permute and send-receive)."""
+    if g <= 1:
+        return 0.0
+    if prim == "all_reduce":
+        return 2.0 * (g - 1) / g
+    if prim == "permute":
+        return 1.0
+    return (g - 1) / g
+
+
 PASSES = {"all_gather": 1, "reduce_scatter": 1, "all_reduce": 2, "all_to_all": 1, "permute": 1}
 
 
@@ -338,14 +357,17 @@ class NeuronModel:
         byte_us = 0.0
         algorithm = "local"
         if prim == "permute":
-            # one send of the whole buffer to one neighbour, on the slowest level it crosses
+            # one send of the whole buffer to one neighbour, on the slowest level it crosses; every
+            # rank of the group sends at once, so a chip's link carries its k ranks' buffers and an
+            # instance's EFA its ranks' buffers
             if n >= 2:
                 return CallTime(latency + f.efa_hop_us,
-                                nbytes * group.ranks_per_node / (fam.efa_GBps * b.efa_efficiency) / 1e3,
-                                "p2p-efa")
+                                nbytes * group.ranks_per_node * group.efa_sharing
+                                / (fam.efa_GBps * b.efa_efficiency) / 1e3, "p2p-efa")
             if c >= 2:
                 return CallTime(latency + f.link_hop_us,
-                                nbytes * k / (fam.link_GBps * b.ring_efficiency) / 1e3, "p2p-link")
+                                nbytes * k * group.link_sharing / (fam.link_GBps * b.ring_efficiency)
+                                / 1e3, "p2p-link")
             return CallTime(latency + f.chip_hop_us, nbytes / b.core_GBps / 1e3, "p2p-chip")
         fan = k if prim == "all_to_all" else 1
         if k >= 2:
@@ -364,12 +386,12 @@ class NeuronModel:
                 steps = c - 1
                 thr = links * fam.link_GBps * b.ring_efficiency
             latency += w * steps * f.link_hop_us
-            byte_us += w * fan * (c - 1) / c * nbytes / thr / 1e3
+            byte_us += w * fan * group.link_sharing * (c - 1) / c * nbytes / thr / 1e3
         if n >= 2:
             steps = math.ceil(math.log2(n)) if f.inter_node_rdh else n - 1
             latency += w * steps * f.efa_hop_us
             ranks_fan = group.ranks_per_node if prim == "all_to_all" else 1
-            byte_us += (w * ranks_fan * (n - 1) / n * nbytes
+            byte_us += (w * ranks_fan * group.efa_sharing * (n - 1) / n * nbytes
                         / (fam.efa_GBps * b.efa_efficiency) / 1e3)
             algorithm = f"hier({algorithm})" if algorithm != "local" else "inter-node"
         return CallTime(latency, byte_us, algorithm)
@@ -385,8 +407,6 @@ class NeuronModel:
         What :mod:`synth.calibrate.format` relates a calibration's terms to; the byte slope is taken
         between two ring-regime sizes so the latency does not leak into it.
         """
-        from .cost import wire_factor
-
         big = max(self.rdh_max_bytes * 4, 1 << 30)
         t1, t2 = self.call(prim, group, big), self.call(prim, group, 2 * big)
         wire = wire_factor(prim, group.ranks)
@@ -418,8 +438,3 @@ def shipped_model(family: Family | str = "trn1", runtime: str = DEFAULT_RUNTIME)
     return NeuronModel(fam, BANDWIDTHS[fam.name], FLOORS[profile], profile)
 
 
-def group_of_axes(family: Family, sizes: Sequence[tuple[str, int]], nodes: int = 1) -> Group:
-    """A group over mesh axes ``(role, size)``: torus axes are whole rings, ``core`` is per chip."""
-    dims = tuple((size, True) for role, size in sizes if role == "torus" and size > 1)
-    per_chip = math.prod(size for role, size in sizes if role == "core") if sizes else 1
-    return Group(nodes, dims, per_chip)
