@@ -45,6 +45,21 @@ neighbour.
 (32-rank all-gather of 1 KiB: 151 µs in the SDK 2.10 docs, 6.16 µs in the 2.24 docs), so a single
 set of floors cannot describe both, and the model keeps one profile per release range. The
 default profile is the current one (:data:`DEFAULT_RUNTIME`).
+
+What the fitted figures say on trn1 (per call, smallest messages; µs):
+
+===============================  =====================  ==========================
+call                              SDK 2.21 and later      SDK 2.10-2.16 (2.17-2.20)
+===============================  =====================  ==========================
+2 ranks, one chip, all-reduce     5.0                     55 (measured 58)
+32 ranks, one instance, gather    8.0 (measured 6.2)      150 (measured 151)
+8 ranks, one torus row, gather    8.0 (measured 10.0)     -
+64 ranks on 2 instances, reduce   43 (no published run)   1077 (2.17: 647; measured
+                                                          840-1419, 540-1019 at 1 KiB+)
+===============================  =====================  ==========================
+
+Bandwidths: 56 GB/s per rank between the two cores of a chip; per NeuronLink 34 GB/s in mesh
+traffic (after routing) and 61 GB/s in RDH/ring traffic; EFA 100 GB/s per instance.
 """
 
 from __future__ import annotations
@@ -187,10 +202,16 @@ class Bandwidths:
 
 
 BANDWIDTHS: dict[str, Bandwidths] = {
-    # core_GBps: the 2.10 page's 2-rank (intra-chip) all-reduce, 64 MiB-1 GiB (52.8 GiB/s busbw).
-    # mesh_efficiency: the 32-rank all-gathers at 64 KiB and 512 KiB (2.10, 2.21, 2.24 pages).
-    # ring_efficiency and efa_efficiency: the 2.10 page's 2-instance 64-rank all-reduce, 16 MiB-1 GiB
-    # (one curve: their split leans on the documented link and EFA figures, see the README).
+    # core_GBps 56.3 GB/s per rank (± 10%): the 2.10 page's 2-rank (intra-chip) all-reduce, 1 MiB to
+    #   1 GiB (its 1 GiB row: 52.83 GiB/s busbw = 56.7 GB/s). A quarter of the HBM-derived 205 GB/s
+    #   the topology file assumed.
+    # mesh_efficiency 0.353 (± 11%): the 32-rank all-gathers at 64 KiB and 512 KiB of the 2.10,
+    #   2.21 and 2.24 pages and the 8-rank one of 2.28: a mesh moves 0.353 x 96 = 34 GB/s per
+    #   NeuronLink (each byte routed over 2.13 links on average on the 4x4 torus).
+    # ring_efficiency 0.634 and efa_efficiency 1.0: the 2.10 page's 2-instance 64-rank all-reduce,
+    #   16 MiB to 1 GiB (37.5 µs/MB): 61 GB/s per NeuronLink for RDH and ring, EFA at its 100 GB/s
+    #   line rate (the bound). One curve fixes only their sum (± 68% and ± 76% apart); no trn1
+    #   single-instance run above 512 KiB was published to split them.
     "trn1": Bandwidths(56.3, 0.353, 0.634, 1.0),
 }
 BANDWIDTHS["trn1n"] = BANDWIDTHS["trn1"]
