@@ -106,6 +106,25 @@ def test_the_cost_model_prices_calls_with_the_neuron_physics():
                 assert model.launch_us + a + b == pytest.approx(want, rel=1e-12)
 
 
+def test_groups_get_the_links_and_efa_devices_of_their_chips():
+    """A group reaches only its own chips' EFA devices (8 per trn1, one per 2 chips), and sibling
+    groups of a program's call share them: a pair of ranks alone gets a whole device, each of the
+    32 pairs of a program's call over the node axis a quarter of one."""
+    fam = FAMILIES["trn1"]
+    m = shipped_model("trn1")
+    lone = consecutive_group(fam, 2, 2)
+    assert lone.efa_devices(fam) == 1 and consecutive_group(fam, 64, 2).efa_devices(fam) == 8
+    topo = resolve_topology("trn1_32", 2)
+    model = default_model(topo, mesh_for_topology(topo))
+    g = model.group(("node",))
+    assert (g.efa_sharing, g.link_sharing, g.efa_devices(fam)) == (4, 2, 1)
+    full = model.group(("node", "row", "col", "core"))
+    assert (full.efa_sharing, full.link_sharing) == (1, 1)
+    alone = m.call("all_reduce", lone, 1 << 30).bytes_us
+    shared = m.call("all_reduce", g, 1 << 30).bytes_us
+    assert shared == pytest.approx(4 * alone)  # 4 ranks share the one device
+
+
 def test_algorithm_follows_the_documented_switch_points():
     m = shipped_model("trn1")
     g = consecutive_group(FAMILIES["trn1"], 32)

@@ -137,8 +137,13 @@ class CostModel:
         chip_ranks = math.prod(a.size for a in mesh.axes if a.role in ("core", "flat"))
         node_ranks = math.prod(a.size for a in mesh.axes if a.role != "node")
         group_node_ranks = math.prod(mesh.axis(a).size for a in axes if role[a] != "node")
-        return Group(nodes, dims, per_chip, link_sharing=chip_ranks // per_chip,
-                     efa_sharing=node_ranks // group_node_ranks)
+        group = Group(nodes, dims, per_chip, link_sharing=chip_ranks // per_chip)
+        if self.physics is not None and nodes > 1:
+            # sibling groups on the same EFA devices: the node's ranks per device over the group's
+            fam = self.physics.family
+            share = node_ranks * group.efa_devices(fam) // (group_node_ranks * fam.efa_devices)
+            group = Group(nodes, dims, per_chip, chip_ranks // per_chip, max(1, share))
+        return group
 
     def rescale(self) -> None:
         ratios: dict[str, list[tuple[float, float]]] = {}

@@ -32,8 +32,9 @@ own steps and bandwidth; an all-reduce runs the chip and link stages twice (``w 
     throughput ``L · link_GBps · ring_efficiency``.
 
 * **node** (``nodes`` ≥ 2): an inter-node collective among same-index ranks over EFA: the instance
-  moves ``w (n-1)/n · S`` bytes through its EFA devices at ``efa_GBps · efa_efficiency``, in
-  ``n - 1`` steps (ring; RDH with ``log2 n`` steps from runtime 2.24 on, per its release notes).
+  moves ``w (n-1)/n · S`` bytes through the EFA devices of the chips the group spans (one device per
+  ``chips_per_efa`` chips), each at ``efa_GBps / efa_devices · efa_efficiency``, in ``n - 1`` steps
+  (ring; RDH with ``log2 n`` steps from runtime 2.24 on, per its release notes).
 
 ``link_GBps`` and ``efa_GBps`` are the documented hardware figures (:data:`FAMILIES`); the fitted
 efficiencies say how much of them a call gets. All-to-all sends distinct data to every rank (the
@@ -96,6 +97,8 @@ class Family:
     """One NeuronLink between two chips, per direction (per-chip figure / 4 links)."""
     efa_GBps: float
     """EFA bandwidth of one instance, per direction."""
+    efa_devices: int
+    """EFA devices per instance, each hanging off ``chips / efa_devices`` chips."""
     core_GBps: float
     """Prior for the core-to-core bandwidth inside a chip (HBM bandwidth / 2 / 2)."""
     sources: tuple[str, ...]
@@ -103,21 +106,23 @@ class Family:
 
 FAMILIES: dict[str, Family] = {
     "trn1": Family(
-        "trn1", 2, (4, 4), 96.0, 100.0, 205.0,
+        "trn1", 2, (4, 4), 96.0, 100.0, 8, 205.0,
         ("AWS Neuron docs, 'Trainium2 Architecture' (Trainium1 column): 384 GB/s chip-to-chip per chip "
          "over 4 NeuronLink-v2 links -> 96 GB/s per link (per direction ASSUMED)",
          "AWS Neuron docs, 'Amazon EC2 Trn1/Trn1n Architecture': 800 Gbps EFA per trn1.32xlarge "
-         "-> 100 GB/s",
+         "-> 100 GB/s; 'How to prepare trn1.32xlarge for multi-node execution': 8 EFA devices "
+         "(which chips each serves is not documented: 2 adjacent chips ASSUMED, as trn1_32.yaml)",
          "AWS Neuron docs, 'Trainium Architecture': 820 GB/s HBM per chip -> 205 GB/s core-to-core "
          "prior (read + write, both directions)")),
     "trn1n": Family(
-        "trn1n", 2, (4, 4), 192.0, 200.0, 205.0,
+        "trn1n", 2, (4, 4), 192.0, 200.0, 16, 205.0,
         ("AWS Neuron docs, 'Amazon EC2 Trn1/Trn1n Architecture': trn1n doubles NeuronLink-v2 "
-         "(768 GB/s per chip) and EFA (1600 Gbps)",)),
+         "(768 GB/s per chip) and EFA (1600 Gbps, 16 devices)",)),
     "trn2": Family(
-        "trn2", 4, (4, 4), 256.0, 400.0, 725.0,
+        "trn2", 4, (4, 4), 256.0, 400.0, 16, 725.0,
         ("AWS Neuron docs, 'Amazon EC2 Trn2 Architecture': 1,024 GB/s intra-instance NeuronLink-v3 "
-         "per chip over 4 links -> 256 GB/s per link; EFAv3 3,200 Gbps per instance -> 400 GB/s",
+         "per chip over 4 links -> 256 GB/s per link; EFAv3 3,200 Gbps per instance -> 400 GB/s, 16 "
+         "devices (runtime 'Neuron Collectives' page: one 200 Gbps EFA per Trainium2 chip)",
          "AWS Neuron docs, 'Trainium2 Architecture': 2.9 TB/s HBM per chip -> 725 GB/s core-to-core "
          "prior")),
 }
@@ -239,7 +244,7 @@ class Group:
     lone group (nccom-test), ranks-per-chip / per_chip when every rank issues the call (a group
     over the torus axes alone has one sibling group per core index on every chip)."""
     efa_sharing: int = 1
-    """Groups of the same call that share an instance's EFA devices at once (likewise)."""
+    """Groups of the same call that share the group's EFA devices at once (likewise)."""
 
     @property
     def chips(self) -> int:
@@ -252,6 +257,11 @@ class Group:
     @property
     def ranks_per_node(self) -> int:
         return self.chips * self.per_chip
+
+    def efa_devices(self, family: Family) -> int:
+        """EFA devices of the chips the group spans on one instance (at least one)."""
+        chips_per_device = max(1, family.torus[0] * family.torus[1] // family.efa_devices)
+        return min(family.efa_devices, max(1, math.ceil(self.chips / chips_per_device)))
 
     def links(self) -> int:
         """Outgoing NeuronLinks per chip inside the group's sub-grid (a ring or path of 3+ chips
@@ -384,7 +394,7 @@ class NeuronModel:
             if n >= 2:
                 return CallTime(latency + f.efa_hop_us,
                                 nbytes * group.ranks_per_node * group.efa_sharing
-                                / (fam.efa_GBps * b.efa_efficiency) / 1e3, "p2p-efa")
+                                / (self.efa_throughput(group)) / 1e3, "p2p-efa")
             if c >= 2:
                 return CallTime(latency + f.link_hop_us,
                                 nbytes * k * group.link_sharing / (fam.link_GBps * b.ring_efficiency)
@@ -413,9 +423,15 @@ class NeuronModel:
             latency += w * steps * f.efa_hop_us
             ranks_fan = group.ranks_per_node if prim == "all_to_all" else 1
             byte_us += (w * ranks_fan * group.efa_sharing * (n - 1) / n * nbytes
-                        / (fam.efa_GBps * b.efa_efficiency) / 1e3)
+                        / self.efa_throughput(group) / 1e3)
             algorithm = f"hier({algorithm})" if algorithm != "local" else "inter-node"
         return CallTime(latency, byte_us, algorithm)
+
+    def efa_throughput(self, group: Group) -> float:
+        """GB/s a group gets through the EFA devices of its chips (before sharing)."""
+        fam = self.family
+        return (group.efa_devices(fam) * fam.efa_GBps / fam.efa_devices
+                * self.bandwidths.efa_efficiency)
 
     def time_us(self, prim: str, group: Group, nbytes: float) -> float:
         """Launch + latency + bytes: what nccom-test reports for one call."""
