@@ -39,7 +39,9 @@ own steps and bandwidth; an all-reduce runs the chip and link stages twice (``w 
 ``link_GBps`` and ``efa_GBps`` are the documented hardware figures (:data:`FAMILIES`); the fitted
 efficiencies say how much of them a call gets. All-to-all sends distinct data to every rank (the
 link and node stages carry ``per_chip`` times an all-gather's bytes); permute is one step to one
-neighbour.
+neighbour. An nccom-test run is one group alone on the machine; a composed program's call runs on
+every rank at once, so its sibling groups share the chips' links and the EFA devices
+(:class:`Group`'s sharing factors divide the throughputs).
 
 **Floors.** ``launch``, ``per_rank`` and the hop latencies belong to a runtime release
 (:data:`FLOORS`): the published floors fell more than tenfold between the 2023 and the 2025 pages
