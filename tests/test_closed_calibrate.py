@@ -23,6 +23,7 @@ from synth.closed.neuron import (
     FLOORS,
     Bandwidths,
     consecutive_group,
+    family_of,
     runtime_profile,
     shipped_model,
 )
@@ -42,6 +43,10 @@ def _goal_logs():
     return [lg for lg in read_suite(DATA) if lg.status != "unattributed"]
 
 
+def _shipped(lg):
+    return shipped_model(family_of(lg.topology), lg.runtime)
+
+
 def _errors(logs, model_of) -> list[float]:
     out = []
     for lg in logs:
@@ -56,8 +61,8 @@ def _errors(logs, model_of) -> list[float]:
 # ------------------------------------------------------------------------------ the shipped model
 def test_shipped_model_meets_the_goal_on_the_repository_data():
     logs = _goal_logs()
-    assert {lg.topology for lg in logs} == {"trn1_32"} and len(logs) >= 7
-    errors = _errors(logs, lambda lg: shipped_model("trn1", lg.runtime))
+    assert {lg.topology for lg in logs} == {"trn1_32", "trn2_64"} and len(logs) >= 7
+    errors = _errors(logs, _shipped)
     assert len(errors) >= 60
     assert np.median(errors) <= GOAL["median"], np.median(errors)
     assert max(errors) <= GOAL["worst"], max(errors)
@@ -70,7 +75,7 @@ def test_each_scope_is_covered_and_within_the_goal():
     for lg in _goal_logs():
         per_node = lg.records[0].group[1]
         key = "multi" if lg.nodes > 1 else ("chip" if per_node <= 2 else "instance")
-        by_scope.setdefault(key, []).extend(_errors([lg], lambda g: shipped_model("trn1", g.runtime)))
+        by_scope.setdefault(key, []).extend(_errors([lg], _shipped))
     assert set(by_scope) == {"chip", "instance", "multi"}
     for key, errs in by_scope.items():
         assert max(errs) <= GOAL["worst"], (key, max(errs))
@@ -78,7 +83,7 @@ def test_each_scope_is_covered_and_within_the_goal():
 
 def test_shipped_figures_are_the_fit_of_the_data():
     """The constants in synth/closed/neuron.py are what fit_suite makes of tests/data/nccom-test."""
-    fit = fit_suite(_goal_logs(), FAMILIES["trn1"])
+    fit = fit_suite([lg for lg in _goal_logs() if lg.topology == "trn1_32"], FAMILIES["trn1"])
     for name, value in BANDWIDTHS["trn1"].to_dict().items():
         assert getattr(fit.bandwidths, name) == pytest.approx(value, rel=0.02), name
     for profile in ("2.10", "2.17", "2.21"):
@@ -131,7 +136,8 @@ def test_algorithm_follows_the_documented_switch_points():
     assert [m.call("all_gather", g, s).algorithm for s in (512 << 10, 4 << 20, 64 << 20)] == \
         ["mesh", "rdh", "ring"]
     # the steps follow the algorithm: 1 (mesh), log2(16) = 4 (RDH), 15 (ring) link hops
-    lat = [m.call("all_gather", g, s).latency_us - m.floor.chip_hop_us for s in (1024, 4 << 20, 64 << 20)]
+    lat = [m.call("all_gather", g, s).latency_us - m.floor.chip_hop_us - 32 * m.floor.per_rank_us
+           for s in (1024, 4 << 20, 64 << 20)]
     assert [round(x / m.floor.link_hop_us) for x in lat] == [1, 4, 15]
 
 
@@ -186,9 +192,10 @@ def test_nccom_log_with_noise_recovers_the_figures(tmp_path, seed):
 
 
 def test_calibration_of_a_published_file_reads_back(tmp_path):
-    """Calibrate the 2.24 page's 32-rank all-gathers; the file reads back as the fitted model,
-    which fits that page better than the shipped one, and its derived terms are not re-applied."""
-    src = DATA / "trn1-32rank-allgather-docs-2.24.txt"
+    """Calibrate the 2.10 page's 32-rank all-gathers (an older runtime: the shipped, current
+    profile is 20x off); the file reads back as the fitted model, which fits that page, and its
+    derived terms are not re-applied."""
+    src = DATA / "trn1-32rank-allgather-docs-2.10.txt"
     topo = resolve_topology("trn1_32")
     fit = calibrate(src, topo, "neuron")
     path = tmp_path / "cal.json"
@@ -207,7 +214,7 @@ def test_calibration_of_a_published_file_reads_back(tmp_path):
                   / r.time_us for r in rows)
     err_ship = max(abs(shipped.launch_us + sum(shipped.call_time("all_gather", axes, r.nbytes))
                        - r.time_us) / r.time_us for r in rows)
-    assert err_cal < 0.1 < err_ship
+    assert err_cal < 0.1 and err_ship > 0.9
     assert fit.terms[0]["default_max_rel_error"] == pytest.approx(err_ship, rel=1e-3)
 
 
@@ -269,7 +276,7 @@ def test_parser_reads_the_input_output_size_layout():
 
 
 def test_parser_reads_the_stats_layout_by_its_average():
-    recs = _rows((DATA / "trn1-8rank-allgather-stats-docs-2.28.txt").read_text())
+    recs = _rows((DATA / "trn2-8rank-allgather-stats-docs-2.28.txt").read_text())
     assert [r.time_us for r in recs] == [10.0, 10.22, 11.31, 14.83]
     assert recs[-1].logged_busbw == pytest.approx(30.92)
     # without an avg column the p50 is used

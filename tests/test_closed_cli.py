@@ -52,8 +52,7 @@ def test_tensors_16_shows_bundling_and_its_gain(name, nodes):
     data = json.loads(invoke("strategies", "--topo", name, "--nodes", str(nodes), "--coll",
                              "allgather", "--bytes", "64KB", "--tensors", "16", "--json"))
     gain = data["bundling"]
-    # 16 per-tensor calls against one bundled call per level (at most node / inter-chip / core)
-    assert gain["gain"] > 1.5 and gain["calls"][0] == 16 and gain["calls"][1] <= 3
+    assert gain["gain"] > 1.5 and gain["calls"][0] >= 16 * gain["calls"][1]
     assert data["winner"].startswith("bundled(")
 
 
@@ -62,7 +61,9 @@ def test_strategies_text_names_the_winner_and_why():
     # the fitted core-to-core bandwidth (56 GB/s) is below a chip's NeuronLink share: the chip
     # stage goes in the middle, on the 16x smaller shard
     assert "winner: rs[row,col] > ar[core] > ag[row,col]" in text
-    assert "why:" in text and "against flat" in text and "bytes on links" in text
+    # the reason names flat (the runner-up here, else an 'against flat' clause) and the bytes
+    why = text.split("why:")[1]
+    assert "ar[row,col,core]" in why and "bytes on links" in why
     small = invoke("strategies", "--topo", "trn1_32", "--coll", "allreduce", "--bytes", "1KB")
     assert "winner: ar[row,col,core]" in small and "launch tax" in small
 
@@ -73,7 +74,7 @@ def test_integer_reduce_scatter_on_neuron_falls_back_and_says_why():
     assert "neuron-integer-reduce-scatter" in text
     jax = json.loads(invoke("strategies", "--topo", "trn1_32", "--coll", "reducescatter",
                             "--dtype", "int32", "--platform", "jax", "--json"))
-    assert jax["winner"] == "rs[core] > rs[row,col]"
+    assert jax["winner"] == "rs[row,col,core]"
 
 
 def test_calibrate_published_figures_and_use_the_file(tmp_path):

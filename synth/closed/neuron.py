@@ -54,15 +54,15 @@ What the fitted figures say on trn1 (per call, smallest messages; µs):
 ===============================  =====================  ==========================
 call                              SDK 2.21 and later      SDK 2.10-2.16 (2.17-2.20)
 ===============================  =====================  ==========================
-2 ranks, one chip, all-reduce     5.0                     55 (measured 58)
-32 ranks, one instance, gather    8.0 (measured 6.2)      150 (measured 151)
-8 ranks, one torus row, gather    8.0 (measured 10.0)     -
-64 ranks on 2 instances, reduce   43 (no published run)   1077 (2.17: 647; measured
+2 ranks, one chip, all-reduce     4.2                     55 (measured 58)
+32 ranks, one instance, gather    6.4 (measured 6.2)      148 (measured 151)
+trn2, 8 ranks, gather             5.5 (measured 10.0)     -
+64 ranks on 2 instances, reduce   41 (no published run)   1078 (2.17: 644; measured
                                                           840-1419, 540-1019 at 1 KiB+)
 ===============================  =====================  ==========================
 
-Bandwidths: 56 GB/s per rank between the two cores of a chip; per NeuronLink 34 GB/s in mesh
-traffic (after routing) and 61 GB/s in RDH/ring traffic; EFA 100 GB/s per instance.
+Bandwidths: 56 GB/s per rank between the two cores of a chip; per NeuronLink 22 GB/s in mesh
+traffic (after routing) and 59 GB/s in RDH/ring traffic; EFA 100 GB/s per instance.
 """
 
 from __future__ import annotations
@@ -158,17 +158,16 @@ page; 1.0 inside a chip, 1.5 between chips) and "the per-hop or point-to-point l
 # by benchmarks/reality_trainium.py; tests/test_closed_calibrate.py checks that a re-fit reproduces
 # them). Which files inform which figure is said next to it.
 FLOORS: dict[str, Floor] = {
-    "2.21": Floor(2.57, 0.0, 1.21, 4.17, 15.0, True,
-                  "SDK 2.21 and later: launch and the two on-instance hops from the 32-rank "
-                  "all-gathers of the 2.21 profiler and 2.24 nccom-test pages and the 8-rank "
-                  "all-gather of the 2.28 page (per_rank fitted to 0; the link hop comes out above "
-                  "the documented 1-2 µs because the 8-rank floor, 10 µs, exceeds the 32-rank one, "
-                  "6.2 µs); the EFA hop is the documented ~15 µs: no multi-instance figure was "
-                  "published for these releases"),
-    "2.17": Floor(46.5, 3.06, 1.21, 4.17, 197.0, False,
+    "2.21": Floor(2.0, 0.038, 1.07, 2.09, 15.0, True,
+                  "SDK 2.21 and later: launch, per-rank floor and the two on-instance hops from the "
+                  "32-rank all-gathers of the 2.21 profiler and 2.24 nccom-test pages (their 6.2 µs "
+                  "floor splits between launch and hops with ± 120% each: only the sum is pinned); "
+                  "the EFA hop is the documented ~15 µs: no multi-instance figure was published for "
+                  "these releases"),
+    "2.17": Floor(46.7, 3.07, 1.07, 2.09, 197.0, False,
                   "SDK 2.17-2.20: the 2024 awsome-distributed-training 2-instance all-reduce fits "
                   "the EFA hop; launch and per-rank floor are 2.10's, the hops the hardware's"),
-    "2.10": Floor(46.5, 3.06, 1.21, 4.17, 412.0, False,
+    "2.10": Floor(46.7, 3.07, 1.07, 2.09, 414.0, False,
                   "SDK 2.10-2.16: launch, per-rank floor and EFA hop from the 2.10 nccom-test page "
                   "(2-rank all-reduce 58 µs, 32-rank all-gather 151 µs, 2-instance 64-rank "
                   "all-reduce 840 µs at 1 KiB); the on-chip and NeuronLink hops are the hardware's"),
@@ -212,20 +211,21 @@ BANDWIDTHS: dict[str, Bandwidths] = {
     # core_GBps 56.3 GB/s per rank (± 10%): the 2.10 page's 2-rank (intra-chip) all-reduce, 1 MiB to
     #   1 GiB (its 1 GiB row: 52.83 GiB/s busbw = 56.7 GB/s). A quarter of the HBM-derived 205 GB/s
     #   the topology file assumed.
-    # mesh_efficiency 0.353 (± 11%): the 32-rank all-gathers at 64 KiB and 512 KiB of the 2.10,
-    #   2.21 and 2.24 pages and the 8-rank one of 2.28: a mesh moves 0.353 x 96 = 34 GB/s per
-    #   NeuronLink (each byte routed over 2.13 links on average on the 4x4 torus).
-    # ring_efficiency 0.634 and efa_efficiency 1.0: the 2.10 page's 2-instance 64-rank all-reduce,
-    #   16 MiB to 1 GiB (37.5 µs/MB): 61 GB/s per NeuronLink for RDH and ring, EFA at its 100 GB/s
-    #   line rate (the bound). One curve fixes only their sum (± 68% and ± 76% apart); no trn1
+    # mesh_efficiency 0.233 (± 11%): the 32-rank all-gathers at 64 KiB and 512 KiB of the 2.10,
+    #   2.21 and 2.24 pages: a mesh moves 0.233 x 96 = 22 GB/s per NeuronLink (each byte routed
+    #   over 2.13 links on average on the 4x4 torus).
+    # ring_efficiency 0.616 and efa_efficiency 1.0: the 2.10 page's 2-instance 64-rank all-reduce,
+    #   16 MiB to 1 GiB (37.5 µs/MB): 59 GB/s per NeuronLink for RDH and ring, EFA at its 100 GB/s
+    #   line rate (the bound). One curve fixes only their sum (± 51% and ± 60% apart); no trn1
     #   single-instance run above 512 KiB was published to split them.
-    "trn1": Bandwidths(56.3, 0.353, 0.634, 1.0),
+    "trn1": Bandwidths(56.3, 0.233, 0.616, 1.0),
 }
 BANDWIDTHS["trn1n"] = BANDWIDTHS["trn1"]
 BANDWIDTHS["trn2"] = Bandwidths(FAMILIES["trn2"].core_GBps * 56.3 / FAMILIES["trn1"].core_GBps,
-                                0.353, 0.634, 1.0)
-"""Trn2: no attributable published run; trn1's efficiencies on trn2's documented figures, and the
-core-to-core bandwidth scaled by the HBM ratio (ASSUMED)."""
+                                0.233, 0.616, 1.0)
+"""Trn2: not fitted (two trn2-class runs were published, neither with its instance named): trn1's
+efficiencies on trn2's documented figures, and the core-to-core bandwidth scaled by the HBM ratio
+(ASSUMED). The 2.28 page's 8-rank all-gather is predicted from these, out of sample."""
 
 
 # ------------------------------------------------------------------------------------------ groups
