@@ -10,7 +10,8 @@ A vendor call on a replica group costs
 * **Trainium** (Neuron's own calls): latency and bytes come from :mod:`synth.closed.neuron`, the
   runtime's documented composition (chip / NeuronLink / EFA stages, mesh-RDH-ring by message size)
   with figures fitted to the public nccom-test outputs of ``tests/data/nccom-test`` (median error
-  1.15x, worst 1.97x over those files; ``benchmarks/reality_trainium.py``). The group of a call over
+  1.09x, worst 1.98x over those files, 1.84x / 4.6x leaving each file out of the fit;
+  ``benchmarks/reality_trainium.py``). The group of a call over
   mesh axes is the sub-torus those axes span (:meth:`CostModel.group`); the launch is the runtime
   profile's (:data:`synth.closed.neuron.FLOORS`). A calibration (``synth calibrate``, fitted by
   :mod:`synth.calibrate.neuron_fit`) replaces those figures.

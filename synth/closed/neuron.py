@@ -378,7 +378,12 @@ class NeuronModel:
         return "ring"
 
     def call(self, prim: str, group: Group, nbytes: float) -> CallTime:
-        """Latency and byte time (µs, launch excluded) of one call moving ``nbytes`` (see module doc)."""
+        """Latency and byte time (µs, launch excluded) of one call moving ``nbytes`` (see module doc).
+
+        Memoized: the strategy search prices the same (group, size) many times."""
+        return _call(self, prim, group, nbytes)
+
+    def _compute(self, prim: str, group: Group, nbytes: float) -> CallTime:
         if prim not in PASSES:
             raise SynthError(f"unknown collective '{prim}' for the Neuron model")
         if group.ranks <= 1:
@@ -458,6 +463,11 @@ class NeuronModel:
         return {"family": self.family.name, "runtime": self.runtime, **self.bandwidths.to_dict(),
                 **{k: v for k, v in self.floor.to_dict().items()},
                 "mesh_max_bytes": self.mesh_max_bytes, "rdh_max_bytes": self.rdh_max_bytes}
+
+
+@lru_cache(maxsize=1 << 16)
+def _call(model: NeuronModel, prim: str, group: Group, nbytes: float) -> CallTime:
+    return model._compute(prim, group, nbytes)
 
 
 def family_of(name: str, ranks_per_chip: int | None = None) -> Family:
