@@ -58,8 +58,12 @@ def test_tensors_16_shows_bundling_and_its_gain(name, nodes):
 
 def test_strategies_text_names_the_winner_and_why():
     text = invoke("strategies", "--topo", "trn1_32", "--coll", "allreduce", "--bytes", "256MB")
-    assert "winner: rs[core] > ar[row,col] > ag[core]" in text
-    assert "why:" in text and "against flat" in text and "bytes on links" in text
+    # the fitted core-to-core bandwidth (56 GB/s) is below a chip's NeuronLink share: the chip
+    # stage goes in the middle, on the 16x smaller shard
+    assert "winner: rs[row,col] > ar[core] > ag[row,col]" in text
+    # the reason names flat (the runner-up here, else an 'against flat' clause) and the bytes
+    why = text.split("why:")[1]
+    assert "ar[row,col,core]" in why and "bytes on links" in why
     small = invoke("strategies", "--topo", "trn1_32", "--coll", "allreduce", "--bytes", "1KB")
     assert "winner: ar[row,col,core]" in small and "launch tax" in small
 
@@ -83,7 +87,9 @@ def test_calibrate_published_figures_and_use_the_file(tmp_path):
     data = json.loads(invoke("strategies", "--topo", "trn1_32", "--coll", "allgather", "--bytes",
                              "1KB", "--calibration", str(tmp_path / "cal.json"), "--json"))
     flat = next(s for s in data["strategies"] if s["name"] == "ag[row,col,core]")
-    assert flat["predicted_us"] == pytest.approx(6.2, rel=1e-3)
+    # the calibrated figures reproduce the published 6.2 µs (a fit of the model's figures, not a
+    # per-key lookup: within 2%)
+    assert flat["predicted_us"] == pytest.approx(6.2, rel=0.02)
     assert data["cost_model"].endswith("cal.json")
 
 
@@ -123,7 +129,7 @@ def test_emit_closed_program_writes_module_and_report(tmp_path):
     text = files[0].read_text()
     assert "import torch_xla.core.xla_model as xm" in text
     assert "xm.reduce_scatter(xm.REDUCE_SUM" in text and "groups=GROUPS_0" in text
-    assert "GROUPS_0 = [[0,1],[2,3]" in text
+    assert "GROUPS_0 = [[0,2,4,6,8,10,12,14,16,18,20,22,24,26,28,30],[1,3,5" in text
     report = json.loads(files[1].read_text())
     assert report["winner"] in text and report["platform"] == "neuron"
     files = emit_closed_program(resolve_topology("tpu_v5e_4x4"), "allgather", "jax", tmp_path,

@@ -2,7 +2,16 @@
 
 Inputs are read by :mod:`.closed_logs` (nccom-test output, timing JSON).
 
-Model fitted (weighted least squares, weights 1/time so every size counts by relative error):
+**Trainium** (the model has Neuron physics, :mod:`synth.closed.neuron`): the log's calls fit the
+model's own figures (core-to-core, NeuronLink mesh and ring efficiencies, EFA efficiency, launch,
+per-rank floor, hop latencies) by :func:`synth.calibrate.neuron_fit.fit_physics`, starting from and
+held near the shipped figures; the calibration file carries them in ``parameters`` and
+:func:`synth.closed.cost.load_model` reads them back. Per measured key it also reports the fitted
+model's α/β line and errors (``terms``, marked ``"source": "neuron-model"``) for the catalog's
+link-class scaling (:mod:`synth.calibrate.format`); they are derived, not applied again.
+
+**Other stacks** (TPU/JAX), model fitted per key (weighted least squares, weights 1/time so every
+size counts by relative error):
 
     time(M calls) = M·A_k − (M−1)·D + M·wire_bytes·β_k        A_k = launch + α_k,  D = (1−ρ)·launch
     time(transform) = transform_us + bytes / memcopy
@@ -18,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +88,8 @@ class Fit:
 
 def fit(records: Sequence[Record], model: CostModel, platform: str, topology: str,
         source: str) -> Fit:
+    if model.physics is not None:
+        return fit_trainium(records, model, platform, topology, source)
     calls = [r for r in records if r.kind == "call"]
     transforms = [r for r in records if r.kind == "transform"]
     launches = [r for r in records if r.kind == "launch"]
@@ -196,6 +207,101 @@ def fit(records: Sequence[Record], model: CostModel, platform: str, topology: st
     return Fit(platform, topology, source, params, terms_out, len(records), rms, notes)
 
 
+def fit_trainium(records: Sequence[Record], model: CostModel, platform: str, topology: str,
+                 source: str) -> Fit:
+    """Fit the Trainium model's figures (see the module doc) to a log's records."""
+    from ..closed.cost import DERIVED_TERMS, NEURON_PARAMETERS
+    from ..closed.neuron import Group, consecutive_group
+    from .neuron_fit import Observation, fit_physics
+
+    physics = model.physics
+    assert physics is not None
+    calls = [r for r in records if r.kind == "call"]
+    launches = [r for r in records if r.kind == "launch"]
+    transforms = [r for r in records if r.kind == "transform"]
+    notes: list[str] = []
+    if not calls and not launches:
+        raise SynthError(f"{source}: no collective calls to fit")
+    groups: dict[tuple, Group] = {}
+    obs = []
+    for r in calls:
+        try:
+            g = model.group(r.axes) if r.axes else consecutive_group(physics.family, r.ranks, r.group[0])
+        except SynthError as exc:
+            raise SynthError(f"{r.line}: {exc.message}") from None
+        groups[r.key] = g
+        obs.append(Observation("calibrated", r.primitive, g, r.nbytes, r.time_us, r.calls,
+                               r.run or r.line))
+    obs += [Observation("calibrated", "", Group(1, (), 1), 0, r.time_us, 1, "launch", "launch")
+            for r in launches]
+    multi = any(r.calls > 1 for r in calls)
+    prior_floor = replace(physics.floor, launch_us=model.launch_us)
+    pf = fit_physics(obs, physics.family, physics.bandwidths, {"calibrated": prior_floor},
+                     amortization_prior=model.amortization if multi else None)
+    params: dict[str, Term] = {}
+    labels = {"fit": "fit", "prior": "shipped"}
+    for name in ("launch_us", *NEURON_PARAMETERS):
+        key = name if name in ("core_GBps", "mesh_efficiency", "ring_efficiency", "efa_efficiency") \
+            else f"calibrated.{name}"
+        t = pf.terms[key]
+        se = t.stderr_pct / 100 * abs(t.value) if t.stderr_pct is not None else None
+        params[name] = Term(name, t.value, se, labels.get(t.source, t.source))
+    if multi:
+        t = pf.terms["amortization"]
+        params["amortization"] = Term("amortization", t.value,
+                                      t.stderr_pct / 100 * t.value if t.stderr_pct is not None else None,
+                                      labels.get(t.source, t.source))
+    else:
+        params["amortization"] = Term("amortization", model.amortization, None, "default")
+        notes.append("no back-to-back records (calls > 1): amortization kept at its default")
+    params.update(_memcopy_terms(transforms, model))
+    shipped = [n for n, t in params.items() if t.source == "shipped"]
+    if shipped:
+        notes.append("not informed by this log, kept at the shipped figures: " + ", ".join(shipped))
+    fitted = replace(physics, bandwidths=pf.bandwidths, floor=pf.floors["calibrated"])
+    rel = [math.expm1(e) for e in pf.log_errors[: len(calls)]]
+    terms_out: list[dict[str, Any]] = []
+    for k in sorted({r.key for r in calls}):
+        idx = [i for i, r in enumerate(calls) if r.key == k]
+        g = groups[k]
+        alpha, beta = fitted.large_message_terms(k[0], g)
+        logged = [calls[i].logged_busbw for i in idx if calls[i].logged_busbw]
+        big = max(idx, key=lambda i: calls[i].nbytes)
+        shipped_err = max(abs(physics.time_us(k[0], g, calls[i].nbytes) - calls[i].time_us)
+                          / calls[i].time_us for i in idx if calls[i].calls == 1) if any(
+            calls[i].calls == 1 for i in idx) else None
+        terms_out.append({
+            "primitive": k[0], "group": list(k[1]), "link_class": k[2], "source": DERIVED_TERMS,
+            "alpha_us": _r(alpha), "beta_us_per_mb": _r(beta),
+            "busbw_GBps": _r(1000.0 / beta) if beta > 0 else None,
+            "alpha_stderr_pct": None, "beta_stderr_pct": None,
+            "points": len(idx),
+            "rms_rel_error": _r(float(np.sqrt(np.mean(np.square([rel[i] for i in idx]))))),
+            "max_rel_error": _r(float(np.max(np.abs([rel[i] for i in idx])))),
+            "busbw_measured_GBps": _r(wire_factor(k[0], k[1][0] * k[1][1]) * calls[big].nbytes
+                                      / (calls[big].time_us * 1e-6) / 1e9),
+            "busbw_logged_GBps": _r(logged[-1]) if logged else None,
+            "default_max_rel_error": _r(shipped_err),
+        })
+    rms = float(np.sqrt(np.mean(np.square(rel)))) if rel else 0.0
+    return Fit(platform, topology, source, params, terms_out, len(records), rms, notes + pf.notes)
+
+
+def _memcopy_terms(transforms: Sequence[Record], model: CostModel) -> dict[str, Term]:
+    if not transforms:
+        return {"memcopy_GBps": Term("memcopy_GBps", model.memcopy_GBps, None, "default"),
+                "transform_us": Term("transform_us", model.transform_us, None, "default")}
+    if len({r.nbytes for r in transforms}) < 2:
+        raise SynthError("transform records need at least two sizes to separate the fixed cost "
+                         "from the bandwidth")
+    x = np.array([[1.0, r.nbytes / MB] for r in transforms])
+    y = np.array([r.time_us for r in transforms])
+    coef, se, _ = _wls(x, y, weights=1.0 / y)
+    bw = 1000.0 / coef[1]
+    return {"memcopy_GBps": Term("memcopy_GBps", bw, se[1] * bw / coef[1], "fit"),
+            "transform_us": Term("transform_us", max(coef[0], 0.0), se[0], "fit")}
+
+
 def _default_terms_for(model: CostModel, key) -> tuple[float, float]:
     """Default (α, β) of a key: those of mesh axes with that group shape and class."""
     prim, _, cls = key
@@ -253,25 +359,26 @@ def calibrate(log: str | Path, topology: Topology, platform: str) -> Fit:
 
 
 # ------------------------------------------------------------------------------------ synthetic
-def synthetic_nccom(truth: dict, runs: Sequence[tuple[str, int, int, str]], sizes: Sequence[int],
+def synthetic_nccom(truth, runs: Sequence[tuple[str, int, int]], sizes: Sequence[int],
                     noise: float = 0.02, seed: int = 0) -> str:
-    """nccom-test output generated from known terms, with multiplicative Gaussian noise.
+    """nccom-test output of a known Trainium model, with multiplicative Gaussian noise.
 
-    ``truth``: {"launch_us": τ, (prim, (nodes, per_node), class): (α, β)}; ``runs``: (op name,
-    ranks, nodes, class) per run.
+    ``truth``: a :class:`synth.closed.neuron.NeuronModel` (its figures are what a calibration
+    should recover); ``runs``: (op name, ranks, nodes) per run, ranks 0 .. R/N - 1 of each node.
     """
+    from ..closed.neuron import consecutive_group
+
     rng = np.random.default_rng(seed)
     lines = []
-    for op, ranks, nodes, cls in runs:
+    for op, ranks, nodes in runs:
         prim = OPS[op]
-        alpha, beta = truth[(prim, (nodes, ranks // nodes), cls)]
+        group = consecutive_group(truth.family, ranks, nodes)
         lines.append(f"$ nccom-test -r {ranks} -N {nodes} {op} -b {sizes[0]} -e {sizes[-1]} -f 2")
-        lines.append("     size(B)    count(elems)     type    time(us)    algbw(GB/s)    busbw(GB/s)")
+        lines.append("     size(B)    count(elems)     type    time:avg(us)    algbw(GB/s)    busbw(GB/s)")
         for s in sizes:
-            t = truth["launch_us"] + alpha + wire_factor(prim, ranks) * s / MB * beta
-            t *= 1 + noise * rng.standard_normal()
+            t = truth.time_us(prim, group, s) * (1 + noise * rng.standard_normal())
             algbw = s / (t * 1e-6) / 1e9
-            lines.append(f"{s:>12d}{s // 4:>16d}     fp32{t:>12.2f}{algbw:>15.2f}"
+            lines.append(f"{s:>12d}{s // 4:>16d}     fp32{t:>16.2f}{algbw:>15.2f}"
                          f"{algbw * wire_factor(prim, ranks):>15.2f}")
         lines.append("")
     return "\n".join(lines) + "\n"

@@ -3,14 +3,27 @@
 Inputs (detected by content):
 
 * **nccom-test output** (Neuron): a ``nccom-test -r RANKS [-N NODES] OP ...`` command line followed
-  by its table (``size(B) count(elems) type time(us) algbw(GB/s) busbw(GB/s)``); several runs may
-  follow each other. OP is allr / allg / redsc / alltoall / permute (long names accepted). A run of
-  R ranks on N nodes measures the key (primitive, (N, R/N), link class of those ranks).
+  by its table; several runs may follow each other. OP is allr / allg / redsc / redsct / alltoall /
+  permute (long names accepted). A run of R ranks on N nodes measures ranks 0 .. R/N - 1 of each
+  node. The table is read by its header, so every layout nccom-test has printed is accepted:
+
+  - ``size(B) count(elems) type time(us) algbw(GB/s) busbw(GB/s)`` (integer times, SDK 2.10 era);
+  - ``time:avg(us)`` instead of ``time(us)`` (floating point, later releases);
+  - ``--show-input-output-size``: ``total_input_size(B) total_output_size(B)`` after the count;
+  - ``--stats avg p25 ...``: several ``time:<stat>(us)`` columns (the average is used, else p50);
+  - ``--show-algorithm``: a trailing ``algorithm`` column (mesh / rdh / kangaring / ...), kept.
+
+  A row without a header above it is read positionally (size, count, type, time, algbw, busbw).
+  nccom-test's ``size(B)`` is the all-gather output, the reduce-scatter input and the all-reduce
+  buffer: the convention of :mod:`synth.closed.cost`.
 * **timing JSON** (JAX, or anything): ``{"format": "synth-timings/1", "records": [...]}`` where a
   record is ``{"primitive", "axes": [...] | "group": [nodes, per_node] + "link_class", "bytes",
   "time_us", "calls": M}`` (M independent calls issued back to back in one program),
   ``{"transform": NAME, "bytes", "time_us"}`` (a memcopy), or ``{"launch": true, "time_us"}`` (a
   call that moves nothing: the launch tax alone).
+* **a suite** (:func:`read_suite`): a folder of nccom-test logs, each opening with
+  ``# synth: topology=NAME nodes=N runtime=RELEASE [instance=...] [status=...]`` (and ``# source:`` /
+  ``# hardware:`` lines): ``tests/data/nccom-test``.
 
 A record's link class is resolved against the closed-stack model of the topology being calibrated
 (:mod:`synth.closed.cost`); :mod:`.closed_fit` fits the model's terms from the records.
@@ -34,7 +47,7 @@ OPS = {
     "allr": "all_reduce", "all_reduce": "all_reduce", "allreduce": "all_reduce",
     "allg": "all_gather", "all_gather": "all_gather", "allgather": "all_gather",
     "redsc": "reduce_scatter", "reduce_scatter": "reduce_scatter", "reducescatter": "reduce_scatter",
-    "rs": "reduce_scatter", "alltoall": "all_to_all", "all_to_all": "all_to_all",
+    "redsct": "reduce_scatter", "rs": "reduce_scatter", "alltoall": "all_to_all", "all_to_all": "all_to_all",
     "all2all": "all_to_all", "a2a": "all_to_all", "permute": "permute",
 }
 TIMINGS_FORMAT = "synth-timings/1"
@@ -51,6 +64,12 @@ class Record:
     calls: int = 1
     logged_busbw: float | None = None
     line: str = ""
+    run: str = ""
+    """The command block (file:line) a row belongs to: the unit the fits weight by."""
+    axes: tuple[str, ...] | None = None
+    """Mesh axes of a timing-JSON record given by axes (None: ranks 0 .. per_node - 1 per node)."""
+    algorithm: str = ""
+    """What nccom-test's ``--show-algorithm`` column printed, if anything."""
 
     @property
     def key(self) -> tuple[str, tuple[int, int], str]:
@@ -62,43 +81,86 @@ class Record:
 
 
 # ------------------------------------------------------------------------------------ parsing
-def parse_nccom(text: str, source: str, mesh: Mesh, model: CostModel) -> list[Record]:
+def parse_nccom(text: str, source: str, mesh: Mesh | None, model: CostModel | None) -> list[Record]:
+    """Every result row of nccom-test output (``mesh``/``model`` resolve link classes; None: skip)."""
     records: list[Record] = []
     ctx: tuple[str, int, int] | None = None
+    run = ""
+    columns: dict[str, int] | None = None
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        if any(tok.endswith("nccom-test") for tok in line.split()):
+        if _is_command(line):
             ctx = _parse_command(line, f"{source}:{lineno}")
+            run = f"{source}:{lineno}"
+            columns = None
+            continue
+        if line.startswith("size(B)"):
+            columns = _header_columns(line, f"{source}:{lineno}")
             continue
         nums = line.split()
         if len(nums) >= 4 and re.fullmatch(r"[0-9]+", nums[0]):
+            where = f"{source}:{lineno}"
             if ctx is None:
-                raise SynthError(f"{source}:{lineno}: a result row before any nccom-test command line "
+                raise SynthError(f"{where}: a result row before any nccom-test command line "
                                  "(the command names the operation and the ranks)")
             op, ranks, nodes = ctx
-            try:
-                size = int(nums[0])
-                time_us = float(nums[3])
-                busbw = float(nums[5]) if len(nums) >= 6 else None
-            except ValueError:
-                raise SynthError(f"{source}:{lineno}: cannot read row '{line}'") from None
-            if time_us <= 0:
-                raise SynthError(f"{source}:{lineno}: time must be positive")
+            size, time_us, busbw, algorithm = _read_row(nums, columns, line, where)
             per_node = ranks // nodes
-            cls = _class_for(mesh, model, nodes, per_node, f"{source}:{lineno}")
+            cls = (_class_for(mesh, model, nodes, per_node, where)
+                   if mesh is not None and model is not None else "")
             records.append(Record("call", time_us, op, (nodes, per_node), cls, size, 1, busbw,
-                                  f"{source}:{lineno}"))
+                                  where, run, None, algorithm))
     if not records:
         raise SynthError(f"{source}: no nccom-test results found (expected a 'nccom-test -r N OP' line "
                          "and rows 'size count type time algbw busbw')")
     return records
 
 
+def _is_command(line: str) -> bool:
+    return any(tok.strip("\"'").endswith("nccom-test") and not tok.startswith("-")
+               for tok in line.split())
+
+
+TIME_COLUMNS = ("time:avg(us)", "time(us)", "time:p50(us)")
+"""Which time column a row is read from, in order of preference."""
+
+
+def _header_columns(line: str, where: str) -> dict[str, int]:
+    names = line.split()
+    cols = {name: i for i, name in enumerate(names)}
+    if not any(t in cols for t in TIME_COLUMNS):
+        raise SynthError(f"{where}: nccom-test header without a time column "
+                         f"({', '.join(TIME_COLUMNS)}): '{line}'")
+    return cols
+
+
+def _read_row(nums: list[str], columns: dict[str, int] | None, line: str,
+              where: str) -> tuple[int, float, float | None, str]:
+    """(size, time µs, logged busbw, algorithm) of one row."""
+    if columns is None:
+        i_time, i_bus, i_alg = 3, 5, None
+    else:
+        i_time = next(columns[t] for t in TIME_COLUMNS if t in columns)
+        i_bus = columns.get("busbw(GB/s)")
+        i_alg = columns.get("algorithm")
+    try:
+        size = int(nums[0])
+        time_us = float(nums[i_time])
+        busbw = float(nums[i_bus]) if i_bus is not None and len(nums) > i_bus else None
+    except (ValueError, IndexError):
+        raise SynthError(f"{where}: cannot read row '{line}'") from None
+    if not math.isfinite(time_us) or time_us <= 0:
+        raise SynthError(f"{where}: time must be positive")
+    algorithm = nums[i_alg] if i_alg is not None and len(nums) > i_alg else ""
+    return size, time_us, busbw, algorithm
+
+
 def _parse_command(line: str, where: str) -> tuple[str, int, int]:
-    tokens = line.split()
-    tokens = tokens[tokens.index(next(t for t in tokens if t.endswith("nccom-test"))) + 1:]
+    tokens = [t.strip("\"'") for t in line.split()]
+    tokens = tokens[tokens.index(next(t for t in tokens if t.endswith("nccom-test")
+                                      and not t.startswith("-"))) + 1:]
     ranks, nodes, op = None, 1, None
     i = 0
     while i < len(tokens):
@@ -172,6 +234,7 @@ def parse_timings(data: Any, source: str, mesh: Mesh, model: CostModel) -> list[
                 prim = OPS.get(str(r["primitive"]).lower())
                 if prim is None:
                     raise ValueError(f"unknown primitive {r['primitive']!r}")
+                axes = None
                 if "axes" in r:
                     axes = mesh.ordered(r["axes"])
                     prim_key = model.group_key(prim, axes)
@@ -182,7 +245,8 @@ def parse_timings(data: Any, source: str, mesh: Mesh, model: CostModel) -> list[
                 calls = int(r.get("calls", 1))
                 if calls < 1:
                     raise ValueError("calls must be at least 1")
-                out.append(Record("call", t, prim, group, cls, int(r["bytes"]), calls, None, where))
+                out.append(Record("call", t, prim, group, cls, int(r["bytes"]), calls, None, where,
+                                  where, axes))
         except SynthError as exc:
             raise SynthError(f"{where}: {exc.message}") from None
         except (KeyError, TypeError, ValueError, IndexError) as exc:
@@ -220,6 +284,59 @@ def nodes_in_log(log: str | Path) -> int:
     most = 1
     for lineno, line in enumerate(text.splitlines(), 1):
         s = line.strip()
-        if s and not s.startswith("#") and any(t.endswith("nccom-test") for t in s.split()):
+        if s and not s.startswith("#") and _is_command(s):
             most = max(most, _parse_command(s, f"{p}:{lineno}")[2])
     return most
+
+
+# ------------------------------------------------------------------------------------ suites
+SUITE_HEADER = re.compile(r"^#\s*synth:\s*(.*)$")
+
+
+@dataclass
+class SuiteLog:
+    """One file of a measurement suite: what its header says, and its records."""
+
+    path: Path
+    topology: str
+    nodes: int
+    runtime: str
+    instance: str
+    status: str
+    records: list[Record]
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def read_suite(directory: str | Path) -> list[SuiteLog]:
+    """Every ``*.txt`` nccom-test log of ``directory`` with its ``# synth:`` header, sorted by name."""
+    folder = Path(directory)
+    if not folder.is_dir():
+        raise SynthError(f"{folder}: not a folder of nccom-test logs")
+    out = []
+    for path in sorted(folder.glob("*.txt")):
+        text = read_input(path, "log file")
+        fields: dict[str, str] = {}
+        for line in text.splitlines():
+            m = SUITE_HEADER.match(line.strip())
+            if m:
+                for kv in m.group(1).split():
+                    key, _, value = kv.partition("=")
+                    fields[key] = value
+                break
+        missing = [k for k in ("topology", "nodes", "runtime") if k not in fields]
+        if missing:
+            raise SynthError(f"{path}: no '# synth: topology=NAME nodes=N runtime=RELEASE' line "
+                             f"(missing {', '.join(missing)})")
+        nodes = _int(fields["nodes"], f"{path}: nodes")
+        records = parse_nccom(text, str(path), None, None)
+        for r in records:
+            if r.group[0] != nodes:
+                raise SynthError(f"{r.line}: the run uses {r.group[0]} node(s), the header says {nodes}")
+        out.append(SuiteLog(path, fields["topology"], nodes, fields["runtime"],
+                            fields.get("instance", ""), fields.get("status", ""), records))
+    if not out:
+        raise SynthError(f"{folder}: no *.txt nccom-test logs")
+    return out

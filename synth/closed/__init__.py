@@ -9,8 +9,9 @@ between them, and how many calls it makes (OverlayCCL's strategy layer). This pa
 * :mod:`.ir`: the program IR (vendor calls on replica groups + tensor transforms);
 * :mod:`.strategies`: the strategy space (flat, hierarchical in every order, torus decompositions,
   RS→AR→AG, ring permutes, bundling, pipelining); :mod:`.lower`: synthesized schedules as permutes;
-* :mod:`.constraints`: what Neuron and XLA accept; :mod:`.cost`: the calibrated cost model;
-  :mod:`.calibrate`: fitting it from nccom-test output or a timing JSON;
+* :mod:`.constraints`: what Neuron and XLA accept; :mod:`.cost`: the calibrated cost model, with
+  :mod:`.neuron` pricing Neuron's own calls on Trainium; :mod:`synth.calibrate.closed_fit` fits it
+  from nccom-test output or a timing JSON;
 * :mod:`.emit`: torch-neuronx (``xm``) and JAX (``shard_map`` + ``jax.lax``) modules;
 * :mod:`.reference` and :mod:`.standin`: NumPy semantics of every primitive and stand-ins for
   ``xm``/``torch`` and ``jax.lax`` that run the emitted modules unchanged;

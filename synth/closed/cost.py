@@ -2,25 +2,32 @@
 
 A vendor call on a replica group costs
 
-    launch + α(primitive, group shape, link class) + wire_bytes · β(primitive, group shape, link class)
+    launch + latency(primitive, group, size) + bytes(primitive, group, size)
 
 * **launch** (``launch_us``): the per-call launch tax. A call issued right after another call that
   it does not depend on (back to back, e.g. the per-tensor calls of one stage) pays
   ``amortization · launch`` instead: **back-to-back amortization**.
-* **α, β** per key (primitive, group shape, link class). The group shape is (nodes spanned, ranks
-  per node); the link class is the slowest class the group uses. ``wire_bytes`` is the volume each
-  rank moves in the textbook algorithm: (g-1)/g of the buffer for all-gather (output size),
-  reduce-scatter (input size) and all-to-all, 2(g-1)/g for all-reduce, the whole tensor for permute,
-  so ``1/β`` is nccom-test's *bus bandwidth*. Calibration (:mod:`synth.calibrate.closed_fit`) replaces
-  keys it has measured; the rest come from the topology's link classes:
+* **Trainium** (Neuron's own calls): latency and bytes come from :mod:`synth.closed.neuron`, the
+  runtime's documented composition (chip / NeuronLink / EFA stages, mesh-RDH-ring by message size)
+  with figures fitted to the public nccom-test outputs of ``tests/data/nccom-test`` (median error
+  1.09x, worst 1.98x over those files, 1.84x / 4.6x leaving each file out of the fit;
+  ``benchmarks/reality_trainium.py``). The group of a call over
+  mesh axes is the sub-torus those axes span (:meth:`CostModel.group`); the launch is the runtime
+  profile's (:data:`synth.closed.neuron.FLOORS`). A calibration (``synth calibrate``, fitted by
+  :mod:`synth.calibrate.neuron_fit`) replaces those figures.
+* **Other closed stacks** (TPU/JAX): α, β per key (primitive, group shape, link class); the latency
+  is α and the bytes ``wire_bytes · β``. ``wire_bytes`` is the volume each rank moves in the
+  textbook algorithm: (g-1)/g of the buffer for all-gather (output size), reduce-scatter (input
+  size) and all-to-all, 2(g-1)/g for all-reduce, the whole tensor for permute, so ``1/β`` is the
+  *bus bandwidth*. Calibration (:mod:`synth.calibrate.closed_fit`) replaces keys it has measured;
+  the rest come from the topology's link classes:
 
   - each mesh axis has a per-rank bandwidth: its link's bandwidth times the neighbours a ring along
     it uses (2 on a ring of 3 or more, 1 on a pair), or the rank's share of its NIC for ``node``;
   - a call inside a node runs one ring through its group: α = slowest hop latency of its axes,
     bandwidth = the slowest axis (a Hamiltonian ring crosses every axis);
-  - a call that spans nodes runs as the runtime composes it (Neuron docs): intra-node
-    reduce-scatter / inter-node all-reduce / intra-node all-gather and so on, each phase at its own
-    bandwidth, α summed, one launch.
+  - a call that spans nodes runs hierarchically: intra-node reduce-scatter / inter-node all-reduce /
+    intra-node all-gather and so on, each phase at its own bandwidth, α summed, one launch.
 * **memcopy** (``memcopy_GBps``, ``transform_us``): transforms that move data (transpose, concat,
   split, pad, unpad, row gathers, combine) read and write their bytes at memcopy bandwidth plus a
   fixed cost; a reshape is free.
@@ -30,8 +37,8 @@ inputs are ready; calls over the same mesh axis serialise (they share links), ca
 axes may overlap (so pipelined pieces overlap across levels); transforms serialise on one copy
 engine; launches serialise on one issue queue. The result is the makespan with its terms summed.
 
-Defaults (``launch_us``, ``amortization``, ``memcopy``) are per hardware family; see
-:data:`HARDWARE`. They are assumptions until a calibration file replaces them.
+Defaults (``amortization``, ``memcopy``) are per hardware family; see :data:`HARDWARE`. They are
+assumptions until a calibration file replaces them.
 """
 
 from __future__ import annotations
@@ -46,15 +53,32 @@ from ..errors import SynthError
 from ..topology import MB, Topology, bandwidth_from_beta
 from .ir import Program
 from .mesh import Mesh
+from .neuron import (
+    DEFAULT_RUNTIME,
+    FLOORS,
+    Bandwidths,
+    Group,
+    NeuronModel,
+    family_of,
+    shipped_model,
+    wire_factor,
+)
+
+NEURON_PARAMETERS = ("core_GBps", "mesh_efficiency", "ring_efficiency", "efa_efficiency",
+                     "per_rank_us", "chip_hop_us", "link_hop_us", "efa_hop_us")
+"""Figures of the Trainium model a calibration file may set (``parameters``), next to launch_us."""
+DERIVED_TERMS = "neuron-model"
+"""``source`` of the per-key α/β a Trainium calibration reports for :mod:`synth.calibrate.format`:
+derived from the fitted figures, so not applied again as overrides."""
 
 HARDWARE: dict[str, dict[str, Any]] = {
     "trainium": {
-        "launch_us": 4.7,
+        "launch_us": FLOORS[DEFAULT_RUNTIME].launch_us,
         "amortization": 0.5,
         "transform_us": 0.5,
-        "note": ("launch 4.7 µs DERIVED: the published 32-rank 1 KiB all-gather (6.2 µs, hardware.md) "
-                 "minus one 1.5 µs NeuronLink hop; amortization 0.5 ASSUMED; memcopy from HBM "
-                 "bandwidth per chip / ranks per chip / 2 (read + write)"),
+        "note": (f"launch {FLOORS[DEFAULT_RUNTIME].launch_us:g} µs FITTED (runtime profile "
+                 f"{DEFAULT_RUNTIME}, synth.closed.neuron.FLOORS); amortization 0.5 ASSUMED; memcopy "
+                 "from HBM bandwidth per chip / ranks per chip / 2 (read + write)"),
     },
     "tpu": {
         "launch_us": 2.0,
@@ -67,17 +91,6 @@ HBM_GBPS = {"trn1": 820.0, "trn2": 2900.0, "tpu": 819.0}
 """HBM bandwidth per chip (hardware.md for Trainium; TPU v5e 819 GB/s from Google's v5e page)."""
 
 PRIMS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "permute")
-
-
-def wire_factor(prim: str, g: int) -> float:
-    """Bytes each rank moves per buffer byte (nccom-test's busbw / algbw)."""
-    if g <= 1:
-        return 0.0
-    if prim == "all_reduce":
-        return 2.0 * (g - 1) / g
-    if prim == "permute":
-        return 1.0
-    return (g - 1) / g
 
 
 @dataclass(frozen=True)
@@ -108,6 +121,30 @@ class CostModel:
     class_scale: dict[str, tuple[float, float]] = field(default_factory=dict)
     """Per link class: (α, β) ratio calibrated/default, applied to the keys not measured, so a
     partly calibrated model does not mix measured and optimistic figures on one class."""
+    physics: NeuronModel | None = None
+    """Trainium: Neuron's own calls, priced by :mod:`synth.closed.neuron` (None elsewhere)."""
+
+    def group(self, axes: Sequence[str]) -> Group:
+        """The replica group a call over ``axes`` runs on: nodes, the sub-torus, cores per chip, and
+        how many sibling groups (the same call on the other ranks) share its chips' links and its
+        instance's EFA: a program's call is issued by every rank at once."""
+        mesh = self.mesh
+        assert mesh is not None
+        role = {a.name: a.role for a in mesh.axes}
+        nodes = math.prod(mesh.axis(a).size for a in axes if role[a] == "node")
+        dims = tuple((mesh.axis(a).size, True) for a in axes
+                     if role[a] == "torus" and mesh.axis(a).size > 1)
+        per_chip = math.prod(mesh.axis(a).size for a in axes if role[a] in ("core", "flat"))
+        chip_ranks = math.prod(a.size for a in mesh.axes if a.role in ("core", "flat"))
+        node_ranks = math.prod(a.size for a in mesh.axes if a.role != "node")
+        group_node_ranks = math.prod(mesh.axis(a).size for a in axes if role[a] != "node")
+        group = Group(nodes, dims, per_chip, link_sharing=chip_ranks // per_chip)
+        if self.physics is not None and nodes > 1:
+            # sibling groups on the same EFA devices: the node's ranks per device over the group's
+            fam = self.physics.family
+            share = node_ranks * group.efa_devices(fam) // (group_node_ranks * fam.efa_devices)
+            group = Group(nodes, dims, per_chip, chip_ranks // per_chip, max(1, share))
+        return group
 
     def rescale(self) -> None:
         ratios: dict[str, list[tuple[float, float]]] = {}
@@ -152,18 +189,23 @@ class CostModel:
         return min(intra, key=lambda x: x.ring_GBps).link_class if intra else "local"
 
     def call_terms(self, prim: str, axes: Sequence[str]) -> tuple[float, float, str]:
-        """(α µs, β µs/MB, source) of a call over ``axes``."""
+        """(α µs, β µs/MB, source) of a call over ``axes`` (Trainium: its large-message line)."""
         key = self.group_key(prim, axes)
         if key in self.terms:
             a, b = self.terms[key]
             return a, b, "calibrated"
         a, b = self.default_terms(prim, axes)
+        if self.physics is not None:
+            return a, b, "calibrated" if self.source != "defaults" else "default"
         scale = self.class_scale.get(key[2])
         if scale is not None:
             return a * scale[0], b * scale[1], "scaled"
         return a, b, "default"
 
     def default_terms(self, prim: str, axes: Sequence[str]) -> tuple[float, float]:
+        """(α µs, β µs/MB of wire bytes) of a call over ``axes`` before any per-key calibration."""
+        if self.physics is not None:
+            return self.physics.large_message_terms(prim, self.group(axes))
         mesh = self.mesh
         assert mesh is not None
         intra = [a for a in axes if not self.axes[a].is_node]
@@ -201,7 +243,10 @@ class CostModel:
         return alpha, us_per_mb / wire_factor(prim, g)
 
     def call_time(self, prim: str, axes: Sequence[str], nbytes: int) -> tuple[float, float]:
-        """(α part, byte part) in µs of one call moving a buffer of ``nbytes``."""
+        """(latency, byte part) in µs of one call moving a buffer of ``nbytes`` (launch excluded)."""
+        if self.physics is not None and self.group_key(prim, axes) not in self.terms:
+            t = self.physics.call(prim, self.group(axes), nbytes)
+            return t.latency_us, t.bytes_us
         a, b, _ = self.call_terms(prim, axes)
         g = self.mesh.group_size(axes) if self.mesh else 1
         return a, wire_factor(prim, g) * nbytes / MB * b
@@ -213,6 +258,7 @@ class CostModel:
         return {"hardware": self.hardware, "launch_us": self.launch_us,
                 "amortization": self.amortization, "memcopy_GBps": self.memcopy_GBps,
                 "transform_us": self.transform_us, "source": self.source,
+                **({"neuron": self.physics.to_dict()} if self.physics is not None else {}),
                 "axes": {k: {"class": v.link_class, "alpha_us": v.alpha_us,
                              "ring_GBps": v.ring_GBps, "hop_GBps": v.hop_GBps}
                          for k, v in self.axes.items()},
@@ -267,8 +313,15 @@ def default_model(topology: Topology, mesh: Mesh) -> CostModel:
         bw = link.bandwidth_GBps
         neighbours = 1 if ax.size == 2 else 2
         axes[ax.name] = AxisLink(ax.name, link.kind, link.alpha_us, bw * neighbours, bw, False)
-    return CostModel(hw, params["launch_us"], params["amortization"], memcopy,
-                     params["transform_us"], axes, mesh=mesh)
+    physics = None
+    launch = params["launch_us"]
+    if hw == "trainium":
+        meta = dict(topology.meta)
+        physics = shipped_model(family_of(topology.name, int(meta.get("ranks_per_chip", 0)) or None),
+                                str(meta.get("neuron_runtime", DEFAULT_RUNTIME)))
+        launch = physics.floor.launch_us
+    return CostModel(hw, launch, params["amortization"], memcopy, params["transform_us"], axes,
+                     mesh=mesh, physics=physics)
 
 
 def _port_ranks(topology: Topology, rank: int) -> int:
@@ -299,13 +352,19 @@ def load_model(topology: Topology, mesh: Mesh, calibration: str | Path | dict | 
         raise SynthError(f"{where}: not a synth calibration file (expected \"format\": "
                          "\"synth-calibration/1\"; make one with `synth calibrate`)")
     params = data.get("parameters", {})
+    if not isinstance(params, dict):
+        raise SynthError(f"{where}: 'parameters' must be an object")
     for key in ("launch_us", "amortization", "memcopy_GBps", "transform_us"):
         if key in params and params[key] is not None:
-            value = float(params[key])
+            value = _parameter(params, key, where)
             if value < 0 or (key == "memcopy_GBps" and value <= 0):
                 raise SynthError(f"{where}: parameter {key} must be positive, got {value}")
             setattr(model, key, value)
+    if model.physics is not None:
+        model.physics = _calibrated_physics(model.physics, params, model.launch_us, where)
     for t in data.get("terms", []):
+        if isinstance(t, dict) and t.get("source") == DERIVED_TERMS:
+            continue
         try:
             key = (str(t["primitive"]), (int(t["group"][0]), int(t["group"][1])), str(t["link_class"]))
             model.terms[key] = (float(t["alpha_us"]), float(t["beta_us_per_mb"]))
@@ -314,6 +373,36 @@ def load_model(topology: Topology, mesh: Mesh, calibration: str | Path | dict | 
     model.source = where
     model.rescale()
     return model
+
+
+def _parameter(params: dict, key: str, where: str) -> float:
+    try:
+        value = float(params[key])
+    except (TypeError, ValueError):
+        raise SynthError(f"{where}: parameter {key} must be a number, got {params[key]!r}") from None
+    if not math.isfinite(value):
+        raise SynthError(f"{where}: parameter {key} must be finite, got {value}")
+    return value
+
+
+def _calibrated_physics(physics: NeuronModel, params: dict, launch_us: float, where: str) -> NeuronModel:
+    """The Trainium model with a calibration's figures (those it sets) in place of the shipped ones."""
+    from dataclasses import replace
+
+    given = {k: _parameter(params, k, where) for k in NEURON_PARAMETERS if params.get(k) is not None}
+    for key, value in given.items():
+        positive = key != "per_rank_us"
+        if value < 0 or (positive and value == 0):
+            raise SynthError(f"{where}: parameter {key} must be {'positive' if positive else '>= 0'}, "
+                             f"got {value}")
+    bw = physics.bandwidths
+    bw = Bandwidths(*(given.get(k, getattr(bw, k)) for k in ("core_GBps", "mesh_efficiency",
+                                                              "ring_efficiency", "efa_efficiency")))
+    floor = replace(physics.floor, launch_us=launch_us,
+                    **{k: given[k] for k in ("per_rank_us", "chip_hop_us", "link_hop_us", "efa_hop_us")
+                       if k in given})
+    runtime = str(params.get("runtime") or physics.runtime)
+    return replace(physics, bandwidths=bw, floor=floor, runtime=runtime)
 
 
 # ------------------------------------------------------------------------------------ simulation
