@@ -20,7 +20,7 @@ from synth.bounds import lower_bound
 from synth.collectives import make_collective
 from synth.encodings.baseline.algorithms import ALGORITHMS, baseline, preferred_chunks
 from synth.errors import NotApplicable
-from synth.select.candidates import cost_profile
+from synth.select.candidates import cost_profile, nccl_points
 from synth.sizes import format_size
 from synth.topology_io import load_topology
 from synth.verify import verify
@@ -55,7 +55,11 @@ def measure() -> list[dict]:
                                "time_us": [round(p.time_us, 3) for p in costs],
                                "pct_of_bound": [round(p.pct_of_bound, 2) for p in costs]}
             best = []
-            step_model = [a for a in algos if a != "nccl"]
+            step_model = list(algos)
+            nccl_pts = nccl_points(topo, make_collective(kind, topo.num_ranks), SIZES, bound)
+            nccl = None if nccl_pts is None else {
+                "time_us": [round(p.time_us, 3) for p in nccl_pts],
+                "pct_of_bound": [round(p.pct_of_bound, 2) for p in nccl_pts]}
             for i, size in enumerate(SIZES):
                 winner = min(step_model, key=lambda a, i=i: (algos[a]["time_us"][i], a))
                 best.append({"bytes": size, "algorithm": winner,
@@ -63,7 +67,8 @@ def measure() -> list[dict]:
                              "pct_of_bound": algos[winner]["pct_of_bound"][i],
                              "bound_us": round(bound.time_us(size), 3)})
             rows.append({"topology": topo.name, "ranks": topo.num_ranks, "collective": kind,
-                         "bound_method": bound.method, "best": best, "algorithms": algos})
+                         "bound_method": bound.method, "best": best, "algorithms": algos,
+                         "nccl": nccl})
             print(f"{topo.name:>12} {kind:>13}: " + ", ".join(
                 f"{format_size(b['bytes'])} {b['algorithm']} {b['pct_of_bound']}%" for b in best),
                 file=sys.stderr)
@@ -86,7 +91,7 @@ def markdown(rows: list[dict]) -> str:
              "|---|---|---|" + "---|" * (2 * len(SIZES)) + "---|"]
     for r in rows:
         cells = [f"{b['algorithm']} ({b['pct_of_bound']:.1f}%)" for b in r["best"]]
-        nccl = r["algorithms"].get("nccl")
+        nccl = r.get("nccl")
         cells += ([f"{p:.1f}%" for p in nccl["pct_of_bound"]] if nccl else ["-"] * len(SIZES))
         lines.append(f"| {r['topology']} | {r['ranks']} | {r['collective']} | "
                      + " | ".join(cells) + f" | {r['bound_method']} |")

@@ -9,7 +9,7 @@ program model's NCCL figures, max-min fair sharing of the topology's ports) at e
 * **MSCCL++ DSL**: every plan of ``tests/data/mscclpp-plans`` (MSCCL++'s own DSL programs,
   microsoft/mscclpp@1f5f065d) for the same collective and rank count that ``synth verify``
   accepts, within its ``min/max_message_size``;
-* **NCCL ring**: synth's ``nccl`` baseline (NCCL's rings, one per rail; alltoall: direct), emitted
+* **NCCL ring**: synth's ``nccl_rings`` baseline (NCCL's rings, one per rail; alltoall: direct), emitted
   as Simple plans with 1, 2 and 4 instances (NCCL's channels), the fastest per size — NCCL's
   algorithm executed in the same model, not NCCL's own tuning model.
 
@@ -100,7 +100,7 @@ def measure() -> list[dict]:
                    "sizes": list(SIZES), "synth_algorithm": schedule.algorithm, "plans": {}}
             for proto in ("Simple", "LL"):
                 row["plans"][f"synth {proto}"] = best_of_instances(schedule, topo, proto, row)
-            ring = solve(topo, coll, encoding="baseline", algorithm="nccl").best.schedule
+            ring = solve(topo, coll, encoding="baseline", algorithm="nccl_rings").best.schedule
             row["plans"]["NCCL ring (as a plan)"] = best_of_instances(ring, topo, "Simple", row)
             for rel, plan in corpus_plans(kind, topo.num_ranks):
                 row["plans"][f"MSCCL++ {rel}"] = times(plan, topo, SIZES)
@@ -121,7 +121,7 @@ def markdown(rows: list[dict]) -> str:
              "(`synth/mscclpp/timing.py`: NCCL's protocol figures, NVLink efficiency and launch "
              "from the program model, max-min fair sharing of NVSwitch/NIC ports). *synth* is the "
              "fastest of its Simple and LL plans with 1, 2 or 4 instances at each size; *NCCL ring* is "
-             "NCCL's ring algorithm (synth's `nccl` baseline) emitted as Simple plans with 1, 2 or 4 "
+             "NCCL's ring algorithm (synth's `nccl_rings` baseline) emitted as Simple plans with 1, 2 or 4 "
              "instances (channels) and run in the same model; *MSCCL++* "
              "columns are MSCCL++'s own DSL plans (`tests/data/mscclpp-plans`, "
              "microsoft/mscclpp@1f5f065d) for that collective and rank count. — : outside the "

@@ -87,6 +87,9 @@ class SolveRequest:
     max_memory: str | None = None
     time_program: bool = True
     winners_by: str = "auto"
+    nccl: bool = True
+    """NCCL competes for every size (where it runs): sizes where its model is faster get no
+    file. False: a file for every size, however it compares."""
 
 
 @dataclass
@@ -146,7 +149,7 @@ def run(req: SolveRequest) -> SolveOutcome:
     with progress.phase(f"solving {collective.name} on {topology.name} ({req.encoding})"):
         result = solve(topology, collective, encoding=req.encoding, algorithm=req.algorithm,
                        sizes=req.sizes, time_limit_s=req.time_limit_s, chunks=req.chunks,
-                       extra=req.extra, nccl_calibration=nccl_cal, budget=budget)
+                       extra=req.extra, nccl_calibration=nccl_cal, budget=budget, nccl=req.nccl)
         result.calibration = req.calibration
         if req.format == "mscclpp":
             plan = PlanTarget(topology, PlanOptions(
@@ -178,9 +181,10 @@ def solve(topology: Topology, collective: Collective, *, encoding: str = "auto",
           algorithm: str | None = None, sizes: Sequence[int] = DEFAULT_SIZES,
           time_limit_s: float | None = None, chunks: int | None = None,
           extra: dict[str, Any] | None = None, nccl_calibration: Any = None,
-          budget: Budget | None = None) -> SolveResult:
+          budget: Budget | None = None, nccl: bool = True) -> SolveResult:
     """Produce, verify and cost schedules; the best is the one closest to the bound overall.
-    NCCL's own times come along (``SolveResult.nccl``): it competes in every selection.
+    NCCL's own times come along (``SolveResult.nccl``; ``nccl`` False: not): it competes in
+    every selection.
 
     With a ``budget`` (:mod:`synth.guards`) every candidate is sized before it is verified: one
     over the memory budget or, when XML is wanted, over the runtime's limits is passed over with a
@@ -210,7 +214,8 @@ def solve(topology: Topology, collective: Collective, *, encoding: str = "auto",
     ran = "baseline" if encoding == "auto" and algorithm else encoding  # --algo: baseline only
     return SolveResult(topology, collective, ran, candidates[0], candidates, bound,
                        time.perf_counter() - start, notes=notes,
-                       nccl=nccl_points(topology, collective, sizes, bound, nccl_calibration))
+                       nccl=nccl_points(topology, collective, sizes, bound, nccl_calibration)
+                       if nccl else None)
 
 
 def within_budget(found: dict[str, Schedule], budget: Budget

@@ -86,9 +86,9 @@ def test_every_algorithm_verifies_or_is_not_applicable(spec, kind):
 
 def test_every_algorithm_applies_somewhere_with_its_preferred_chunks():
     switched = multinode(switch(4), 2)  # 8 ranks, all adjacent, two nodes: nothing excludes anything
-    nvidia = load_topology("dgx_a100", 2)  # nccl is priced by NCCL's model: only where NCCL runs
+    nvidia = load_topology("dgx_a100", 2)  # nccl_rings are NCCL's ring search: only where it runs
     for name, alg in ALGORITHMS.items():
-        t = nvidia if name == "nccl" else switched
+        t = nvidia if name == "nccl_rings" else switched
         for kind in alg.kinds:
             k = preferred_chunks(name, kind, t.num_ranks, t)
             sched = baseline(t, make_collective(kind, t.num_ranks, k,

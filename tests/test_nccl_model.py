@@ -182,16 +182,19 @@ def test_measurement_without_a_machine_line_is_refused(tmp_path):
 
 
 # ------------------------------------------------------------------------------- as a schedule
-def test_nccl_baseline_is_one_ring_per_rail_and_priced_by_nccl():
+def test_nccl_rings_baseline_is_one_ring_per_rail_and_priced_like_any_schedule():
+    """NCCL's rings as a schedule are a file like any other (lock-step priced); NCCL itself is
+    the candidate that writes no file, and `--algo nccl` says so."""
     from synth.collectives import make_collective
     from synth.encodings.baseline import baseline, preferred_chunks
     from synth.select.candidates import cost_profile
+    from synth.timing.lockstep import schedule_times_us
     from synth.verify import verify
 
     topo = load_topology("dgx_h100", 2)
-    k = preferred_chunks("nccl", "allgather", 16, topo)
+    k = preferred_chunks("nccl_rings", "allgather", 16, topo)
     assert k == 8  # 8 NICs per node: 8 rings
-    sched = baseline(topo, make_collective("allgather", 16, k), "nccl")
+    sched = baseline(topo, make_collective("allgather", 16, k), "nccl_rings")
     verify(sched, topo)
     rings = sched.meta["rings"]
     assert len(rings) == 8
@@ -199,25 +202,57 @@ def test_nccl_baseline_is_one_ring_per_rail_and_priced_by_nccl():
     assert len(leaving) == 8
     sizes = [1024, 2**30]
     got = [p.time_us for p in cost_profile(sched, topo, sizes)]
-    assert got == pytest.approx(list(nm.times_us(topo, "allgather", sizes)))
+    assert got == pytest.approx(list(schedule_times_us(sched, topo, sizes)))
+    with pytest.raises(SynthError, match="nccl_rings"):
+        baseline(topo, make_collective("allgather", 16, k), "nccl")
+
+
+def _solved(kind: str, algorithm: str, sizes: list[int], topo_name: str = "dgx_h100"):
+    from synth.collectives import make_collective
+    from synth.solve import solve
+
+    return solve(load_topology(topo_name), make_collective(kind, 8, 1), encoding="baseline",
+                 algorithm=algorithm, sizes=sizes)
 
 
 def test_solve_compares_with_nccl_on_floored_times():
-    from synth.collectives import make_collective
     from synth.select.nccl import compare_with_nccl
-    from synth.solve import solve
 
-    topo = load_topology("dgx_h100")
-    res = solve(topo, make_collective("allreduce", 8, 1), encoding="baseline", algorithm="ring",
-                sizes=[1024, 2**30])
-    cmp = compare_with_nccl(res.best.schedule, topo, [1024, 2**30])
+    res = _solved("allreduce", "ring", [1024, 2**30])
+    cmp = compare_with_nccl(res, [], [1024, 2**30])
     assert cmp is not None and [c.nccl_algo for c in cmp] == ["Ring", "NVLS"]
     for c, p in zip(cmp, res.best.costs, strict=True):
         assert c.runtime_us > p.time_us  # the runtime adds its launch and per-step floors
         assert c.speedup == pytest.approx(c.nccl_us / c.runtime_us)
-    assert compare_with_nccl(solve(topo, make_collective("gather", 8, 1), encoding="baseline",
-                                   algorithm="direct", sizes=[1024]).best.schedule,
-                             topo, [1024]) is None
+        assert c.served_by == "synth" and c.runtime_proto == "Simple"
+    assert compare_with_nccl(_solved("gather", "direct", [1024]), [], [1024]) is None
+
+
+def test_nccl_competes_and_the_sizes_it_wins_get_no_file(tmp_path):
+    """On 8 x H100 the baselines lose to NCCL at most sizes (NVLS at large ones): those sizes are
+    left to NCCL, no file or MSCCL_CONFIG entry covers them, and every size synth serves is at
+    least as fast as NCCL's model as the runtime runs it."""
+    from synth.emit import XmlOptions
+    from synth.outputs import prepare_winners
+    from synth.select.nccl import compare_with_nccl
+    from synth.select.scorers import lockstep_scorer
+
+    sizes = [1024, 2**20, 2**30]
+    res = _solved("allreduce", None, sizes)
+    assert res.nccl is not None and len(res.nccl) == 3
+    w = prepare_winners(res, tmp_path, XmlOptions(), lockstep_scorer)
+    left = [r for r in w.ranges if r.candidate is None]
+    assert left and all(f is None for r, f in zip(w.ranges, w.range_files, strict=True)
+                        if r.candidate is None)
+    assert 2**30 in {s for r in left for s in r.sizes}      # NVLS: NCCL keeps the largest size
+    cmp = compare_with_nccl(res, w.ranges, sizes)
+    assert cmp is not None
+    for c in cmp:
+        assert c.served_by in ("synth", "nccl")
+        assert c.speedup >= 1.0 - 1e-9
+    config = [text for path, text in w.pending.items() if path.suffix == ".msccl_config"]
+    for text in config:     # one <load> per file, none for a range left to NCCL
+        assert text.count("<load ") == sum(1 for f in w.range_files if f)
 
 
 def test_cli_solve_json_has_vs_nccl(tmp_path):
@@ -226,12 +261,22 @@ def test_cli_solve_json_has_vs_nccl(tmp_path):
     from .conftest import run_synth
 
     r = run_synth("solve", "--topo", "dgx_a100", "--coll", "allgather", "--encoding", "baseline",
-                  "--algo", "nccl", "--sizes", "1KB,1GB", "--out", str(tmp_path), "--json")
+                  "--algo", "nccl_rings", "--sizes", "1KB,1GB", "--out", str(tmp_path), "--json")
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
-    assert data["algorithm"] == "nccl"
     assert [c["nccl"]["algo"] for c in data["vs_nccl"]] == ["Ring", "Ring"]
-    assert data["vs_nccl"][0]["speedup_vs_nccl"] == pytest.approx(1.0)
+    for cost, vs in zip(data["costs"], data["vs_nccl"], strict=True):
+        assert vs["served_by"] in ("synth", "nccl")
+        assert (cost["algorithm"] == "nccl") == (vs["served_by"] == "nccl")
+        assert (cost["file"] is None) == (vs["served_by"] == "nccl")
+        assert vs["speedup_vs_nccl"] >= 1.0 - 1e-9
+    assert data["speedup_summary"]
+    r = run_synth("solve", "--topo", "dgx_a100", "--coll", "allgather", "--encoding", "baseline",
+                  "--algo", "nccl_rings", "--sizes", "1KB,1GB", "--out", str(tmp_path / "all"),
+                  "--json", "--no-nccl")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert all(c["algorithm"] == "nccl_rings" and c["file"] for c in data["costs"])
 
 
 def test_calibrate_fits_nccl_model_and_solve_reads_it(tmp_path):
@@ -269,17 +314,13 @@ def test_catalog_rows_claim_speedups_against_nccl_only():
 
 
 def test_compare_uses_the_timed_program_where_it_runs():
-    from synth.collectives import make_collective
     from synth.select.nccl import compare_with_nccl
-    from synth.solve import solve
 
-    topo = load_topology("dgx_h100")
-    sched = solve(topo, make_collective("allgather", 8, 1), encoding="baseline",
-                  algorithm="ring", sizes=[1024]).best.schedule
-    cmp = compare_with_nccl(sched, topo, [1024, 2**30], program_us=[100.0, float("inf")])
+    res = _solved("allgather", "ring", [1024, 2**30])
+    cmp = compare_with_nccl(res, [], [1024, 2**30], program_us=[100.0, float("inf")])
     assert cmp is not None
     assert (cmp[0].runtime_proto, cmp[0].runtime_us) == ("program", 100.0)
-    assert cmp[1].runtime_proto in ("Simple", "LL", "LL128")  # the file does not run there
+    assert cmp[1].runtime_proto == "Simple"  # the file does not run there: the protocol model
 
 
 def test_bad_nccl_calibration_is_an_input_error(tmp_path):
@@ -287,7 +328,7 @@ def test_bad_nccl_calibration_is_an_input_error(tmp_path):
 
     bad = tmp_path / "bad.json"
     bad.write_text('{"format": "synth-calibration/1", "nccl_model": {"bandwidth_scale": 0}}')
-    r = run_synth("solve", "--topo", "dgx_h100", "--coll", "allgather", "--algo", "nccl",
+    r = run_synth("solve", "--topo", "dgx_h100", "--coll", "allgather", "--algo", "nccl_rings",
                   "--calibration", str(bad), "--out", str(tmp_path / "o"))
     assert r.returncode == 2
     assert "nccl_model.bandwidth_scale must be a positive number" in r.stderr

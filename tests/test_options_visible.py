@@ -125,4 +125,4 @@ def test_cli_prints_and_writes_the_options(tmp_path) -> None:
     assert all((tmp_path / name).is_file() for name in xml)
     table = _solve("--sizes", "1KB", "--no-xml", "--proto", "LL128", "--out", str(tmp_path / "t"))
     assert table.exit_code == 0, table.output
-    assert "runtime_us" in table.stdout and "--proto LL128" in table.stdout
+    assert "runtime µs" in table.stdout and "LL128 (protocol)" in table.stdout

@@ -24,9 +24,11 @@ SIZES = tuple(2 ** k for k in range(10, 31, 2))
 
 @pytest.fixture(scope="module")
 def dgx1_allreduce():
-    """Baselines on dgx1: recursive doubling / direct win small sizes, rings large ones."""
+    """Baselines on dgx1: recursive doubling / direct win small sizes, rings large ones (NCCL not
+    competing: these are synth's own range mechanics; tests/test_nccl_model.py covers NCCL)."""
     topo = load_topology("dgx1")
-    return solve(topo, make_collective("allreduce", 8), encoding="baseline", sizes=SIZES)
+    return solve(topo, make_collective("allreduce", 8), encoding="baseline", sizes=SIZES,
+                 nccl=False)
 
 
 def _range_attrs(text: str) -> tuple[int, int]:
@@ -72,7 +74,8 @@ def test_legacy_files_are_exclusive(dgx1_allreduce, tmp_path):
 
 def test_one_size_writes_one_file(tmp_path):
     topo = load_topology("dgx1")
-    res = solve(topo, make_collective("allreduce", 8), encoding="baseline", sizes=(2 ** 30,))
+    res = solve(topo, make_collective("allreduce", 8), encoding="baseline", sizes=(2 ** 30,),
+                nccl=False)
     w = write_winners(res, tmp_path)
     xml = [p for p in w.files if p.suffix == ".xml"]
     assert len(w.ranges) == 1 and len(xml) == 1 and _range_attrs(xml[0].read_text()) == (0, 0)
@@ -96,9 +99,9 @@ def test_a_file_the_runtime_never_selects_does_not_win(tmp_path):
     that runs there (spec §3.1), and the notes say so."""
     topo = load_topology("dgx1")
     res = solve(topo, make_collective("allgather", 8, 3), encoding="baseline", algorithm="ring",
-                chunks=3, sizes=(2 ** 20,))
+                chunks=3, sizes=(2 ** 20,), nccl=False)
     res2 = solve(topo, make_collective("allgather", 8), encoding="baseline", algorithm="direct",
-                 sizes=(2 ** 20,))
+                 sizes=(2 ** 20,), nccl=False)
     ring3 = res.candidates[0]
     slow = res2.candidates[0]
     fake = Candidate(ring3.name, ring3.schedule, ring3.report,

@@ -110,6 +110,10 @@ from .solve_report import print_solve, solve_json
                    "model of each candidate's XML (what runs); lockstep = the α-β step model; "
                    "auto = program where its estimated cost fits the budget, else lockstep (a "
                    "note says why).")
+@click.option("--nccl/--no-nccl", "compete", default=True, show_default=True,
+              help="NCCL competes for every size (its own model, where NCCL runs): the sizes where "
+                   "it is faster get no file and stay with NCCL. --no-nccl writes a file for "
+                   "every size, however it compares (the comparison is still printed).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
           partition: str | None, encoding: str, algo: str | None,
@@ -119,8 +123,9 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
           xml_profile: str, proto: str, instances: int | None, max_threadblocks: int,
           min_bytes: str, max_bytes: str, out_format: str, target: str | None, tensors: int,
           nbytes: str | None, calibration: str | None, out_dir: str, max_memory: str | None,
-          want_program: bool, winners_by: str, as_json: bool) -> None:
-    """Synthesize a verified schedule and print its cost against the bound."""
+          want_program: bool, winners_by: str, compete: bool, as_json: bool) -> None:
+    """Synthesize verified schedules and write, per size range, the fastest, or leave the range
+    to NCCL where NCCL is faster."""
     if target is not None:
         err.print("note: --target is deprecated; use --format (the same values)")
         if out_format != "msccl" and out_format != target:
@@ -152,7 +157,7 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
         sizes=parse_sizes(sizes) if sizes else DEFAULT_SIZES, time_limit_s=time_limit,
         extra=extra, xml=xml, proto=proto, instances=instances, format=out_format,
         calibration=calibration, out_dir=Path(out_dir), max_memory=max_memory,
-        time_program=want_program, winners_by=winners_by)
+        time_program=want_program, winners_by=winners_by, nccl=compete)
     with progress.activate(console=err, quiet_on_terminal=as_json):
         done = run(request)
     if as_json:
