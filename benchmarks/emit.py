@@ -149,9 +149,9 @@ def run_case(name: str, topo: str, nodes: int, coll: str, winners_by: str = "aut
                 row["program_1g"] = _program_at_1g(model, result)
             serving = next(r for r in written.ranges if GiB in r.sizes)
             row["instances_1g"] = serving.instances
-            if serving.xml is not None and not time_program:
+            if serving.text is not None and not time_program:
                 row["program_skipped"] = "--no-program: the written file was not timed"
-            elif serving.xml is not None:
+            elif serving.text is not None:
                 sim = stopwatch()
                 program = parse_program(serving.xml, "serving 1 GiB", "exec")
                 us = program_times_us(program, topology, [GiB])[0]

@@ -222,22 +222,16 @@ def group_of(topo: Topology) -> Group:
     return Group(meta["group"], tuple(meta["global_ranks"]))
 
 
-def write_rank_maps(files: list, group: Group) -> list:
-    """Write ``<file>.ranks.json`` (group rank -> global rank) beside each schedule file."""
-    from .files import atomic_write
-
-    return [atomic_write(path, text) for path, text in rank_maps(files, group).items()]
-
-
-def rank_maps(files: list, group: Group) -> dict:
-    """``<file>.ranks.json`` path -> its text (group rank -> global rank), for each schedule file,
-    to be written with them (:func:`synth.solve.commit`)."""
+def rank_maps(files: list, group: Group) -> dict[str, str]:
+    """``<name>.ranks.json`` -> its text (group rank -> global rank), for each schedule, XML or
+    plan file among ``files``; the caller puts them in a folder of their own (never beside the
+    XML: the executor runtimes parse every file in ``MSCCL_ALGO_DIR``)."""
     from pathlib import Path
 
     from .files import dumps_json
 
     text = dumps_json(group.mapping(), indent=2) + "\n"
-    return {Path(f"{f}.ranks.json"): text for f in files
+    return {f"{Path(f).name}.ranks.json": text for f in files
             if str(f).endswith((".xml", ".json")) and not str(f).endswith(".ranks.json")}
 
 

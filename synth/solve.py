@@ -36,7 +36,8 @@ from .files import check_writable_dir
 from .groups import rank_maps
 from .guards import Budget, TooBig, check_request, check_schedule
 from .mscclpp.emit import PlanOptions
-from .outputs import Written, commit, prepare_best, prepare_winners
+from .outputs import Written, commit, prepare_winners
+from .outputs.layout import MAP_FOLDER
 from .outputs.msccl import sm_count
 from .outputs.mscclpp import PlanTarget
 from .outputs.report import served_sizes
@@ -44,7 +45,7 @@ from .schedule import Schedule
 from .select.candidates import Candidate, SolveResult, cost_profile, nccl_points
 from .select.nccl import NcclComparison, compare_with_nccl
 from .select.ranges import INSTANCES
-from .select.scorers import deciding_scorer
+from .select.scorers import deciding_scorer, lockstep_scorer
 from .sizes import DEFAULT_SIZES
 from .timing.nccl import calibration_of
 from .timing.program import program_times_us
@@ -155,7 +156,12 @@ def run(req: SolveRequest) -> SolveOutcome:
             plan = PlanTarget(topology, PlanOptions(
                 proto=req.proto, instances=req.instances or 1, max_threadblocks=sm_count(topology),
                 min_bytes=xml.min_bytes if xml else 0, max_bytes=xml.max_bytes if xml else 0))
-            result.best, written = prepare_best(result, out_dir, None, plan, tag)
+            ranges_of = xml or XmlOptions()
+            written = prepare_winners(result, out_dir, ranges_of, lockstep_scorer, tag,
+                                      "lockstep", plan)
+            mine = [r.candidate for r in written.ranges if r.candidate is not None]
+            if mine:
+                result.best = mine[-1]
         else:
             tried = None if req.instances is not None else INSTANCES
             scorer, decided_by, notes = deciding_scorer(result, topology, xml, req.winners_by,
@@ -165,8 +171,9 @@ def run(req: SolveRequest) -> SolveOutcome:
             mine = [r.candidate for r in written.ranges if r.candidate is not None]
             if mine:
                 result.best = mine[-1]  # the one serving the largest size synth serves
-    texts = dict(written.pending)
-    rank_files = rank_maps(written.files, group) if group is not None else {}
+    texts = written.texts
+    rank_files = ({f"{MAP_FOLDER}/{name}": text for name, text in
+                   rank_maps(written.files, group).items()} if group is not None else {})
     runtime = served_runtime(result, written, topology, list(req.sizes), req.proto,
                              req.instances or 1, req.calibration)
     program_us = (program_times(written, result, texts, topology, list(req.sizes), xml.profile
@@ -252,17 +259,17 @@ def served_runtime(result: SolveResult, written: Written, topology: Topology, si
                           [p for part in parts for p in part.points])
 
 
-def program_times(written: Written, result: SolveResult, texts: dict[Path, str],
+def program_times(written: Written, result: SolveResult, texts: dict[str, str],
                   topology: Topology, sizes: list[int], profile: str, calibration: str | None
                   ) -> list[float] | None:
     """Per size, the time of the XML that serves it under the timed program model (None without
     an XML; ``inf`` at a size no XML serves, such as one left to NCCL).
 
-    ``texts``: the files to be written (path -> text); they are timed before anything is written,
-    so a failure here leaves no file behind. Every XML was verified by the interpreter when it
-    was produced (``emit_verified_xml``).
+    ``texts``: the files to be written (absolute path -> text); they are timed before anything is
+    written, so a failure here leaves no file behind. Every XML was verified by the interpreter
+    when it was produced (``emit_verified_xml``).
     """
-    by_name = {str(path): text for path, text in texts.items()}
+    by_name = dict(texts)
     serving = {p.bytes: f for p, _, f in served_sizes(written, result)}
     if not any(serving.values()):
         xml = [f for f in by_name if f.endswith(".xml")]

@@ -181,7 +181,7 @@ def test_one_compile_per_candidate_when_the_range_is_the_whole_range(dgx1_allgat
     model, by, _ = deciding_scorer(res, topo, XmlOptions(), "auto")
     w = prepare_winners(res, tmp_path, XmlOptions(), model, winners_by=by)
     assert by == "program" and len(w.ranges) == 1
-    assert len(calls) == len(set(calls)) and w.ranges[0].xml is not None
+    assert len(calls) == len(set(calls)) and w.ranges[0].text is not None
 
 
 def _solve_json(run_synth, out: Path, *extra: str) -> dict:

@@ -11,6 +11,7 @@ Layout of ``OUT``::
     plots/<coll>.png    algorithm bandwidth vs size, envelope highlighted
     mscclpp-plans/      with ``--format mscclpp``: each XML's twin as a verified MSCCL++ execution
                         plan (same schedule, protocol, instances; the range as min/max_message_size)
+    maps/               with ``--group``: each XML's group rank -> global rank map
 
 The XML files live in their own folder because the executor runtimes parse *every* file in
 ``MSCCL_ALGO_DIR`` and abort initialisation on one they cannot parse (spec §0).
@@ -27,8 +28,6 @@ folders of processes that died (killed mid-run) are removed by the next run.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import os
 import re
 import secrets
@@ -37,6 +36,8 @@ from pathlib import Path
 
 from ..errors import SynthError
 from ..files import check_writable_dir, ensure_writable_dir
+from ..groups import Group, rank_maps
+from ..outputs.layout import MAP_FOLDER, swap_folder
 from . import CatalogResult
 from .plot import plot_collective
 from .report import (
@@ -54,8 +55,6 @@ from .report import (
 
 MARKER = "catalog.json"
 """A folder holding this file is a catalog and may be replaced as a whole."""
-_RENAME_EXCHANGE = 2
-_AT_FDCWD = -100
 
 
 def check_out_dir(out: Path) -> Path:
@@ -98,34 +97,6 @@ def clean_stale(out: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
-def _exchange(a: Path, b: Path) -> bool:
-    """Atomically swap two paths (Linux renameat2); False when the system cannot."""
-    libc_name = ctypes.util.find_library("c")
-    if not libc_name:
-        return False
-    try:
-        libc = ctypes.CDLL(libc_name, use_errno=True)
-        fn = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    rc = fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
-    return rc == 0
-
-
-def _swap_in(tmp: Path, out: Path, token: str) -> None:
-    if not out.exists():
-        os.rename(tmp, out)
-        return
-    if _exchange(tmp, out):
-        shutil.rmtree(tmp, ignore_errors=True)  # tmp now holds the old catalog
-        return
-    aside = out.parent / f".{out.name}.old-{os.getpid()}-{token}"
-    os.rename(out, aside)
-    os.rename(tmp, out)
-    shutil.rmtree(aside, ignore_errors=True)
-
-
 def _write(path: Path, data: str | bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = "wb" if isinstance(data, bytes) else "w"
@@ -135,8 +106,11 @@ def _write(path: Path, data: str | bytes) -> None:
         os.fsync(f.fileno())
 
 
-def render(result: CatalogResult, out: Path) -> dict[str, str | bytes]:
-    """Every file of the catalog (relative path -> content), nothing written yet."""
+def render(result: CatalogResult, out: Path, group: Group | None = None
+           ) -> dict[str, str | bytes]:
+    """Every file of the catalog (relative path -> content), nothing written yet; with a process
+    ``group``, each XML's group rank -> global rank map in ``maps/`` (never beside the XML: the
+    executor runtimes parse every file in ``MSCCL_ALGO_DIR``)."""
     files: dict[str, str | bytes] = {}
     config_paths: dict[str, str] = {}
     loads: list[str] = []
@@ -163,22 +137,25 @@ def render(result: CatalogResult, out: Path) -> dict[str, str | bytes]:
         nccl = nccl_choices(result, cr.kind, [b.size for b in result.buckets])
         files[f"{PLOT_DIR}/{cr.kind}.png"] = plot_collective(
             cr, result.buckets, title, [c.time_us for c in nccl] if nccl is not None else None)
+    if group is not None:
+        xml = [rel for rel in files if rel.endswith(".xml")]
+        files.update({f"{MAP_FOLDER}/{name}": text for name, text in rank_maps(xml, group).items()})
     return files
 
 
-def write_catalog(result: CatalogResult, out: Path) -> list[Path]:
+def write_catalog(result: CatalogResult, out: Path, group: Group | None = None) -> list[Path]:
     """Write the catalog folder atomically (module docstring); returns the files, sorted."""
     out = check_out_dir(out)
     ensure_writable_dir(out.parent)
     clean_stale(out)
-    files = render(result, out)
+    files = render(result, out, group)
     token = secrets.token_hex(4)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{token}"
     try:
         tmp.mkdir()
         for rel, content in sorted(files.items()):
             _write(tmp / rel, content)
-        _swap_in(tmp, out, token)
+        swap_folder(tmp, out, token)
     except OSError as exc:
         raise SynthError(f"cannot write the catalog '{out}': {exc.strerror or exc}") from None
     finally:

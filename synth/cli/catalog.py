@@ -20,7 +20,6 @@ from ..catalog.cache import default_cache_dir
 from ..catalog.executor import check_executor
 from ..catalog.output import check_out_dir, write_catalog
 from ..errors import SynthError, unknown_name
-from ..groups import write_rank_maps
 from ..guards import Budget
 from ..sizes import format_size, parse_sizes
 from ..topology_io import group_spec as spec_with_group
@@ -153,9 +152,7 @@ def catalog(topo_spec: str, nodes: int, group_spec: str | None, partition: str |
         with progress.activate(mode, console=err), \
                 progress.phase(f"catalog {topology.name} ({', '.join(kinds)})"):
             result = build_catalog(topology, progress=_Lines(), **kw)
-    files = write_catalog(result, target)
-    if group is not None:
-        files = [*files, *write_rank_maps([f for f in files if str(f).endswith(".xml")], group)]
+    files = write_catalog(result, target, group)
     seconds = time.perf_counter() - start
     out.print(f"[bold]catalog[/bold] {topology.name} ({topology.num_ranks} ranks), "
               f"{format_size(size_list[0])} – {format_size(size_list[-1])}: "

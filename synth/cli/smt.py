@@ -27,6 +27,7 @@ from ..files import atomic_write, check_output_file, check_writable_dir, dumps_j
 from ..groups import group_of, rank_maps
 from ..guards import Budget, check_encoding, check_schedule
 from ..outputs import commit, prepare_outputs
+from ..outputs.layout import MAP_FOLDER
 from ..select.candidates import cost_profile
 from ..sizes import DEFAULT_SIZES, format_size
 from ..topology_io import load_group, load_topology
@@ -146,7 +147,8 @@ def pareto(topo_spec: str, coll_spec: str, nodes: int, root: int | None, inplace
             written.notes.append(f"no XML: {exc.message}")
         rank_files = {}
         if group_spec is not None:
-            rank_files = rank_maps(written.files, group_of(topology))
+            rank_files = {f"{MAP_FOLDER}/{name}": text for name, text in
+                          rank_maps(written.files, group_of(topology)).items()}
         commit(written, rank_files)  # a failed write is an error, not a reason to drop the XML
         for note in written.notes:
             err.print(f"(S{point.steps},R{point.rounds},C{point.chunks}) {note}")

@@ -10,6 +10,7 @@ from typing import Any
 from rich.table import Table
 
 from ..encodings import auto_reason
+from ..outputs.layout import runtime_lines
 from ..outputs.report import ranges_table, served_sizes
 from ..sizes import format_size
 from ..solve import SolveOutcome
@@ -74,6 +75,7 @@ def solve_json(done: SolveOutcome, sizes: tuple[int, ...]) -> dict[str, Any]:
         "runtime": done.runtime.to_dict(),
         "vs_nccl": [c.to_dict() for c in done.vs_nccl] if done.vs_nccl is not None else None,
         "speedup_summary": speedup_summary(done.vs_nccl),
+        "deploy": deploy_lines(done),
         "program_us": ({str(n): (round(t, 4) if math.isfinite(t) else None)
                         for n, t in zip(sizes, done.program_us, strict=True)}
                        if done.program_us is not None else None),
@@ -110,6 +112,19 @@ def print_solve(done: SolveOutcome) -> None:
                   f"{rep.operations} operations, {rep.signals} signals, postcondition holds")
     for f in written.files:
         out.print(f"wrote {f}")
+    lines = deploy_lines(done)
+    if lines:
+        out.print("[bold]to use them:[/bold]")
+        for line in lines:
+            out.print(line, markup=False)
+    elif written.ranges and all(r.candidate is None for r in written.ranges):
+        out.print("nothing to deploy: NCCL as it is serves every size")
+
+
+def deploy_lines(done: SolveOutcome) -> list[str]:
+    """The environment each runtime needs to load what the run wrote."""
+    w = done.written
+    return runtime_lines(w.out_dir, w.folders) if w.out_dir is not None and w.files else []
 
 
 def _per_size(done: SolveOutcome) -> None:

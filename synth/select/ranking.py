@@ -16,6 +16,7 @@ import numpy as np
 
 from ..emit import XmlOptions, xml_unsupported_reason
 from ..errors import SynthError
+from ..mscclpp.emit import emit_verified_plan
 from .buckets import make_buckets, runs_at
 from .candidates import Candidate, SolveResult
 from .nccl import NCCL, runtime_times
@@ -34,7 +35,8 @@ class SizeRange:
     candidate: Candidate | None
     sizes: tuple[int, ...]
     """The requested sizes that fall in the range (where its time and % of bound are reported)."""
-    xml: str | None = None
+    text: str | None = None
+    """The range's verified file: MSCCL-IR XML, or an MSCCL++ plan (None: no file)."""
     reports: tuple[Any, ...] = ()
     model_us: tuple[float, ...] = ()
     """The deciding model's time at each of ``sizes`` (:data:`Scorer`)."""
@@ -152,9 +154,10 @@ def range_options(xml: XmlOptions, lo: int, hi: int, instances: int | None = Non
                    instances=xml.instances if instances is None else instances)
 
 
-def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer = lockstep_scorer
-                  ) -> tuple[list[SizeRange], list[str]]:
-    """The winner of every size range, each with its interpreter-verified XML (when ``xml``).
+def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer = lockstep_scorer,
+                  plan: Any = None) -> tuple[list[SizeRange], list[str]]:
+    """The winner of every size range, each with its interpreter-verified XML (when ``xml``), or
+    with ``plan`` (:class:`synth.outputs.mscclpp.PlanTarget`) its verified MSCCL++ plan.
 
     Selection is the catalog's (:func:`synth.select.choose`): adjacent buckets with one
     winner merge into one range, one file, and near ties (:data:`NEAR_TIE`) do not split ranges;
@@ -174,12 +177,20 @@ def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer = l
             xml = None
     tunings, lookup = rank_sizes(result, xml, model)
     made: XmlCache = getattr(model, "compiled", {})
+    plans: dict[tuple[str, int, int, int], tuple[str, tuple[Any, ...]] | str] = {}
 
     def attempt(r: Range) -> str | None:
-        if xml is None or r.config == NCCL:
+        if r.config == NCCL or (xml is None and plan is None):
             return None
-        got = compiled_xml(made, lookup[r.config],
-                           range_options(xml, r.lo, r.hi, r.config.instances))
+        if plan is not None:
+            key = (lookup[r.config].name, r.lo, r.hi, r.config.instances)
+            if key not in plans:
+                plans[key] = verified_plan(lookup[r.config].schedule, plan, r.lo, r.hi,
+                                           r.config.instances)
+            got = plans[key]
+        else:
+            got = compiled_xml(made, lookup[r.config],
+                               range_options(xml, r.lo, r.hi, r.config.instances))
         return got if isinstance(got, str) else None
 
     choice = choose(tunings, attempt, NEAR_TIE)
@@ -193,7 +204,8 @@ def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer = l
             ranges.append(SizeRange(r.lo, r.hi, None, inside,
                                     model_us=tuple(nccl[s] for s in inside), decided_by="nccl"))
             continue
-        got = (made.get((cand.name, range_options(xml, r.lo, r.hi, r.config.instances)))
+        got = (plans.get((cand.name, r.lo, r.hi, r.config.instances)) if plan is not None
+               else made.get((cand.name, range_options(xml, r.lo, r.hi, r.config.instances)))
                if xml is not None else None)
         text, reports = got if isinstance(got, tuple) else (None, ())
         at = dict(zip(sizes, config_times(model, cand, r.config.instances), strict=True))
@@ -246,3 +258,15 @@ def _never_selected(result: SolveResult, tunings: Sequence[BucketTuning], choice
             f"nchunksperloop ({chunks[name]}) "
             f"does not divide their fp32 element counts, so no runtime selects it there (spec §3.1)"
             for name, at in missed.items()]
+
+
+def verified_plan(schedule: Any, plan: Any, lo: int, hi: int, instances: int
+                  ) -> tuple[str, tuple[Any, ...]] | str:
+    """``schedule`` as a verified MSCCL++ plan for sizes ``lo..hi`` (``min/max_message_size``,
+    both inclusive in the executor's ``checkMessageSize``), or why there is none."""
+    try:
+        text, report = emit_verified_plan(schedule, plan.topology, replace(
+            plan.options, min_bytes=lo, max_bytes=hi, instances=instances))
+    except SynthError as exc:
+        return exc.message
+    return text, (report,)
