@@ -164,10 +164,6 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
                                    ("sketch", sketch), ("solver", solver)) if v is not None}
         if least_steps:
             extra["least_steps"] = True
-        if not as_json and encoding in ("milp", "auto"):
-            from ..encodings.milp.solvers import Progress
-
-            extra["progress"] = Progress(console=err)  # MILP stages: incumbent and gap, live
         nccl_cal = _nccl_calibration(calibration)
         result = run_solve(topology, collective, encoding=encoding, algorithm=algo,
                            sizes=size_list, time_limit_s=time_limit, chunks=chunks, extra=extra,
