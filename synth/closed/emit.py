@@ -152,6 +152,12 @@ class _Target:
     """The lines after the constants: the functions around the ops' body lines."""
 
 
+def _count_check(names: list[str]) -> list[str]:
+    """``run``'s first lines: the tensor count it was generated for, or a ValueError."""
+    return [f"    if len(tensors) != {len(names)}:",
+            f"        raise ValueError('expected {len(names)} tensor(s), got %d' % len(tensors))"]
+
+
 def _emit(program: Program, target: _Target, note: str) -> str:
     """Header, imports, constants, then the target's functions around one line group per op."""
     walk = _Walk(program, target.table)
@@ -165,6 +171,21 @@ def _emit(program: Program, target: _Target, note: str) -> str:
     lines = _header(program, target.name, note) + list(target.imports) + _consts(program, walk.specs)
     lines += [f"{k} = {v}" for k, v in walk.consts.items()]
     return "\n".join(lines + target.module(walk, body))
+
+
+def _array_ops(mod: str, target: str) -> dict[str, Template]:
+    """The templates both targets share but for their array module (``torch``, ``jnp``)."""
+
+    def pad(w: _Walk, op: Op) -> str:
+        extra = op.length - w.specs[op.ins[0]].shape[op.dim]
+        return _pad_expr(mod, op.ins[0], w.ndim(op), op.dim, extra, target)
+
+    return {
+        "reshape": lambda w, op: f"{op.ins[0]}.reshape({op.shape!r})",
+        "pad": pad,
+        "unpad": lambda w, op: _slice_expr(op.ins[0], w.ndim(op), op.dim, op.length),
+        "combine": lambda w, op: _combine(op.ins[0], op.ins[1], op.op, mod),
+    }
 
 
 # ============================================================================ neuron (torch-xla xm)
@@ -189,11 +210,6 @@ def _xm_permute(w: _Walk, op: Op) -> str:
     return f"xm.collective_permute({op.ins[0]}, pairs={pairs})"
 
 
-def _pad(w: _Walk, op: Op, mod: str, target: str) -> str:
-    extra = op.length - w.specs[op.ins[0]].shape[op.dim]
-    return _pad_expr(mod, op.ins[0], w.ndim(op), op.dim, extra, target)
-
-
 NEURON_OPS: dict[str, Template] = {
     "all_gather": lambda w, op: (f"xm.all_gather({op.ins[0]}, dim={op.dim}, "
                                  f"groups={_xm_groups(w, op)})"),
@@ -202,16 +218,13 @@ NEURON_OPS: dict[str, Template] = {
                                  f"groups={_xm_groups(w, op)})"),
     "all_to_all": _xm_all_to_all,
     "permute": _xm_permute,
-    "reshape": lambda w, op: f"{op.ins[0]}.reshape({op.shape!r})",
     "transpose": lambda w, op: f"torch.permute({op.ins[0]}, {op.order!r})",
     "concat": lambda w, op: f"torch.cat([{', '.join(op.ins)}], dim={op.dim})",
     "split": lambda w, op: f"torch.split({op.ins[0]}, {list(op.sizes)!r}, dim={op.dim})",
-    "pad": lambda w, op: _pad(w, op, "torch", "neuron"),
-    "unpad": lambda w, op: _slice_expr(op.ins[0], w.ndim(op), op.dim, op.length),
     "take_rows": lambda w, op: f"{op.ins[0]}[{w.rank_rows(op)}[rank]]",
     "put_rows": lambda w, op: (f"_put_rows({op.ins[0]}, {op.ins[1]}, {w.rank_rows(op)}[rank], "
                                f"{op.op!r})"),
-    "combine": lambda w, op: _combine(op.ins[0], op.ins[1], op.op, "torch"),
+    **_array_ops("torch", "neuron"),
 }
 """torch-neuronx: one template per op kind (``rank`` is ``xm.get_ordinal()``)."""
 
@@ -245,8 +258,7 @@ def _neuron_module(w: _Walk, body: list[str]) -> list[str]:
         "def run(tensors):",
         f'    """{program.collective} of this rank\'s tensors; call on every one of the '
         f'{program.mesh.size} ranks."""',
-        f"    if len(tensors) != {len(names)}:",
-        f"        raise ValueError('expected {len(names)} tensor(s), got %d' % len(tensors))",
+        *_count_check(names),
     ]
     if "rank" in "\n".join(body):
         lines.append("    rank = xm.get_ordinal()")
@@ -310,15 +322,12 @@ JAX_OPS: dict[str, Template] = {
                                  "tiled=True)"),
     "permute": lambda w, op: (f"lax.ppermute({op.ins[0]}, {_ax(op)}, "
                               f"perm={[tuple(p) for p in op.perm]!r})"),
-    "reshape": lambda w, op: f"{op.ins[0]}.reshape({op.shape!r})",
     "transpose": lambda w, op: f"jnp.transpose({op.ins[0]}, {op.order!r})",
     "concat": lambda w, op: f"jnp.concatenate([{', '.join(op.ins)}], axis={op.dim})",
     "split": _jnp_split,
-    "pad": lambda w, op: _pad(w, op, "jnp", "jax"),
-    "unpad": lambda w, op: _slice_expr(op.ins[0], w.ndim(op), op.dim, op.length),
     "take_rows": _jnp_take_rows,
     "put_rows": _jnp_put_rows,
-    "combine": lambda w, op: _combine(op.ins[0], op.ins[1], op.op, "jnp"),
+    **_array_ops("jnp", "jax"),
 }
 """JAX: one template per op kind, over the named mesh axes of the op."""
 
@@ -365,8 +374,7 @@ def _jax_module(w: _Walk, body: list[str]) -> list[str]:
     return lines + _JAX_DRIVER + [
         "def run(tensors, mesh=None):",
         f'    """{program.collective} over the mesh: tensors[i] has shape (WORLD, *INPUTS[i][0])."""',
-        f"    if len(tensors) != {len(names)}:",
-        f"        raise ValueError('expected {len(names)} tensor(s), got %d' % len(tensors))",
+        *_count_check(names),
         "    return list(build(mesh)(*tensors))",
         "",
     ]
