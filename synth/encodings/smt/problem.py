@@ -50,7 +50,7 @@ ENGINES = ("cpsat", "z3")
 SAT, UNSAT, UNKNOWN = "sat", "unsat", "unknown"
 VF2_MAX_RANKS = 16
 """Automorphisms are enumerated with networkx's VF2 up to this many ranks (capped); above it only
-the structured candidates of :func:`synth.bounds.symmetry_generators` are tried."""
+the structured candidates of :func:`synth.cuts.symmetry_generators` are tried."""
 VF2_MAX_FOUND = 512
 SYMMETRIC_BUDGET = 3.0
 """Deterministic-time budget (CP-SAT's units, about seconds) of the symmetric model per instance."""
@@ -145,7 +145,7 @@ class _Family:
 
     def candidates(self) -> list[tuple[int, ...]]:
         if self._candidates is None:
-            from ...bounds import symmetry_generators
+            from ...cuts import symmetry_generators
 
             cands = [tuple(p) for p in symmetry_generators(self.topology)]
             if self.net.n <= VF2_MAX_RANKS:
