@@ -164,13 +164,13 @@ def _status(outcome: str | None) -> str | None:
 
 
 def recorder():
-    """A :class:`~synth.encodings.milp.solvers.Progress` that records every MILP solve, silently.
+    """A :class:`~synth.progress.SolverProgress` that records every MILP solve, silently.
 
     The encoding's stage reports carry no wall-clock figures (its schedules are byte-identical per
     input), so per-solve seconds come from here: ``solve_milp`` calls ``begin``/``end`` around
     every routing, scheduling and diagnosis solve.
     """
-    from synth.encodings.milp.solvers import Progress
+    from synth.progress import SolverProgress as Progress
 
     class Recorder(Progress):
         def __init__(self) -> None:

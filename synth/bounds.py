@@ -49,20 +49,27 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.csgraph import breadth_first_order, dijkstra, maximum_flow
+from scipy.sparse.csgraph import dijkstra
 
 from .collectives import Collective
+from .cuts import (
+    BYTES_PER_US,
+    FlowNet,
+    ParamFlow,
+    all_subsets,
+    cut_model,
+    flow_net,
+    in_capacity,
+    orbit_representatives,
+    structured_rank_sets,
+    tightest_cut,
+)
 from .errors import SynthError
 from .topology import Topology
 
 EXACT_MAX_RANKS = 16
 """Up to this many ranks every rank subset is enumerated (2^16 subsets, vectorised)."""
 
-BYTES_PER_US = 1e3
-"""Bytes per µs through 1 GB/s."""
-
-_INT_CAP = 1 << 30
-"""scipy's max-flow works in 32-bit integers: every scaled capacity stays at or below this."""
 
 
 @dataclass(frozen=True)
@@ -264,95 +271,6 @@ def _latency_graphs(topology: Topology) -> tuple[sp.csr_array, sp.csr_array]:
     return hops, alph
 
 
-# ====================================================================================== cut model
-@dataclass(frozen=True)
-class _CutModel:
-    """The physical graph's cuts in closed form, for a given set A of ranks inside S.
-
-    Links contribute when they enter A. Per switch the extra vertices (hub, in/out ports) are free
-    to join S or not; :meth:`Topology.physical_graph` gives rank -> out-port -> hub -> in-port -> rank
-    with infinite rank-port edges, so the best choice is either the hub outside S (pay the in-port
-    of every port with a rank in A) or the hub inside S (pay the out-port of every port with a rank
-    outside A), whichever is smaller. This is the exact minimum of B_in over all S with S ∩ ranks = A
-    (checked against max-flow in the tests), with no flow computation.
-    """
-
-    n: int
-    link_src: np.ndarray
-    link_dst: np.ndarray
-    link_cap: np.ndarray
-    switch_members: tuple[sp.csr_array, ...]
-    """Per switch: (ports x ranks) 0/1 sparse matrix."""
-    switch_sizes: tuple[np.ndarray, ...]
-    switch_caps: tuple[np.ndarray, ...]
-
-
-def _cut_model(topology: Topology) -> _CutModel:
-    caps: dict[tuple[int, int], float] = {}
-    for link in topology.links:
-        key = (link.src, link.dst)
-        caps[key] = caps.get(key, 0.0) + link.bandwidth_GBps
-    keys = sorted(caps)
-    n = topology.num_ranks
-    members, sizes, pcaps = [], [], []
-    for switch in topology.switches:
-        rows = [r for port in switch.ports for r in port.ranks]
-        cols = [p for p, port in enumerate(switch.ports) for _ in port.ranks]
-        m = sp.csr_array((np.ones(len(rows)), (rows, cols)), shape=(n, len(switch.ports)))
-        members.append(sp.csr_array(m.T))  # ports x ranks: sparse @ dense is cheap
-        sizes.append(np.array([float(len(port.ranks)) for port in switch.ports]))
-        pcaps.append(np.array([port.bandwidth_GBps for port in switch.ports]))
-    return _CutModel(n, np.array([k[0] for k in keys], dtype=np.int64),
-                     np.array([k[1] for k in keys], dtype=np.int64),
-                     np.array([caps[k] for k in keys]), tuple(members), tuple(sizes), tuple(pcaps))
-
-
-def min_in_cut(topology: Topology, inside: np.ndarray) -> np.ndarray:
-    """For each row of ``inside`` (K x N booleans: the ranks in S), the least B_in(S) in GB/s."""
-    return _min_in_cut(_cut_model(topology), np.atleast_2d(np.asarray(inside, dtype=bool)))
-
-
-def _min_in_cut(model: _CutModel, inside: np.ndarray, block: int = 4096) -> np.ndarray:
-    out = np.empty(inside.shape[0])
-    for lo in range(0, inside.shape[0], block):
-        a = inside[lo:lo + block]
-        total = (a[:, model.link_dst] & ~a[:, model.link_src]).astype(np.float64) @ model.link_cap
-        af = a.astype(np.float64)
-        for members, sizes, caps in zip(model.switch_members, model.switch_sizes, model.switch_caps,
-                                        strict=True):
-            counts = (members @ af.T).T
-            hub_out = (counts > 0.5).astype(np.float64) @ caps
-            hub_in = (counts < sizes - 0.5).astype(np.float64) @ caps
-            total += np.minimum(hub_out, hub_in)
-        out[lo:lo + block] = total
-    return out
-
-
-def _all_subsets(n: int) -> np.ndarray:
-    """Every proper non-empty subset of n ranks as a (2^n - 2) x n boolean matrix."""
-    codes = np.arange(1, (1 << n) - 1, dtype=np.int64)
-    return ((codes[:, None] >> np.arange(n)) & 1).astype(bool)
-
-
-def _safe_ratio(num: np.ndarray, den: np.ndarray, topology: Topology) -> np.ndarray:
-    """num / den, with a zero-capacity cut that has to carry data reported as a user error."""
-    bad = (den <= 0) & (num > 0)
-    if bad.any():
-        raise SynthError(f"topology '{topology.name}' is disconnected: some rank set has no "
-                         "incoming bandwidth but needs data")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(num > 0, num / np.where(den > 0, den, 1.0), 0.0)
-
-
-def _best(ratio: np.ndarray, masks: np.ndarray) -> tuple[float, tuple[int, ...] | None]:
-    if ratio.size == 0:
-        return 0.0, None
-    i = int(np.argmax(ratio))
-    if ratio[i] <= 0:
-        return 0.0, None
-    return float(ratio[i]), tuple(int(r) for r in np.flatnonzero(masks[i]))
-
-
 # ====================================================================================== exact
 def _exact_standard(topology: Topology, collective: Collective) -> tuple[float, tuple[int, ...] | None]:
     """Exact cut bound (µs per byte) for the standard single-demand collectives."""
@@ -364,12 +282,10 @@ def _exact_standard(topology: Topology, collective: Collective) -> tuple[float, 
     root = collective.root or 0
     if kind in ("scatter", "gather"):
         return rooted_spread_inv_bandwidth(topology, root, gather=kind == "gather", method="exact")[:2]
-    masks = _all_subsets(n)
-    bin_ = _min_in_cut(_cut_model(topology), masks)
+    masks = all_subsets(n)
     # broadcast: S without the root needs the whole buffer; reduce: S with the root needs it
     keep = ~masks[:, root] if kind == "broadcast" else masks[:, root]
-    ratio = _safe_ratio(keep.astype(float), bin_ * BYTES_PER_US, topology)
-    return _best(ratio, masks)
+    return tightest_cut(topology, masks, keep.astype(float))
 
 
 def exact_demand_bound(topology: Topology, collective: Collective
@@ -385,7 +301,7 @@ def exact_demand_bound(topology: Topology, collective: Collective
     if n > 24:
         raise SynthError(f"exact cut enumeration is for small topologies; '{topology.name}' has {n} "
                          "ranks")
-    masks = _all_subsets(n)
+    masks = all_subsets(n)
     codes = np.arange(1, (1 << n) - 1, dtype=np.int64)
     pairs = Counter((_bits(pre), _bits(post)) for pre, post in
                     zip(collective.pre, collective.post, strict=True) if post)
@@ -397,9 +313,7 @@ def exact_demand_bound(topology: Topology, collective: Collective
         else:
             needs &= (codes & pre) == 0
         demand += count * needs
-    bin_ = _min_in_cut(_cut_model(topology), masks)
-    ratio = _safe_ratio(demand / collective.buffer_chunks, bin_ * BYTES_PER_US, topology)
-    return _best(ratio, masks)
+    return tightest_cut(topology, masks, demand / collective.buffer_chunks)
 
 
 def _bits(ranks: Iterable[int]) -> int:
@@ -433,95 +347,11 @@ def _spread_bound(topology: Topology, reverse: bool, method: str
     if n <= 1:
         return 0.0, None, "trivial"
     if method == "exact" or (method == "auto" and n <= EXACT_MAX_RANKS):
-        masks = _all_subsets(n)
-        model = _cut_model(topology)
-        # B_out of (A plus the best extra vertices) = B_in of the complement: use ~A
-        bin_ = _min_in_cut(model, ~masks if reverse else masks)
+        masks = all_subsets(n)
         outside = (~masks).sum(axis=1).astype(float)
-        ratio = _safe_ratio(outside, n * bin_ * BYTES_PER_US, topology)
-        slope, cut = _best(ratio, masks)
-        return slope, cut, "exact"
+        return (*tightest_cut(topology, masks, outside, n, reverse=reverse), "exact")
     x, cut = _dinkelbach_allgather(topology, reverse)
     return 1.0 / (n * x * BYTES_PER_US), cut, "maxflow"
-
-
-# ------------------------------------------------------------------------------- flow machinery
-@dataclass
-class _Net:
-    """The physical graph as arrays: ranks are vertices 0..N-1, then switch/port vertices."""
-
-    n_ranks: int
-    n_vertices: int
-    src: np.ndarray
-    dst: np.ndarray
-    cap: np.ndarray
-    """GB/s, inf on rank-port edges."""
-
-
-def _net(topology: Topology, reverse: bool = False) -> _Net:
-    g = topology.physical_graph()
-    n = topology.num_ranks
-    index = {r: r for r in range(n)}
-    for v in g.nodes:
-        if v not in index:
-            index[v] = len(index)
-    edges = [(index[a], index[b], float(d["capacity"])) for a, b, d in g.edges(data=True)]
-    src = np.array([e[0] for e in edges], dtype=np.int64)
-    dst = np.array([e[1] for e in edges], dtype=np.int64)
-    if reverse:
-        src, dst = dst, src
-    return _Net(n, len(index), src, dst, np.array([e[2] for e in edges]))
-
-
-def _in_capacity(net: _Net, inside: np.ndarray) -> float:
-    """B_in of a vertex set (boolean mask over the net's vertices), in GB/s."""
-    crossing = inside[net.dst] & ~inside[net.src]
-    return float(net.cap[crossing].sum())
-
-
-class _ParamFlow:
-    """Max-flow on the physical graph plus one extra vertex joined by edges of a common capacity x.
-
-    scipy's max-flow is integral and 32-bit, so each run scales capacities to put the parametric
-    total x·k near 2^29 (edges above that, and infinite ones, are clipped: no cut below x·k uses
-    them); rounding then moves a cut by about 1e-8 relative. Rounding can only make a cut found
-    slightly suboptimal, never invalid: every ratio returned is recomputed exactly (in floats) from
-    the vertex set itself.
-    """
-
-    def __init__(self, net: _Net, extra_src: np.ndarray, extra_dst: np.ndarray):
-        self.net = net
-        self.extra = net.n_vertices
-        self.size = net.n_vertices + 1
-        self.k = len(extra_src)
-        rows = np.concatenate([net.src, extra_src])
-        cols = np.concatenate([net.dst, extra_dst])
-        order = np.lexsort((cols, rows))
-        self.indices = cols[order].astype(np.int32)
-        self.indptr = np.searchsorted(rows[order], np.arange(self.size + 1)).astype(np.int32)
-        self.cap = np.concatenate([net.cap, np.zeros(self.k)])[order]
-        inverse = np.empty_like(order)
-        inverse[order] = np.arange(order.size)
-        self.param_pos = inverse[len(net.src):]
-
-    def run(self, x: float, source: int, sink: int) -> np.ndarray | None:
-        """None when the flow saturates every parametric edge; else the sink side (vertex mask)."""
-        scale = (_INT_CAP / 2) / max(x * self.k, 1e-300)
-        data = np.minimum(np.round(np.minimum(self.cap, 4.0 * _INT_CAP / scale) * scale), _INT_CAP)
-        unit = math.floor(x * scale)
-        data[self.param_pos] = unit
-        graph = sp.csr_array((data.astype(np.int32), self.indices, self.indptr),
-                             shape=(self.size, self.size))
-        result = maximum_flow(graph, source, sink)
-        if result.flow_value >= unit * self.k:
-            return None
-        residual = (graph.astype(np.int64) - result.flow.astype(np.int64)).tocsr()
-        residual.data = (residual.data > 0).astype(np.int8)
-        residual.eliminate_zeros()
-        reached = breadth_first_order(residual, source, directed=True, return_predecessors=False)
-        sink_side = np.ones(self.size, dtype=bool)
-        sink_side[reached] = False
-        return sink_side
 
 
 def _dinkelbach_allgather(topology: Topology, reverse: bool, start: float | None = None
@@ -538,9 +368,8 @@ def _dinkelbach_allgather(topology: Topology, reverse: bool, start: float | None
     iteration; the result is still the ratio of a set the flows found.
     """
     n = topology.num_ranks
-    model = _cut_model(topology)
-    candidates = _structured_rank_sets(topology)
-    bin_ = _min_in_cut(model, ~candidates if reverse else candidates)
+    candidates = structured_rank_sets(topology)
+    bin_ = cut_model(topology).min_in(~candidates if reverse else candidates)
     outside = (~candidates).sum(axis=1)
     ratios = bin_ / outside
     i = int(np.argmin(ratios))
@@ -550,9 +379,9 @@ def _dinkelbach_allgather(topology: Topology, reverse: bool, start: float | None
                          "nothing from the others")
     if start is not None and start > x:
         x, cut = start, ()
-    net = _net(topology, reverse)
+    net = flow_net(topology, reverse)
     ranks = np.arange(n)
-    flow = _ParamFlow(net, np.full(n, net.n_vertices), ranks)
+    flow = ParamFlow(net, np.full(n, net.n_vertices), ranks)
     for v in orbit_representatives(topology):
         while True:
             sink_side = flow.run(x, flow.extra, v)
@@ -560,7 +389,7 @@ def _dinkelbach_allgather(topology: Topology, reverse: bool, start: float | None
                 break
             inside = sink_side[:net.n_vertices]
             out_ranks = n - int(inside[:n].sum())
-            ratio = _in_capacity(net, inside) / out_ranks if out_ranks else math.inf
+            ratio = in_capacity(net, inside) / out_ranks if out_ranks else math.inf
             if not ratio < x * (1 - 1e-9):
                 break
             x, cut = ratio, tuple(int(r) for r in np.flatnonzero(inside[:n]))
@@ -582,34 +411,29 @@ def rooted_spread_inv_bandwidth(topology: Topology, root: int, *, gather: bool =
     if n <= 1:
         return 0.0, None, "trivial"
     if method == "exact" or (method == "auto" and n <= EXACT_MAX_RANKS):
-        masks = _all_subsets(n)
-        model = _cut_model(topology)
-        # gather: B_out(A) = B_in of the complement; A excludes the root either way
-        bin_ = _min_in_cut(model, ~masks if gather else masks)
+        masks = all_subsets(n)
+        # gather: the data leaves A (B_out); A excludes the root either way
         count = np.where(masks[:, root], 0, masks.sum(axis=1)).astype(float)
-        ratio = _safe_ratio(count, n * bin_ * BYTES_PER_US, topology)
-        slope, cut = _best(ratio, masks)
-        return slope, cut, "exact"
-    net = _net(topology, reverse=gather)
+        return (*tightest_cut(topology, masks, count, n, reverse=gather), "exact")
+    net = flow_net(topology, reverse=gather)
     others = np.array([r for r in range(n) if r != root])
-    model = _cut_model(topology)
     singles = np.zeros((others.size, n), dtype=bool)
     singles[np.arange(others.size), others] = True
-    bin_ = _min_in_cut(model, ~singles if gather else singles)
+    bin_ = cut_model(topology).min_in(~singles if gather else singles)
     i = int(np.argmin(bin_))
     x, cut = float(bin_[i]), (int(others[i]),)
     if x <= 0:
         raise SynthError(f"topology '{topology.name}' is disconnected: rank {cut[0]} is cut off")
     if _start is not None and _start > x:  # tests: exercise the iteration from far above
         x, cut = _start, ()
-    flow = _ParamFlow(net, others, np.full(others.size, net.n_vertices))
+    flow = ParamFlow(net, others, np.full(others.size, net.n_vertices))
     while True:
         sink_side = flow.run(x, root, flow.extra)
         if sink_side is None:
             break
         inside = sink_side[:net.n_vertices]
         held = int(inside[:n].sum())
-        ratio = _in_capacity(net, inside) / held if held else math.inf
+        ratio = in_capacity(net, inside) / held if held else math.inf
         if not ratio < x * (1 - 1e-9):
             break
         x, cut = ratio, tuple(int(r) for r in np.flatnonzero(inside[:n]))
@@ -622,25 +446,25 @@ def root_mincut_inv_bandwidth(topology: Topology, root: int, *, reduce: bool = F
     """Broadcast (reduce mirrored): every rank needs the whole buffer from the root, so
     slope = 1 / (min over ranks v of maxflow(root -> v) · 1e3). N-1 max-flows."""
     n = topology.num_ranks
-    net = _net(topology, reverse=reduce)
-    model = _cut_model(topology)
+    net = flow_net(topology, reverse=reduce)
+    model = cut_model(topology)
     best_bw, best_cut = math.inf, None
     for v in range(n):
         if v == root:
             continue
         single = np.zeros((1, n), dtype=bool)
         single[0, v] = True
-        upper = float(_min_in_cut(model, ~single if reduce else single)[0])
+        upper = float(model.min_in(~single if reduce else single)[0])
         if upper <= 0:
             raise SynthError(f"topology '{topology.name}' is disconnected: rank {v} is cut off")
         # one parametric edge v -> extra with capacity x = upper: the flow saturates it iff the
         # root -> v min cut is at least ``upper``; otherwise the sink side is a smaller cut
-        flow = _ParamFlow(net, np.array([v]), np.array([net.n_vertices]))
+        flow = ParamFlow(net, np.array([v]), np.array([net.n_vertices]))
         sink_side = flow.run(upper, root, flow.extra)
         bw, cut = upper, (v,)
         if sink_side is not None:
             inside = sink_side[:net.n_vertices]
-            value = _in_capacity(net, inside)
+            value = in_capacity(net, inside)
             if value < bw:
                 bw, cut = value, tuple(int(r) for r in np.flatnonzero(inside[:n]))
         if bw < best_bw:
@@ -653,7 +477,7 @@ def root_mincut_inv_bandwidth(topology: Topology, root: int, *, reduce: bool = F
 # ====================================================================================== allreduce
 def _allreduce_cut_candidates(topology: Topology) -> tuple[float, str, tuple[int, ...] | None]:
     """max over structured S (and the allgather/reducescatter optima) of 1 / B_in(S)."""
-    masks = _structured_rank_sets(topology)
+    masks = structured_rank_sets(topology)
     extra = [allgather_inv_bandwidth(topology)[1], reducescatter_inv_bandwidth(topology)[1]]
     rows = [masks]
     for cut in extra:
@@ -662,12 +486,9 @@ def _allreduce_cut_candidates(topology: Topology) -> tuple[float, str, tuple[int
             m[0, list(cut)] = True
             rows.append(m)
     masks = np.vstack(rows)
-    model = _cut_model(topology)
     # data enters A (B_in(A)) and leaves A (B_in of the complement): both carry the whole buffer
     both = np.vstack([masks, ~masks])
-    bin_ = _min_in_cut(model, both)
-    ratio = _safe_ratio(np.ones(both.shape[0]), bin_ * BYTES_PER_US, topology)
-    slope, cut = _best(ratio, both)
+    slope, cut = tightest_cut(topology, both, np.ones(both.shape[0]))
     return slope, "cuts", cut
 
 
@@ -688,7 +509,7 @@ def partition_inv_bandwidth(topology: Topology,
         partitions = [[(r,) for r in range(n)]]
         if len(topology.nodes) > 1:
             partitions.append(list(topology.nodes))
-    nets = (_net(topology), _net(topology, reverse=True))
+    nets = (flow_net(topology), flow_net(topology, reverse=True))
     best = 0.0
     for groups in partitions:
         k = len(groups)
@@ -701,7 +522,7 @@ def partition_inv_bandwidth(topology: Topology,
     return best
 
 
-def _leaving_capacity(net: _Net, groups: Sequence[Sequence[int]]) -> float | None:
+def _leaving_capacity(net: FlowNet, groups: Sequence[Sequence[int]]) -> float | None:
     """Capacity of the finite edges a message must cross to leave its group, or None if some group
     reaches another over infinite edges only (then the count says nothing).
 
@@ -773,18 +594,16 @@ def alltoall_cut_candidates(topology: Topology) -> tuple[float, tuple[int, ...] 
     common machines (single ranks, nodes, bisections); not a search over all S.
     """
     n = topology.num_ranks
-    masks = _structured_rank_sets(topology)
+    masks = structured_rank_sets(topology)
     inside = masks.sum(axis=1).astype(float)
-    bin_ = _min_in_cut(_cut_model(topology), masks)
-    ratio = _safe_ratio(inside * (n - inside), n * bin_ * BYTES_PER_US, topology)
-    return _best(ratio, masks)
+    return tightest_cut(topology, masks, inside * (n - inside), n)
 
 
 def alltoall_distance_inv_bandwidth(topology: Topology) -> float:
     """Volume bound: each byte of pair (s, d) loads at least dist(s, d) finite-capacity edges of the
     physical graph (a switch hop loads the sender's out-port and the receiver's in-port), and all
     edges together carry at most the sum of their capacities per µs."""
-    net = _net(topology)
+    net = flow_net(topology)
     n = net.n_ranks
     finite = np.isfinite(net.cap)
     weight = np.where(finite, 1.0, 0.0)  # explicit zeros are edges for csgraph
@@ -803,7 +622,7 @@ def alltoall_distance_inv_bandwidth(topology: Topology) -> float:
 def cut_candidates_demand(topology: Topology, collective: Collective
                           ) -> tuple[float, tuple[int, ...] | None]:
     """The per-chunk demand bound of :func:`exact_demand_bound` on structured rank sets only."""
-    masks = _structured_rank_sets(topology)
+    masks = structured_rank_sets(topology)
     masks = np.vstack([masks, ~masks])
     demand = np.zeros(masks.shape[0])
     pairs = Counter((pre, post) for pre, post in zip(collective.pre, collective.post, strict=True)
@@ -813,126 +632,4 @@ def cut_candidates_demand(topology: Topology, collective: Collective
         pre_in = masks[:, list(pre)]
         need = has_post & (~pre_in.all(axis=1) if collective.combining else ~pre_in.any(axis=1))
         demand += count * need
-    bin_ = _min_in_cut(_cut_model(topology), masks)
-    ratio = _safe_ratio(demand / collective.buffer_chunks, bin_ * BYTES_PER_US, topology)
-    return _best(ratio, masks)
-
-
-# ====================================================================================== structure
-def _structured_rank_sets(topology: Topology) -> np.ndarray:
-    """Rank sets worth trying as cuts: single ranks, nodes, contiguous halves of the nodes and of
-    the ranks, and half-slabs along each torus axis (meta 'torus', applied inside every node)."""
-    n = topology.num_ranks
-    sets: list[np.ndarray] = []
-    eye = np.eye(n, dtype=bool)
-    sets.append(eye)
-    nodes = [tuple(m) for m in topology.nodes if m]
-    rows: list[np.ndarray] = []
-
-    def add(members: Iterable[int]) -> None:
-        m = np.zeros(n, dtype=bool)
-        m[list(members)] = True
-        if 0 < m.sum() < n:
-            rows.append(m)
-
-    if len(nodes) > 1:
-        for members in nodes:
-            add(members)
-        add(r for members in nodes[: len(nodes) // 2] for r in members)
-    add(range(n // 2))
-    dims = dict(topology.meta).get("torus")
-    local = nodes if nodes else [tuple(range(n))]
-    if dims and all(len(m) == math.prod(dims) for m in local):
-        shape = tuple(int(d) for d in dims)
-        coords = np.array(np.unravel_index(np.arange(math.prod(shape)), shape)).T
-        for axis, size in enumerate(shape):
-            for lo in range(size):
-                picks = np.flatnonzero(coords[:, axis] == lo)
-                add(m[i] for m in local[:1] for i in picks)
-                half = np.flatnonzero((coords[:, axis] - lo) % size < size // 2)
-                add(m[i] for m in local[:1] for i in half)
-                add(m[i] for m in local for i in half)
-    if rows:
-        sets.append(np.array(rows))
-    return np.vstack(sets)
-
-
-def orbit_representatives(topology: Topology) -> list[int]:
-    """One rank per orbit of the automorphisms found by :func:`symmetry_generators`."""
-    n = topology.num_ranks
-    parent = list(range(n))
-
-    def find(a: int) -> int:
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
-
-    for perm in symmetry_generators(topology):
-        for r, image in enumerate(perm):
-            a, b = find(r), find(image)
-            if a != b:
-                parent[max(a, b)] = min(a, b)
-    return sorted({find(r) for r in range(n)})
-
-
-def symmetry_generators(topology: Topology) -> list[tuple[int, ...]]:
-    """Rank permutations that are verified automorphisms of the physical graph.
-
-    Candidates are cheap structured maps (shift every node's ranks to the next node; a cyclic shift,
-    torus translations or hypercube flips of the local index inside every node); each is kept only
-    if it maps links onto links of the same bandwidth and switches onto switches with the same port
-    groups and bandwidths, so the orbits it yields are sound, never guessed from invariants.
-    """
-    n = topology.num_ranks
-    nodes = [tuple(m) for m in topology.nodes] or [tuple(range(n))]
-    if sorted(r for m in nodes for r in m) != list(range(n)) or len({len(m) for m in nodes}) != 1:
-        return []
-    size = len(nodes[0])
-    cands: list[list[int]] = []
-
-    def local_map(f) -> list[int]:
-        perm = [0] * n
-        for members in nodes:
-            for j, r in enumerate(members):
-                perm[r] = members[f(j)]
-        return perm
-
-    if len(nodes) > 1:
-        perm = [0] * n
-        for i, members in enumerate(nodes):
-            nxt = nodes[(i + 1) % len(nodes)]
-            for j, r in enumerate(members):
-                perm[r] = nxt[j]
-        cands.append(perm)
-    if size > 1:
-        cands.append(local_map(lambda j: (j + 1) % size))
-    dims = dict(topology.meta).get("torus")
-    if dims and math.prod(dims) == size:
-        shape = tuple(int(d) for d in dims)
-        for axis in range(len(shape)):
-            def shift(j: int, axis: int = axis) -> int:
-                c = list(np.unravel_index(j, shape))
-                c[axis] = (c[axis] + 1) % shape[axis]
-                return int(np.ravel_multi_index(tuple(c), shape))
-            cands.append(local_map(shift))
-    if size > 1 and size & (size - 1) == 0:
-        for k in range(size.bit_length() - 1):
-            cands.append(local_map(lambda j, k=k: j ^ (1 << k)))
-    signature = _signature(topology)
-    return [tuple(p) for p in cands if _signature(topology, p) == signature]
-
-
-def _signature(topology: Topology, perm: Sequence[int] | None = None) -> tuple:
-    """Links and switches as comparable data, after renaming ranks by ``perm``."""
-    def m(r: int) -> int:
-        return r if perm is None else perm[r]
-
-    caps: Counter = Counter()
-    for link in topology.links:
-        caps[(m(link.src), m(link.dst))] += link.bandwidth_GBps
-    switches = Counter(
-        tuple(sorted((tuple(sorted(m(r) for r in port.ranks)), port.bandwidth_GBps)
-                     for port in sw.ports))
-        for sw in topology.switches)
-    return tuple(sorted(caps.items())), tuple(sorted(switches.items()))
+    return tightest_cut(topology, masks, demand / collective.buffer_chunks)

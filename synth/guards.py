@@ -26,6 +26,7 @@ only what is over budget with a margin.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,9 @@ MAX_NODES = 4095
 kept for the root)."""
 MAX_COUNT = 71
 """``cnt`` of one step (spec §6 ``MSCCL_MAX_COUNT`` = 72, exclusive)."""
+MAX_STEPS = 64
+"""Steps per threadblock, nops included, of the exec runtime (spec §6 ``MSCCL_MAX_NUM_STEPS``, its
+default build): the profile programs are written for unless told otherwise."""
 MAX_OFFSET = 32767
 """``srcoff``/``dstoff`` are int16 (spec §6 field widths): no addressed chunk index above this."""
 DEFAULT_MEMORY_FRACTION = 0.5
@@ -86,6 +90,12 @@ def parse_memory(text: str | None) -> int:
 
 def fmt_bytes(nbytes: float) -> str:
     return f"{nbytes / GB:.1f} GB" if nbytes >= GB else f"{nbytes / MB:.0f} MB"
+
+
+def _over_memory(need: int, budget: Budget) -> str:
+    """``about 12.0 GB with XML against --max-memory 8.0 GB``: a memory refusal's figures."""
+    return (f"about {fmt_bytes(need)} {'with XML ' if budget.xml_profile else ''}against "
+            f"--max-memory {fmt_bytes(budget.max_memory)}")
 
 
 @dataclass(frozen=True)
@@ -158,9 +168,8 @@ def check_request(kind: str, n: int, chunks: int | None, budget: Budget) -> None
     if need > budget.max_memory:
         fit = max_request_chunks(kind, n, budget)
         raise TooBig(f"{kind} with {chunks} chunks per rank on {n} ranks moves at least "
-                     f"{moves:,} chunks: about {fmt_bytes(need)} "
-                     f"{'with XML ' if budget.xml_profile else ''}against --max-memory "
-                     f"{fmt_bytes(budget.max_memory)}; use fewer --chunks (at most {fit})"
+                     f"{moves:,} chunks: {_over_memory(need, budget)}; use fewer --chunks "
+                     f"(at most {fit})"
                      + (" or --no-xml" if budget.xml_profile else "")
                      + " or raise --max-memory")
     if budget.xml_profile is None:
@@ -287,6 +296,18 @@ def xml_estimate(schedule: Any, instances: int = 1) -> XmlEstimate:
                        int(tbs[t]), t)
 
 
+def narrow_fits(num_ranks: int, ops: int, max_steps: int = MAX_STEPS) -> bool:
+    """Whether a rank with ``ops`` sends and receives, one op per chunk (instances included), fits
+    the tokenizer's node limit: those steps, the fewest blocks that hold them (``max_steps`` each),
+    the gpu nodes and the algorithm node.
+
+    The compiler asks it before building a program with one op per chunk
+    (:func:`synth.emit.compile.narrow_fits`, with its profile's ``max_steps``), and an algorithm
+    that picks its own chunk count asks it before it is built
+    (:func:`synth.encodings.baseline.preferred_chunks`): both import it from here, below them."""
+    return 1 + num_ranks + math.ceil(ops / max_steps) + ops <= MAX_NODES
+
+
 def check_schedule(schedule: Any, budget: Budget, held: int = 0) -> None:
     """Refuse one candidate schedule before it is verified, costed or compiled.
 
@@ -296,9 +317,7 @@ def check_schedule(schedule: Any, budget: Budget, held: int = 0) -> None:
     if budget.xml_profile:
         need += moves * XML_BYTES_PER_TRANSFER
     if need > budget.max_memory:
-        raise TooBig(f"{schedule.algorithm}: {moves:,} transfers need about {fmt_bytes(need)} "
-                     f"{'with XML ' if budget.xml_profile else ''}against --max-memory "
-                     f"{fmt_bytes(budget.max_memory)}"
+        raise TooBig(f"{schedule.algorithm}: {moves:,} transfers need {_over_memory(need, budget)}"
                      + ("; use --no-xml" if budget.xml_profile else "")
                      + ", fewer --chunks or raise --max-memory")
     if budget.xml_profile is None:

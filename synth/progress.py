@@ -21,10 +21,16 @@ and the command line decides how that is shown (:func:`activate`). Three modes:
 
 ``SYNTH_PROGRESS`` (``rich`` | ``plain`` | ``off``) overrides the choice and
 ``SYNTH_PROGRESS_INTERVAL`` the heartbeat period in seconds (the tests use a fraction of one).
+
+Solvers that search for a while (the MILP backends) report through a :class:`SolverProgress`:
+each solve is a short phase of its own (``routing (highs)``) whose detail is the live incumbent,
+bound and gap, and whose result becomes a line. The solver layer asks :func:`solver_progress` for
+one, so it needs no display code and the command line no object to pass in.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -32,7 +38,7 @@ import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 MODES = ("rich", "plain", "off")
 INTERVAL_S = 10.0
@@ -41,13 +47,18 @@ HEARTBEAT_S = 5.0
 """Heartbeat period in plain mode: half the promise, so a busy machine still keeps it."""
 DONE_AFTER_S = 2.0
 """Plain mode prints a phase's end only when it lasted at least this long (less is noise)."""
+SOLVER_REDRAW_S = 0.2
+"""A solver's incumbent and bound are passed on at most this often (HiGHS reports many a second)."""
 
 
-@dataclass
+@dataclass(eq=False)
 class _Open:
+    """One open phase (compared by identity: two phases may share a label)."""
+
     label: str
     start: float
     detail: str = ""
+    announce: bool = True
 
 
 @dataclass
@@ -77,32 +88,44 @@ class Reporter:
     @contextmanager
     def phase(self, label: str) -> Iterator[None]:
         """A long phase: shown while it runs (nested phases show as ``outer › inner``)."""
-        if self.mode == "off":
+        entry = self.enter(label)
+        try:
             yield
-            return
-        entry = _Open(label, time.monotonic())
+        finally:
+            self.leave(entry)
+
+    def enter(self, label: str, *, announce: bool = True) -> _Open | None:
+        """Open a phase without a ``with`` block (a solver's stage begins in one call and ends in
+        another); close it with :meth:`leave`. ``announce=False``: plain mode prints no line when
+        it starts or ends (a short stage of many), it shows only in the heartbeat."""
+        if self.mode == "off":
+            return None
+        entry = _Open(label, time.monotonic(), announce=announce)
         with self._lock:
             self._stack.append(entry)
             if self.mode == "plain":
-                if self._long():
+                if announce and self._long():
                     self._line(f"{self._path()} ...")
                 self._ensure_heartbeat()
             else:
                 self._show()
-        try:
-            yield
-        finally:
-            with self._lock:
-                if entry in self._stack:
-                    self._stack.remove(entry)
-                took = time.monotonic() - entry.start
-                if self.mode == "plain":
-                    if took >= DONE_AFTER_S and self._long():
-                        self._line(f"{self._path(entry)} done in {_secs(took)}")
-                    assert self._wake is not None
-                    self._wake.notify_all()
-                else:
-                    self._show()
+        return entry
+
+    def leave(self, entry: _Open | None) -> None:
+        """Close a phase :meth:`enter` opened (None, what ``off`` mode opens, is ignored)."""
+        if entry is None:
+            return
+        with self._lock:
+            if entry in self._stack:
+                self._stack.remove(entry)
+            took = time.monotonic() - entry.start
+            if self.mode == "plain":
+                if entry.announce and took >= DONE_AFTER_S and self._long():
+                    self._line(f"{self._path(entry)} done in {_secs(took)}")
+                assert self._wake is not None
+                self._wake.notify_all()
+            else:
+                self._show()
 
     def detail(self, text: str) -> None:
         """What the innermost open phase is doing now (shown by the next redraw or heartbeat)."""
@@ -114,14 +137,21 @@ class Reporter:
             if self.mode == "rich":
                 self._show()
 
-    def note(self, text: str) -> None:
-        """A one-off event worth a line of its own (a stage finished, a candidate set aside)."""
+    def note(self, text: str, *, mark: str = "") -> None:
+        """A one-off event worth a line of its own (a stage finished, a candidate set aside).
+
+        ``mark``: rich markup put before the line on a terminal (a coloured ✓ for a solve that
+        proved its answer); plain lines carry the text alone."""
         if self.mode == "off":
             return
         with self._lock:
             if self.mode == "plain":
                 if self._long():
                     self._line(text)
+            elif mark:
+                from rich.markup import escape
+
+                self._console().print(f"{mark} {escape(text)}", highlight=False)
             else:
                 self._console().print(text, markup=False, highlight=False)
 
@@ -220,6 +250,124 @@ class Reporter:
         if self._status is not None:
             self._status.stop()
             self._status = None
+
+
+class SolverResult(Protocol):
+    """What :meth:`SolverProgress.end` reads of a solve's result (a MILP result, for one)."""
+
+    status: str
+
+    def summary(self) -> str: ...
+
+
+_MARKS = {"optimal": "[green]✓[/]", "feasible": "[yellow]~[/]"}
+"""Terminal marks of a finished solve by its status (anything else is a red ✗)."""
+
+
+class SolverProgress:
+    """A solver's stages on the progress display: which stage runs, its live incumbent, bound and
+    gap, and a line with each stage's result.
+
+    The solver calls :meth:`begin` when a stage starts, :meth:`update` whenever its backend reports
+    a better incumbent or bound (from the solver's own threads, many times a second: passed on at
+    most every :data:`SOLVER_REDRAW_S`), and :meth:`end` with the result (:meth:`abort` when the
+    stage raised). Each stage is a phase of the reporter (shown as ``outer › routing (highs)``
+    with ``incumbent … bound … gap …`` as its detail); plain mode prints no start or end line for
+    it, only the heartbeat and the result's line.
+
+    By default it reports to the :func:`current` reporter, so the command line's ``rich`` |
+    ``plain`` | ``off`` choice (``SYNTH_PROGRESS``) holds for the solvers too. Given a terminal
+    ``console`` (or ``enabled=True``) it draws on that console with a reporter of its own instead
+    (use it as a context manager so the spinner stops). A subclass may override :meth:`begin`,
+    :meth:`update` and :meth:`end` to observe solves (benchmarks record every stage's time).
+    """
+
+    def __init__(self, console: Any = None, *, enabled: bool | None = None) -> None:
+        shown = (console is not None and bool(console.is_terminal)) if enabled is None else enabled
+        self._own = Reporter("rich", console=console) if shown else None
+        self._open: _Open | None = None
+        self._lock = threading.Lock()
+        self._last_update = 0.0
+        self._incumbent: float | None = None
+        self._bound: float | None = None
+
+    def __enter__(self) -> SolverProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop this object's own display, if it has one (lines already printed stay)."""
+        if self._own is not None:
+            self._own.close()
+
+    def _reporter(self) -> Reporter:
+        return self._own if self._own is not None else current()
+
+    def begin(self, stage: str, solver: str) -> None:
+        """A solve starts: ``stage`` names it (``routing``), ``solver`` the backend."""
+        self.abort()
+        self._incumbent = self._bound = None
+        self._last_update = 0.0
+        self._open = self._reporter().enter(f"{stage or 'solve'} ({solver})", announce=False)
+
+    def update(self, *, incumbent: float | None = None, bound: float | None = None) -> None:
+        """The solver reported a new incumbent and/or bound."""
+        if incumbent is not None:
+            self._incumbent = incumbent
+        if bound is not None:
+            self._bound = bound
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last_update < SOLVER_REDRAW_S:
+                return
+            self._last_update = now
+        info = solver_info(self._incumbent, self._bound)
+        if info:
+            self._reporter().detail(info)
+
+    def end(self, result: SolverResult) -> None:
+        """The solve finished: its stage closes and its one-line summary is printed."""
+        self.abort()
+        self._reporter().note(result.summary(), mark=_MARKS.get(result.status, "[red]✗[/]"))
+
+    def abort(self) -> None:
+        """Close the running stage without a result (the solve raised)."""
+        entry, self._open = self._open, None
+        self._reporter().leave(entry)
+
+
+def solver_progress() -> SolverProgress | None:
+    """A :class:`SolverProgress` on the current reporter; None while it is ``off`` (nobody looks,
+    so a solver need not even ask its backend for incumbents)."""
+    return None if _current.mode == "off" else SolverProgress()
+
+
+def solver_info(incumbent: float | None, bound: float | None) -> str:
+    """``incumbent 8.234  bound 8  gap 2.84%``: what is known of a running search."""
+    parts = []
+    if incumbent is not None and math.isfinite(incumbent):
+        parts.append(f"incumbent {incumbent:.6g}")
+    if bound is not None and math.isfinite(bound):
+        parts.append(f"bound {bound:.6g}")
+    gap = relative_gap(incumbent, bound)
+    if gap is not None:
+        parts.append(f"gap {100 * gap:.2f}%")
+    return "  ".join(parts)
+
+
+def relative_gap(objective: float | None, bound: float | None) -> float | None:
+    """``|objective - bound| / max(|objective|, 1e-9)``, 0.0 within rounding, None if either is missing.
+
+    The one definition of a search's gap: the live display shows it and the MILP results report
+    it (:class:`synth.encodings.milp.backend.MilpResult`)."""
+    if objective is None or bound is None or not math.isfinite(objective) or not math.isfinite(bound):
+        return None
+    diff = abs(objective - bound)
+    if diff <= 1e-9 * max(1.0, abs(objective)):
+        return 0.0
+    return diff / max(abs(objective), 1e-9)
 
 
 def _secs(seconds: float) -> str:

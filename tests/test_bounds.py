@@ -11,7 +11,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from synth import bounds, builders
+from synth import bounds, builders, cuts
 from synth.bounds import Bound, bound_table, lower_bound
 from synth.collectives import make_collective
 from synth.errors import SynthError
@@ -138,7 +138,7 @@ def test_closed_form_cut_matches_min_cut_on_physical_graph(seed):
             else:
                 h.add_edge("S", r, capacity=big)
         expected = nx.minimum_cut_value(h, "S", "T")
-        assert bounds.min_in_cut(topo, inside[None, :])[0] == pytest.approx(expected)
+        assert cuts.min_in_cut(topo, inside[None, :])[0] == pytest.approx(expected)
 
 
 def test_exact_allgather_matches_definition_over_all_vertex_sets():
@@ -174,7 +174,7 @@ def test_exact_and_maxflow_agree_on_random_topologies(seed):
                                   builders.multinode(builders.torus((2, 2)), 3),
                                   builders.hypercube(4)], ids=lambda t: t.name)
 def test_exact_and_maxflow_agree_with_symmetry(topo):
-    assert len(bounds.orbit_representatives(topo)) < topo.num_ranks
+    assert len(cuts.orbit_representatives(topo)) < topo.num_ranks
     for kind in ("allgather", "reducescatter"):
         assert slope(topo, kind, method="maxflow") == pytest.approx(slope(topo, kind, method="exact"))
 
@@ -189,7 +189,7 @@ def test_dinkelbach_from_far_above_reaches_the_exact_optimum(seed):
         assert 1 / (n * x * 1e3) == pytest.approx(slope(topo, kind, method="exact"), rel=1e-9)
         inside = np.zeros((1, n), dtype=bool)
         inside[0, list(cut)] = True
-        b_in = bounds.min_in_cut(topo, ~inside if reverse else inside)[0]
+        b_in = cuts.min_in_cut(topo, ~inside if reverse else inside)[0]
         assert b_in / (n - len(cut)) == pytest.approx(x)  # the reported cut has that ratio
     for gather, kind in ((False, "scatter"), (True, "gather")):
         got = bounds.rooted_spread_inv_bandwidth(topo, 1, gather=gather, method="maxflow",
@@ -214,18 +214,18 @@ def physical_automorphism(topo: Topology, perm: tuple[int, ...]) -> bool:
 def test_symmetry_generators_are_automorphisms_only():
     for topo in (builders.ring(6), builders.torus((2, 3)), builders.multinode(builders.ring(3), 2),
                  builders.hypercube(2)):
-        gens = bounds.symmetry_generators(topo)
+        gens = cuts.symmetry_generators(topo)
         assert gens
         for perm in gens:
             assert physical_automorphism(topo, perm), (topo.name, perm)
-    assert bounds.orbit_representatives(builders.ring(6)) == [0]
+    assert cuts.orbit_representatives(builders.ring(6)) == [0]
     # a heavier link breaks the rotation: rank 0 is no longer like the others
     ring = builders.ring(6)
     heavy = Topology(name="heavy", num_ranks=6,
                      links=(*ring.links, Link(0, 1, 1.0, beta_from_bandwidth(50))),
                      nodes=ring.nodes)
-    assert len(bounds.orbit_representatives(heavy)) > 1
-    assert bounds.symmetry_generators(random_topology(4, n=7)) == []
+    assert len(cuts.orbit_representatives(heavy)) > 1
+    assert cuts.symmetry_generators(random_topology(4, n=7)) == []
 
 
 def test_structured_cuts_never_exceed_exact():

@@ -115,6 +115,25 @@ def test_xml_estimate_never_exceeds_the_compiled_program():
         assert est.nodes >= 1 + topo.num_ranks + 1
 
 
+def test_narrow_fits_is_the_compilers_rule_for_every_profile():
+    """The encodings ask guards (below them) what the compiler asks emit: the same answer, and
+    the guards' limits are the exec runtime's (a profile change would show here)."""
+    from synth.emit import compile as C
+    from synth.emit import xml_write as W
+
+    assert W.PROFILES["exec"].max_steps == guards.MAX_STEPS
+    assert guards.MAX_NODES == W.MAX_NODES and guards.MAX_COUNT == W.MAX_COUNT
+    assert guards.MAX_OFFSET == W.MAX_OFFSET
+    for profile, lim in W.PROFILES.items():
+        for n in (2, 8, 64, 512, 2048):
+            for ops in (0, 1, 63, 64, 65, 1000, 3000, 3700, 4000, 5000):
+                want = C.narrow_fits(n, ops, profile)
+                assert guards.narrow_fits(n, ops, lim.max_steps) == want, (profile, n, ops)
+                if profile == "exec":
+                    assert guards.narrow_fits(n, ops) == want
+    assert guards.narrow_fits(8, 3900) and not guards.narrow_fits(8, 4030)
+
+
 def _one_chunk_per_step(chunks: int) -> Schedule:
     """2 ranks swapping one chunk per step: nothing aggregates, one receive node per chunk."""
     topo = load_topology("fully_connected:2")

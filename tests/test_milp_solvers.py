@@ -17,7 +17,6 @@ from rich.console import Console
 from synth.encodings.milp.solvers import (
     SOLVERS,
     MilpResult,
-    Progress,
     available_solvers,
     diagnose_infeasible,
     model_size,
@@ -28,6 +27,7 @@ import pulp
 # isort: on
 
 from synth.errors import INPUT_ERROR, SynthError
+from synth.progress import SolverProgress as Progress
 
 AVAILABLE = [s for s, ok in available_solvers().items() if ok]
 

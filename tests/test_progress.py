@@ -128,3 +128,51 @@ def test_cli_solve_prints_timestamped_lines_without_a_terminal(tmp_path):
     lines = [line for line in r.stderr.splitlines() if line]
     assert lines and all(STAMP.match(line) for line in lines), r.stderr
     assert any("solving allgather on ring:4 (baseline)" in line for line in lines)
+
+
+@pytest.mark.filterwarnings("ignore:Constructing LpVariable:DeprecationWarning")  # PuLP 3
+def test_milp_solves_report_to_the_current_reporter(monkeypatch):
+    """No progress object is passed: each MILP solve is a stage of the command line's reporter,
+    its result a line (plain mode), and nothing is asked of the solver while progress is off."""
+    from synth.encodings.milp.solvers import solve_milp
+    from tests.test_milp_solvers import scheduling
+
+    assert progress.solver_progress() is None  # off: the solver need not report at all
+    buf = io.StringIO()
+    monkeypatch.setenv("SYNTH_PROGRESS_INTERVAL", "0.05")
+    with progress.activate("plain", stream=buf):
+        seen: list[str] = []
+        rep = progress.current()
+        monkeypatch.setattr(rep, "detail", lambda text: seen.append(text))
+        time.sleep(0.06)
+        with progress.phase("solving"):
+            entered = rep.enter  # the stage opens as a phase of its own, without a start line
+
+            def spy(label, **kw):
+                seen.append(f"enter {label} {kw}")
+                return entered(label, **kw)
+
+            monkeypatch.setattr(rep, "enter", spy)
+            result = solve_milp(scheduling(), "highs", stage="schedule")
+    text = buf.getvalue()
+    assert result.status == "optimal"
+    assert "enter schedule (highs) {'announce': False}" in seen
+    assert any(s.startswith("incumbent ") and "gap " in s for s in seen), seen
+    assert "synth: schedule (highs): optimal, objective 11.234" in text
+    assert "schedule (highs) ..." not in text  # no start line for a solver stage
+
+
+@pytest.mark.filterwarnings("ignore:Constructing LpVariable:DeprecationWarning")  # PuLP 3
+def test_milp_result_lines_on_a_terminal():
+    from rich.console import Console
+
+    from synth.encodings.milp.solvers import solve_milp
+    from tests.test_milp_solvers import knapsack
+
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, width=200)
+    with progress.activate("rich", console=console), progress.phase("solving"):
+        solve_milp(knapsack(), "highs", stage="route")
+    assert "✓" in buf.getvalue() and "route (highs): optimal, objective 1113" in buf.getvalue()
+    assert progress.solver_info(10.0, 8.0) == "incumbent 10  bound 8  gap 20.00%"
+    assert progress.solver_info(None, 8.0) == "bound 8"

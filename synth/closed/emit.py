@@ -19,17 +19,17 @@ Both modules use only operations whose NumPy namesakes behave the same, so
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import SynthError
+from ..errors import SynthError, unknown_name
 from ..files import atomic_write, ensure_writable_dir
-from .ir import Op, Program
+from .ir import Op, Program, TensorSpec
 from .reference import global_pairs
 
-TARGETS = ("neuron", "jax")
 XM_REDUCE = {"add": "xm.REDUCE_SUM", "min": "xm.REDUCE_MIN", "max": "xm.REDUCE_MAX"}
 LAX_REDUCE = {"add": "lax.psum", "min": "lax.pmin", "max": "lax.pmax"}
 
@@ -103,243 +103,304 @@ def _combine(a: str, b: str, op: str, mod: str) -> str:
     return f"{mod}.{'minimum' if op == 'min' else 'maximum'}({a}, {b})"
 
 
-def emit_neuron(program: Program, note: str = "") -> str:
-    specs = program.specs()
-    mesh = program.mesh
-    lines = _header(program, "neuron", note)
-    lines += ["import torch", "import torch_xla.core.xla_model as xm", ""]
-    lines += _consts(program, specs)
-    consts: dict[str, str] = {}
-    body: list[str] = []
+# ======================================================================================= the walker
+@dataclass
+class _Walk:
+    """One program being written: its values' specs and the constant tables its ops refer to."""
 
-    def const(prefix: str, value) -> str:
-        text = json.dumps(value, separators=(",", ":"))
-        for name, t in consts.items():
+    program: Program
+    table: Callable[[list], str]
+    """How the target writes a table (a JSON list, or a NumPy array of it)."""
+    specs: dict[str, TensorSpec] = field(init=False)
+    consts: dict[str, str] = field(default_factory=dict)
+    """Constant name -> its text, in the order the ops first used them."""
+
+    def __post_init__(self) -> None:
+        self.specs = self.program.specs()
+
+    def const(self, prefix: str, value: list) -> str:
+        """The name of a module-level table holding ``value`` (an equal table is shared)."""
+        text = self.table(value)
+        for name, t in self.consts.items():
             if t == text and name.startswith(prefix):
                 return name
-        name = f"{prefix}_{sum(1 for k in consts if k.startswith(prefix))}"
-        consts[name] = text
+        name = f"{prefix}_{sum(1 for k in self.consts if k.startswith(prefix))}"
+        self.consts[name] = text
         return name
 
-    uses_put = False
+    def ndim(self, op: Op) -> int:
+        return len(self.specs[op.ins[0]].shape)
+
+    def rank_rows(self, op: Op) -> str:
+        """``take_rows``/``put_rows`` on Neuron: each rank's row of ``op.table``, by global rank."""
+        mesh = self.program.mesh
+        return self.const("ROWS", [list(op.table[mesh.position(r, op.axes)])
+                                   for r in range(mesh.size)])
+
+
+Template = Callable[[_Walk, Op], "str | list[str]"]
+"""An op's code: the expression its outputs are assigned (``a, b = <expr>``), or whole lines."""
+
+
+@dataclass(frozen=True)
+class _Target:
+    name: str
+    imports: tuple[str, ...]
+    table: Callable[[list], str]
+    ops: Mapping[str, Template]
+    module: Callable[[_Walk, list[str]], list[str]]
+    """The lines after the constants: the functions around the ops' body lines."""
+
+
+def _count_check(names: list[str]) -> list[str]:
+    """``run``'s first lines: the tensor count it was generated for, or a ValueError."""
+    return [f"    if len(tensors) != {len(names)}:",
+            f"        raise ValueError('expected {len(names)} tensor(s), got %d' % len(tensors))"]
+
+
+def _emit(program: Program, target: _Target, note: str) -> str:
+    """Header, imports, constants, then the target's functions around one line group per op."""
+    walk = _Walk(program, target.table)
+    body: list[str] = []
     for op in program.ops:
-        i0 = op.ins[0]
-        o = op.outs
-        nd = len(specs[i0].shape)
-        k = op.kind
-        if k in ("all_gather", "reduce_scatter", "all_reduce", "all_to_all"):
-            groups = const("GROUPS", [list(g) for g in mesh.groups(op.axes)])
-            g = mesh.group_size(op.axes)
-            if k == "all_gather":
-                expr = f"xm.all_gather({i0}, dim={op.dim}, groups={groups})"
-            elif k == "reduce_scatter":
-                expr = (f"xm.reduce_scatter({XM_REDUCE[op.op]}, {i0}, scale=1.0, scatter_dim={op.dim}, "
-                        f"shard_count={g}, groups={groups})")
-            elif k == "all_reduce":
-                expr = f"xm.all_reduce({XM_REDUCE[op.op]}, {i0}, groups={groups})"
-            else:
-                expr = (f"xm.all_to_all({i0}, split_dimension={op.dim}, concat_dimension={op.dim2}, "
-                        f"split_count={g}, groups={groups})")
-            body.append(f"{o[0]} = {expr}")
-        elif k == "permute":
-            pairs = const("PAIRS", [list(p) for p in global_pairs(mesh, op.axes, op.perm)])
-            body.append(f"{o[0]} = xm.collective_permute({i0}, pairs={pairs})")
-        elif k == "reshape":
-            body.append(f"{o[0]} = {i0}.reshape({op.shape!r})")
-        elif k == "transpose":
-            body.append(f"{o[0]} = torch.permute({i0}, {op.order!r})")
-        elif k == "concat":
-            body.append(f"{o[0]} = torch.cat([{', '.join(op.ins)}], dim={op.dim})")
-        elif k == "split":
-            body.append(f"{', '.join(o)} = torch.split({i0}, {list(op.sizes)!r}, dim={op.dim})")
-        elif k == "pad":
-            extra = op.length - specs[i0].shape[op.dim]
-            body.append(f"{o[0]} = {_pad_expr('torch', i0, nd, op.dim, extra, 'neuron')}")
-        elif k == "unpad":
-            body.append(f"{o[0]} = {_slice_expr(i0, nd, op.dim, op.length)}")
-        elif k == "take_rows":
-            rows = const("ROWS", [list(op.table[mesh.position(r, op.axes)]) for r in range(mesh.size)])
-            body.append(f"{o[0]} = {i0}[{rows}[rank]]")
-        elif k == "put_rows":
-            uses_put = True
-            rows = const("ROWS", [list(op.table[mesh.position(r, op.axes)]) for r in range(mesh.size)])
-            body.append(f"{o[0]} = _put_rows({i0}, {op.ins[1]}, {rows}[rank], {op.op!r})")
-        elif k == "combine":
-            body.append(f"{o[0]} = {_combine(i0, op.ins[1], op.op, 'torch')}")
-        else:
-            raise SynthError(f"cannot emit op '{k}' for neuron")
-    lines += [f"{k} = {v}" for k, v in consts.items()]
-    lines += ["", ""]
-    if uses_put:
-        lines += [
-            "def _put_rows(base, val, rows, op):",
-            '    """Rows of val written (or combined) into base at rows; -1 drops the row."""',
-            "    parts = [base[i:i + 1] for i in range(base.shape[0])]",
-            "    for j, i in enumerate(rows):",
-            "        if i >= 0:",
-            "            new = val[j:j + 1]",
-            "            if op == 'add':",
-            "                new = parts[i] + new",
-            "            elif op == 'min':",
-            "                new = torch.minimum(parts[i], new)",
-            "            elif op == 'max':",
-            "                new = torch.maximum(parts[i], new)",
-            "            parts[i] = new",
-            "    return torch.cat(parts, dim=0)",
-            "",
-            "",
-        ]
+        template = target.ops.get(op.kind)
+        if template is None:
+            raise SynthError(f"cannot emit op '{op.kind}' for {target.name}")
+        code = template(walk, op)
+        body += [f"{', '.join(op.outs)} = {code}"] if isinstance(code, str) else code
+    lines = _header(program, target.name, note) + list(target.imports) + _consts(program, walk.specs)
+    lines += [f"{k} = {v}" for k, v in walk.consts.items()]
+    return "\n".join(lines + target.module(walk, body))
+
+
+def _array_ops(mod: str, target: str) -> dict[str, Template]:
+    """The templates both targets share but for their array module (``torch``, ``jnp``)."""
+
+    def pad(w: _Walk, op: Op) -> str:
+        extra = op.length - w.specs[op.ins[0]].shape[op.dim]
+        return _pad_expr(mod, op.ins[0], w.ndim(op), op.dim, extra, target)
+
+    return {
+        "reshape": lambda w, op: f"{op.ins[0]}.reshape({op.shape!r})",
+        "pad": pad,
+        "unpad": lambda w, op: _slice_expr(op.ins[0], w.ndim(op), op.dim, op.length),
+        "combine": lambda w, op: _combine(op.ins[0], op.ins[1], op.op, mod),
+    }
+
+
+# ============================================================================ neuron (torch-xla xm)
+def _xm_groups(w: _Walk, op: Op) -> str:
+    return w.const("GROUPS", [list(g) for g in w.program.mesh.groups(op.axes)])
+
+
+def _xm_reduce_scatter(w: _Walk, op: Op) -> str:
+    groups = _xm_groups(w, op)
+    return (f"xm.reduce_scatter({XM_REDUCE[op.op]}, {op.ins[0]}, scale=1.0, scatter_dim={op.dim}, "
+            f"shard_count={w.program.mesh.group_size(op.axes)}, groups={groups})")
+
+
+def _xm_all_to_all(w: _Walk, op: Op) -> str:
+    groups = _xm_groups(w, op)
+    return (f"xm.all_to_all({op.ins[0]}, split_dimension={op.dim}, concat_dimension={op.dim2}, "
+            f"split_count={w.program.mesh.group_size(op.axes)}, groups={groups})")
+
+
+def _xm_permute(w: _Walk, op: Op) -> str:
+    pairs = w.const("PAIRS", [list(p) for p in global_pairs(w.program.mesh, op.axes, op.perm)])
+    return f"xm.collective_permute({op.ins[0]}, pairs={pairs})"
+
+
+NEURON_OPS: dict[str, Template] = {
+    "all_gather": lambda w, op: (f"xm.all_gather({op.ins[0]}, dim={op.dim}, "
+                                 f"groups={_xm_groups(w, op)})"),
+    "reduce_scatter": _xm_reduce_scatter,
+    "all_reduce": lambda w, op: (f"xm.all_reduce({XM_REDUCE[op.op]}, {op.ins[0]}, "
+                                 f"groups={_xm_groups(w, op)})"),
+    "all_to_all": _xm_all_to_all,
+    "permute": _xm_permute,
+    "transpose": lambda w, op: f"torch.permute({op.ins[0]}, {op.order!r})",
+    "concat": lambda w, op: f"torch.cat([{', '.join(op.ins)}], dim={op.dim})",
+    "split": lambda w, op: f"torch.split({op.ins[0]}, {list(op.sizes)!r}, dim={op.dim})",
+    "take_rows": lambda w, op: f"{op.ins[0]}[{w.rank_rows(op)}[rank]]",
+    "put_rows": lambda w, op: (f"_put_rows({op.ins[0]}, {op.ins[1]}, {w.rank_rows(op)}[rank], "
+                               f"{op.op!r})"),
+    **_array_ops("torch", "neuron"),
+}
+"""torch-neuronx: one template per op kind (``rank`` is ``xm.get_ordinal()``)."""
+
+_NEURON_PUT_ROWS = [
+    "def _put_rows(base, val, rows, op):",
+    '    """Rows of val written (or combined) into base at rows; -1 drops the row."""',
+    "    parts = [base[i:i + 1] for i in range(base.shape[0])]",
+    "    for j, i in enumerate(rows):",
+    "        if i >= 0:",
+    "            new = val[j:j + 1]",
+    "            if op == 'add':",
+    "                new = parts[i] + new",
+    "            elif op == 'min':",
+    "                new = torch.minimum(parts[i], new)",
+    "            elif op == 'max':",
+    "                new = torch.maximum(parts[i], new)",
+    "            parts[i] = new",
+    "    return torch.cat(parts, dim=0)",
+    "",
+    "",
+]
+
+
+def _neuron_module(w: _Walk, body: list[str]) -> list[str]:
+    program = w.program
+    lines = ["", ""]
+    if any(op.kind == "put_rows" for op in program.ops):
+        lines += _NEURON_PUT_ROWS
     names = [n for n, _ in program.inputs]
     lines += [
         "def run(tensors):",
-        f'    """{program.collective} of this rank\'s tensors; call on every one of the {mesh.size} '
-        'ranks."""',
-        f"    if len(tensors) != {len(names)}:",
-        f"        raise ValueError('expected {len(names)} tensor(s), got %d' % len(tensors))",
-        "    rank = xm.get_ordinal()",
-        f"    {', '.join(names)}, = tensors",
+        f'    """{program.collective} of this rank\'s tensors; call on every one of the '
+        f'{program.mesh.size} ranks."""',
+        *_count_check(names),
     ]
+    if "rank" in "\n".join(body):
+        lines.append("    rank = xm.get_ordinal()")
+    lines.append(f"    {', '.join(names)}, = tensors")
     lines += [f"    {line}" for line in body]
-    lines += [f"    return [{', '.join(program.outputs)}]", ""]
-    if "rank" not in "\n".join(body):
-        lines = [ln for ln in lines if ln != "    rank = xm.get_ordinal()"]
-    return "\n".join(lines)
+    return [*lines, f"    return [{', '.join(program.outputs)}]", ""]
 
 
-def emit_jax(program: Program, note: str = "") -> str:
-    specs = program.specs()
-    lines = _header(program, "jax", note)
-    lines += [
-        "import jax",
-        "import jax.numpy as jnp",
-        "import numpy as np",
-        "from jax import lax",
-        "from jax.sharding import Mesh, PartitionSpec",
-        "",
-    ]
-    lines += _consts(program, specs)
-    consts: dict[str, str] = {}
-    body: list[str] = []
+NEURON = _Target("neuron", ("import torch", "import torch_xla.core.xla_model as xm", ""),
+                 lambda value: json.dumps(value, separators=(",", ":")), NEURON_OPS, _neuron_module)
 
-    def const(prefix: str, value: list) -> str:
-        text = f"np.array({json.dumps(value, separators=(',', ':'))}, dtype=np.int32)"
-        for name, t in consts.items():
-            if t == text and name.startswith(prefix):
-                return name
-        name = f"{prefix}_{sum(1 for k in consts if k.startswith(prefix))}"
-        consts[name] = text
-        return name
 
-    for op in program.ops:
-        i0 = op.ins[0]
-        o = op.outs
-        nd = len(specs[i0].shape)
-        k = op.kind
-        ax = repr(tuple(op.axes))
-        if k == "all_gather":
-            body.append(f"{o[0]} = lax.all_gather({i0}, {ax}, axis={op.dim}, tiled=True)")
-        elif k == "reduce_scatter":
-            if op.op != "add":
-                raise SynthError("lax.psum_scatter only sums; this program is not valid on jax")
-            body.append(f"{o[0]} = lax.psum_scatter({i0}, {ax}, scatter_dimension={op.dim}, "
-                        "tiled=True)")
-        elif k == "all_reduce":
-            body.append(f"{o[0]} = {LAX_REDUCE[op.op]}({i0}, {ax})")
-        elif k == "all_to_all":
-            body.append(f"{o[0]} = lax.all_to_all({i0}, {ax}, {op.dim}, {op.dim2}, tiled=True)")
-        elif k == "permute":
-            body.append(f"{o[0]} = lax.ppermute({i0}, {ax}, perm={[tuple(p) for p in op.perm]!r})")
-        elif k == "reshape":
-            body.append(f"{o[0]} = {i0}.reshape({op.shape!r})")
-        elif k == "transpose":
-            body.append(f"{o[0]} = jnp.transpose({i0}, {op.order!r})")
-        elif k == "concat":
-            body.append(f"{o[0]} = jnp.concatenate([{', '.join(op.ins)}], axis={op.dim})")
-        elif k == "split":
-            cuts = [int(c) for c in np.cumsum(op.sizes)[:-1]]
-            body.append(f"{', '.join(o)} = jnp.split({i0}, {cuts!r}, axis={op.dim})")
-        elif k == "pad":
-            extra = op.length - specs[i0].shape[op.dim]
-            body.append(f"{o[0]} = {_pad_expr('jnp', i0, nd, op.dim, extra, 'jax')}")
-        elif k == "unpad":
-            body.append(f"{o[0]} = {_slice_expr(i0, nd, op.dim, op.length)}")
-        elif k == "take_rows":
-            rows = const("ROWS", [list(t) for t in op.table])
-            body.append(f"{o[0]} = jnp.take({i0}, jnp.asarray({rows})[lax.axis_index({ax})], axis=0)")
-        elif k == "put_rows":
-            rows_in = specs[i0].shape[0]
-            inv = []
-            for t in op.table:
-                src = [-1] * rows_in
-                for j, r in enumerate(t):
-                    if r >= 0:
-                        src[r] = j
-                inv.append(src)
-            src = const("SRC", inv)
-            val = op.ins[1]
-            shape = "(-1" + ", 1" * (nd - 1) + ("," if nd == 1 else "") + ")"
-            body.append(f"{o[0]}_src = jnp.asarray({src})[lax.axis_index({ax})]")
-            body.append(f"{o[0]}_new = jnp.take({val}, jnp.maximum({o[0]}_src, 0), axis=0)")
-            if op.op != "copy":
-                body.append(f"{o[0]}_new = {_combine(i0, o[0] + '_new', op.op, 'jnp')}")
-            body.append(f"{o[0]} = jnp.where(({o[0]}_src >= 0).reshape({shape}), {o[0]}_new, {i0})")
-        elif k == "combine":
-            body.append(f"{o[0]} = {_combine(i0, op.ins[1], op.op, 'jnp')}")
-        else:
-            raise SynthError(f"cannot emit op '{k}' for jax")
-    lines += [f"{k} = {v}" for k, v in consts.items()]
+# ============================================================================== jax (jax.lax, mesh)
+def _ax(op: Op) -> str:
+    return repr(tuple(op.axes))
+
+
+def _lax_reduce_scatter(w: _Walk, op: Op) -> str:
+    if op.op != "add":
+        raise SynthError("lax.psum_scatter only sums; this program is not valid on jax")
+    return f"lax.psum_scatter({op.ins[0]}, {_ax(op)}, scatter_dimension={op.dim}, tiled=True)"
+
+
+def _jnp_split(w: _Walk, op: Op) -> str:
+    cuts = [int(c) for c in np.cumsum(op.sizes)[:-1]]
+    return f"jnp.split({op.ins[0]}, {cuts!r}, axis={op.dim})"
+
+
+def _jnp_take_rows(w: _Walk, op: Op) -> str:
+    rows = w.const("ROWS", [list(t) for t in op.table])
+    return f"jnp.take({op.ins[0]}, jnp.asarray({rows})[lax.axis_index({_ax(op)})], axis=0)"
+
+
+def _jnp_put_rows(w: _Walk, op: Op) -> list[str]:
+    """Each rank's source row per output row (-1: kept), then one gather and one select."""
+    i0, out = op.ins[0], op.outs[0]
+    rows_in = w.specs[i0].shape[0]
+    inv = []
+    for t in op.table:
+        src = [-1] * rows_in
+        for j, r in enumerate(t):
+            if r >= 0:
+                src[r] = j
+        inv.append(src)
+    table = w.const("SRC", inv)
+    nd = w.ndim(op)
+    shape = "(-1" + ", 1" * (nd - 1) + ("," if nd == 1 else "") + ")"
+    lines = [f"{out}_src = jnp.asarray({table})[lax.axis_index({_ax(op)})]",
+             f"{out}_new = jnp.take({op.ins[1]}, jnp.maximum({out}_src, 0), axis=0)"]
+    if op.op != "copy":
+        lines.append(f"{out}_new = {_combine(i0, out + '_new', op.op, 'jnp')}")
+    lines.append(f"{out} = jnp.where(({out}_src >= 0).reshape({shape}), {out}_new, {i0})")
+    return lines
+
+
+JAX_OPS: dict[str, Template] = {
+    "all_gather": lambda w, op: f"lax.all_gather({op.ins[0]}, {_ax(op)}, axis={op.dim}, tiled=True)",
+    "reduce_scatter": _lax_reduce_scatter,
+    "all_reduce": lambda w, op: f"{LAX_REDUCE[op.op]}({op.ins[0]}, {_ax(op)})",
+    "all_to_all": lambda w, op: (f"lax.all_to_all({op.ins[0]}, {_ax(op)}, {op.dim}, {op.dim2}, "
+                                 "tiled=True)"),
+    "permute": lambda w, op: (f"lax.ppermute({op.ins[0]}, {_ax(op)}, "
+                              f"perm={[tuple(p) for p in op.perm]!r})"),
+    "transpose": lambda w, op: f"jnp.transpose({op.ins[0]}, {op.order!r})",
+    "concat": lambda w, op: f"jnp.concatenate([{', '.join(op.ins)}], axis={op.dim})",
+    "split": _jnp_split,
+    "take_rows": _jnp_take_rows,
+    "put_rows": _jnp_put_rows,
+    **_array_ops("jnp", "jax"),
+}
+"""JAX: one template per op kind, over the named mesh axes of the op."""
+
+_JAX_DRIVER = [
+    "def make_mesh(devices=None):",
+    '    """The named mesh: the first WORLD devices, row-major over AXES."""',
+    "    devices = jax.devices() if devices is None else list(devices)",
+    "    if len(devices) < WORLD:",
+    "        raise ValueError(f'this program needs {WORLD} devices, found {len(devices)} (on CPU: '",
+    "                         f'XLA_FLAGS=--xla_force_host_platform_device_count={WORLD})')",
+    "    return Mesh(np.asarray(devices[:WORLD], dtype=object).reshape(MESH_SHAPE), AXES)",
+    "",
+    "",
+    "def _shard_map(f, mesh, in_specs, out_specs):",
+    "    if hasattr(jax, 'shard_map'):",
+    "        return jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,",
+    "                             check_vma=False)",
+    "    from jax.experimental.shard_map import shard_map",
+    "    return shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_rep=False)",
+    "",
+    "",
+    "def build(mesh=None):",
+    '    """The jitted global function: global arrays (WORLD, *shape) in and out."""',
+    "    mesh = make_mesh() if mesh is None else mesh",
+    "    spec = PartitionSpec(AXES)",
+    "",
+    "    def per_device(*xs):",
+    "        return tuple(y[None] for y in body(*(x[0] for x in xs)))",
+    "",
+    "    return jax.jit(_shard_map(per_device, mesh, (spec,) * len(INPUTS), (spec,) * len(OUTPUTS)))",
+    "",
+    "",
+]
+
+
+def _jax_module(w: _Walk, body: list[str]) -> list[str]:
+    program = w.program
     names = [n for n, _ in program.inputs]
-    lines += ["", "",
-              f"def body({', '.join(names)}):",
-              '    """Per-device function (inside shard_map over the mesh axes AXES)."""']
+    lines = ["", "",
+             f"def body({', '.join(names)}):",
+             '    """Per-device function (inside shard_map over the mesh axes AXES)."""']
     lines += [f"    {line}" for line in body]
     lines += [f"    return ({', '.join(program.outputs)},)", "", ""]
-    lines += [
-        "def make_mesh(devices=None):",
-        '    """The named mesh: the first WORLD devices, row-major over AXES."""',
-        "    devices = jax.devices() if devices is None else list(devices)",
-        "    if len(devices) < WORLD:",
-        "        raise ValueError(f'this program needs {WORLD} devices, found {len(devices)} (on CPU: '",
-        "                         f'XLA_FLAGS=--xla_force_host_platform_device_count={WORLD})')",
-        "    return Mesh(np.asarray(devices[:WORLD], dtype=object).reshape(MESH_SHAPE), AXES)",
-        "",
-        "",
-        "def _shard_map(f, mesh, in_specs, out_specs):",
-        "    if hasattr(jax, 'shard_map'):",
-        "        return jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,",
-        "                             check_vma=False)",
-        "    from jax.experimental.shard_map import shard_map",
-        "    return shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_rep=False)",
-        "",
-        "",
-        "def build(mesh=None):",
-        '    """The jitted global function: global arrays (WORLD, *shape) in and out."""',
-        "    mesh = make_mesh() if mesh is None else mesh",
-        "    spec = PartitionSpec(AXES)",
-        "",
-        "    def per_device(*xs):",
-        "        return tuple(y[None] for y in body(*(x[0] for x in xs)))",
-        "",
-        "    return jax.jit(_shard_map(per_device, mesh, (spec,) * len(INPUTS), (spec,) * len(OUTPUTS)))",
-        "",
-        "",
+    return lines + _JAX_DRIVER + [
         "def run(tensors, mesh=None):",
         f'    """{program.collective} over the mesh: tensors[i] has shape (WORLD, *INPUTS[i][0])."""',
-        f"    if len(tensors) != {len(names)}:",
-        f"        raise ValueError('expected {len(names)} tensor(s), got %d' % len(tensors))",
+        *_count_check(names),
         "    return list(build(mesh)(*tensors))",
         "",
     ]
-    return "\n".join(lines)
+
+
+JAX = _Target("jax", ("import jax", "import jax.numpy as jnp", "import numpy as np", "from jax import lax",
+                      "from jax.sharding import Mesh, PartitionSpec", ""),
+              lambda value: f"np.array({json.dumps(value, separators=(',', ':'))}, dtype=np.int32)",
+              JAX_OPS, _jax_module)
+
+_TARGETS = {t.name: t for t in (NEURON, JAX)}
+TARGETS = tuple(_TARGETS)
+
+
+def emit_neuron(program: Program, note: str = "") -> str:
+    return _emit(program, NEURON, note)
+
+
+def emit_jax(program: Program, note: str = "") -> str:
+    return _emit(program, JAX, note)
 
 
 def emit(program: Program, target: str, note: str = "") -> str:
-    if target == "neuron":
-        return emit_neuron(program, note)
-    if target == "jax":
-        return emit_jax(program, note)
-    from ..errors import unknown_name
-    raise unknown_name("target", target, TARGETS)
+    if target not in _TARGETS:
+        raise unknown_name("target", target, TARGETS)
+    return _emit(program, _TARGETS[target], note)
 
 
 def module_name(topology_name: str, collective: str, target: str) -> str:

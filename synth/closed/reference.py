@@ -22,7 +22,7 @@ use inputs whose sums are exact, so the order does not change a bit of the resul
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -62,52 +62,45 @@ def reduce(arrays: Sequence[np.ndarray], op: str) -> np.ndarray:
     return acc
 
 
-def all_gather(x: np.ndarray, groups: Groups, dim: int) -> np.ndarray:
+def _per_group(x: np.ndarray, groups: Groups,
+               results: Callable[[Sequence[int]], Sequence[np.ndarray]]) -> np.ndarray:
+    """Stacked results of a grouped primitive: ``results(g)`` gives each member of group ``g``
+    its tensor, in group order (the groups are checked first)."""
     check_groups(groups, len(x))
-    first = None
     out: list[np.ndarray | None] = [None] * len(x)
     for g in groups:
-        cat = np.concatenate([x[r] for r in g], axis=dim)
-        first = cat if first is None else first
-        for r in g:
-            out[r] = cat
+        for r, y in zip(g, results(g), strict=True):
+            out[r] = y
     return np.stack(out)  # type: ignore[arg-type]
+
+
+def all_gather(x: np.ndarray, groups: Groups, dim: int) -> np.ndarray:
+    return _per_group(x, groups, lambda g: [np.concatenate([x[r] for r in g], axis=dim)] * len(g))
 
 
 def reduce_scatter(x: np.ndarray, groups: Groups, dim: int, op: str) -> np.ndarray:
-    check_groups(groups, len(x))
-    out: list[np.ndarray | None] = [None] * len(x)
-    for g in groups:
+    def parts(g: Sequence[int]) -> list[np.ndarray]:
         if x.shape[1 + dim] % len(g):
             raise SynthError(f"reduce_scatter: dim {dim} of size {x.shape[1 + dim]} is not divisible "
                              f"by the group size {len(g)}")
-        parts = np.split(reduce([x[r] for r in g], op), len(g), axis=dim)
-        for i, r in enumerate(g):
-            out[r] = parts[i]
-    return np.stack(out)  # type: ignore[arg-type]
+        return np.split(reduce([x[r] for r in g], op), len(g), axis=dim)
+
+    return _per_group(x, groups, parts)
 
 
 def all_reduce(x: np.ndarray, groups: Groups, op: str) -> np.ndarray:
-    check_groups(groups, len(x))
-    out = np.empty_like(x)
-    for g in groups:
-        red = reduce([x[r] for r in g], op)
-        for r in g:
-            out[r] = red
-    return out
+    return _per_group(x, groups, lambda g: [reduce([x[r] for r in g], op)] * len(g))
 
 
 def all_to_all(x: np.ndarray, groups: Groups, split_dim: int, concat_dim: int) -> np.ndarray:
-    check_groups(groups, len(x))
-    out: list[np.ndarray | None] = [None] * len(x)
-    for g in groups:
+    def received(g: Sequence[int]) -> list[np.ndarray]:
         if x.shape[1 + split_dim] % len(g):
             raise SynthError(f"all_to_all: split dimension {split_dim} of size {x.shape[1 + split_dim]} "
                              f"is not divisible by the split count {len(g)}")
         parts = {r: np.split(x[r], len(g), axis=split_dim) for r in g}
-        for i, r in enumerate(g):
-            out[r] = np.concatenate([parts[s][i] for s in g], axis=concat_dim)
-    return np.stack(out)  # type: ignore[arg-type]
+        return [np.concatenate([parts[s][i] for s in g], axis=concat_dim) for i in range(len(g))]
+
+    return _per_group(x, groups, received)
 
 
 def check_pairs(pairs: Sequence[Sequence[int]], n: int) -> None:

@@ -181,7 +181,8 @@ class MilpOptions(EncodingOptions):
     """Cap on each batching MILP's work, in deterministic seconds (:mod:`synth.encodings.work`;
     also at most a quarter of the time limit); its node budget ``STAGE3_NODES`` applies too."""
     progress: Any = None
-    """A :class:`synth.encodings.milp.solvers.Progress` that reports every solve (CLI, benchmarks)."""
+    """A :class:`synth.progress.SolverProgress` that observes every solve (benchmarks); None: the
+    current progress reporter shows them."""
 
 
 @dataclass(frozen=True)

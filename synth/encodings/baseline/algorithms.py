@@ -387,7 +387,7 @@ def preferred_chunks(algorithm: str, kind: str, n: int, topology: Topology | Non
         # 16 chunks 11,622.8 us, 8 chunks 6,725.5 us), and a 512-rank allreduce of 2 chunks
         # needs 151 threadblocks a rank, over the default 64. The transfer cap keeps a schedule
         # about a million transfers (verified and compiled in minutes).
-        from ...emit.compile import narrow_fits
+        from ...guards import narrow_fits
 
         phases = 2 if kind == "allreduce" else 1
         return next((k for k in RAIL_BLOCKS_CHUNKS

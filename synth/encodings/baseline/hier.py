@@ -21,7 +21,7 @@ from __future__ import annotations
 from .graph import Tree, tree_from_parent
 from .job import Job
 from .nccl_trees import btree_parent
-from .ring import ring_ag, ring_rs
+from .ring import ring_phases
 
 
 class _Hier:
@@ -68,52 +68,42 @@ class _Hier:
         return tree
 
     # -------------------------------------------------------------- intra-node phases
-    def intra_ag(self, i: int, chunks_of: dict[int, list[int]], start: int) -> int:
+    def intra(self, i: int, chunks_of: dict[int, list[int]], start: int, reduce: bool) -> int:
+        """Node ``i``'s allgather (``reduce``: reduce-scatter) of ``chunks_of``: a ring where the
+        node has a cycle, else a tree from (to) each of its ranks."""
         members = self.nodes[i]
         cyc, _ = self.g.cycle(members)
         if cyc is not None:
-            return ring_ag(self.job.plan, cyc, [chunks_of[r] for r in cyc], start)
-        return max(self.job.bcast_tree(self.node_tree(i, r, False), chunks_of[r], start,
-                                       pipeline=False) for r in members)
+            return ring_phases(self.job.plan, "reducescatter" if reduce else "allgather", cyc,
+                               [chunks_of[r] for r in cyc], start)
+        along = self.job.reduce_tree if reduce else self.job.bcast_tree
+        return max(along(self.node_tree(i, r, reduce), chunks_of[r], start, pipeline=False)
+                   for r in members)
 
-    def intra_rs(self, i: int, chunks_of: dict[int, list[int]], start: int) -> int:
-        members = self.nodes[i]
-        cyc, _ = self.g.cycle(members)
-        if cyc is not None:
-            return ring_rs(self.job.plan, cyc, [chunks_of[r] for r in cyc], start)
-        return max(self.job.reduce_tree(self.node_tree(i, r, True), chunks_of[r], start,
-                                        pipeline=False) for r in members)
+    def inter(self, kind: str, start: int) -> int:
+        """``kind`` on every inter-node ring (one per local index), each from ``start``."""
+        job, end = self.job, start
+        for loc in range(self.m):
+            ring = self.inter_ring(loc)
+            end = max(end, ring_phases(job.plan, kind, ring, [job.own(r) for r in ring], start))
+        return end
 
     def by_local(self, i: int) -> dict[int, list[int]]:
         return {r: self.group_chunks(self.local[r]) for r in self.nodes[i]}
 
     # -------------------------------------------------------------- collectives
     def allgather(self, start: int = 0) -> int:
-        job = self.job
-        end = start
-        for loc in range(self.m):
-            ring = self.inter_ring(loc)
-            end = max(end, ring_ag(job.plan, ring, [job.own(r) for r in ring], start))
-        return max(self.intra_ag(i, self.by_local(i), end) for i in range(self.N))
+        end = self.inter("allgather", start)
+        return max(self.intra(i, self.by_local(i), end, False) for i in range(self.N))
 
     def reducescatter(self, start: int = 0) -> int:
-        job = self.job
-        end = max(self.intra_rs(i, self.by_local(i), start) for i in range(self.N))
-        done = end
-        for loc in range(self.m):
-            ring = self.inter_ring(loc)
-            done = max(done, ring_rs(job.plan, ring, [job.own(r) for r in ring], end))
-        return done
+        end = max(self.intra(i, self.by_local(i), start, True) for i in range(self.N))
+        return self.inter("reducescatter", end)
 
     def allreduce(self) -> int:
-        job = self.job
-        end = max(self.intra_rs(i, self.by_local(i), 0) for i in range(self.N))
-        done = end
-        for loc in range(self.m):
-            ring = self.inter_ring(loc)
-            groups = [job.own(r) for r in ring]
-            done = max(done, ring_ag(job.plan, ring, groups, ring_rs(job.plan, ring, groups, end)))
-        return max(self.intra_ag(i, self.by_local(i), done) for i in range(self.N))
+        end = max(self.intra(i, self.by_local(i), 0, True) for i in range(self.N))
+        done = self.inter("allreduce", end)
+        return max(self.intra(i, self.by_local(i), done, False) for i in range(self.N))
 
     def alltoall(self) -> None:
         job, g = self.job, self.g

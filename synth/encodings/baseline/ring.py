@@ -33,6 +33,17 @@ def ring_rs(plan: Plan, order: Sequence[int], groups: Sequence[Sequence[int]], s
     return start + m - 1
 
 
+def ring_phases(plan: Plan, kind: str, order: Sequence[int], groups: Sequence[Sequence[int]],
+                start: int = 0) -> int:
+    """``kind`` on one ring from step ``start``: allgather, reducescatter, or allreduce (the
+    reduce-scatter, then the allgather); returns the step after its last."""
+    if kind == "allgather":
+        return ring_ag(plan, order, groups, start)
+    if kind == "reducescatter":
+        return ring_rs(plan, order, groups, start)
+    return ring_ag(plan, order, groups, ring_rs(plan, order, groups, start))
+
+
 def _chain_tree(order: Sequence[int], root: int, toward_root: bool) -> Tree:
     """The ring as a chain starting (``toward_root`` False) or ending (True) at ``root``."""
     m = len(order)
@@ -77,13 +88,7 @@ def ring_algorithm(job: Job, bidir: bool) -> None:
 
     if kind in ("allgather", "reducescatter", "allreduce"):
         for d, o in enumerate(dirs):
-            groups = [part(job.own(r), d) for r in o]
-            if kind == "allgather":
-                ring_ag(plan, o, groups, 0)
-            elif kind == "reducescatter":
-                ring_rs(plan, o, groups, 0)
-            else:
-                ring_ag(plan, o, groups, ring_rs(plan, o, groups, 0))
+            ring_phases(plan, kind, o, [part(job.own(r), d) for r in o])
     elif kind in ("broadcast", "reduce"):
         for d, o in enumerate(dirs):
             chunks = part(job.data(), d)
@@ -175,11 +180,5 @@ def nccl_ring_algorithm(job: Job) -> None:
     k = len(rings)
     for c, order in enumerate(rings):
         groups = [[x for j, x in enumerate(job.own(r)) if j % k == c] for r in order]
-        if not any(groups):
-            continue
-        if kind == "allgather":
-            ring_ag(plan, order, groups, 0)
-        elif kind == "reducescatter":
-            ring_rs(plan, order, groups, 0)
-        else:
-            ring_ag(plan, order, groups, ring_rs(plan, order, groups, 0))
+        if any(groups):
+            ring_phases(plan, kind, order, groups)

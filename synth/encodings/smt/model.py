@@ -40,6 +40,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import networkx as nx
 
@@ -62,48 +63,38 @@ class Network:
     """Chunks per round of each resource (link count, port lanes)."""
     reversed: bool = False
 
-    @property
+    # derived indexes, computed once (a frozen dataclass keeps cached_property's values)
+    @cached_property
     def out_edges(self) -> list[list[int]]:
-        cached = self.__dict__.get("_out")
-        if cached is None:
-            cached = [[] for _ in range(self.n)]
-            for i, (a, _b) in enumerate(self.edges):
-                cached[a].append(i)
-            object.__setattr__(self, "_out", cached)
-        return cached
+        """The edges leaving each rank (indices into ``edges``)."""
+        return self._edges_at(0)
 
-    @property
+    @cached_property
     def in_edges(self) -> list[list[int]]:
-        cached = self.__dict__.get("_in")
-        if cached is None:
-            cached = [[] for _ in range(self.n)]
-            for i, (_a, b) in enumerate(self.edges):
-                cached[b].append(i)
-            object.__setattr__(self, "_in", cached)
-        return cached
+        """The edges entering each rank (indices into ``edges``)."""
+        return self._edges_at(1)
 
-    @property
+    def _edges_at(self, end: int) -> list[list[int]]:
+        at: list[list[int]] = [[] for _ in range(self.n)]
+        for i, edge in enumerate(self.edges):
+            at[edge[end]].append(i)
+        return at
+
+    @cached_property
     def edge_index(self) -> dict[tuple[int, int], int]:
-        cached = self.__dict__.get("_eidx")
-        if cached is None:
-            cached = {e: i for i, e in enumerate(self.edges)}
-            object.__setattr__(self, "_eidx", cached)
-        return cached
+        return {e: i for i, e in enumerate(self.edges)}
 
-    @property
+    @cached_property
     def dist(self) -> list[list[int]]:
         """Hop distances ``dist[a][b]`` (UNREACHABLE when b cannot be reached from a)."""
-        cached = self.__dict__.get("_dist")
-        if cached is None:
-            g = nx.DiGraph()
-            g.add_nodes_from(range(self.n))
-            g.add_edges_from(self.edges)
-            cached = [[UNREACHABLE] * self.n for _ in range(self.n)]
-            for a, lengths in nx.all_pairs_shortest_path_length(g):
-                for b, d in lengths.items():
-                    cached[a][b] = d
-            object.__setattr__(self, "_dist", cached)
-        return cached
+        g = nx.DiGraph()
+        g.add_nodes_from(range(self.n))
+        g.add_edges_from(self.edges)
+        dist = [[UNREACHABLE] * self.n for _ in range(self.n)]
+        for a, lengths in nx.all_pairs_shortest_path_length(g):
+            for b, d in lengths.items():
+                dist[a][b] = d
+        return dist
 
 
 def network(topology: Topology, *, reverse: bool = False) -> Network:

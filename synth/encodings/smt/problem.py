@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -49,7 +50,7 @@ ENGINES = ("cpsat", "z3")
 SAT, UNSAT, UNKNOWN = "sat", "unsat", "unknown"
 VF2_MAX_RANKS = 16
 """Automorphisms are enumerated with networkx's VF2 up to this many ranks (capped); above it only
-the structured candidates of :func:`synth.bounds.symmetry_generators` are tried."""
+the structured candidates of :func:`synth.cuts.symmetry_generators` are tried."""
 VF2_MAX_FOUND = 512
 SYMMETRIC_BUDGET = 3.0
 """Deterministic-time budget (CP-SAT's units, about seconds) of the symmetric model per instance."""
@@ -144,7 +145,7 @@ class _Family:
 
     def candidates(self) -> list[tuple[int, ...]]:
         if self._candidates is None:
-            from ...bounds import symmetry_generators
+            from ...cuts import symmetry_generators
 
             cands = [tuple(p) for p in symmetry_generators(self.topology)]
             if self.net.n <= VF2_MAX_RANKS:
@@ -205,6 +206,44 @@ def _vf2_automorphisms(net: Network) -> list[tuple[int, ...]]:
     return out
 
 
+class _Rows:
+    """Rows of a sparse LP constraint matrix, added one at a time (COO triplets and right sides)."""
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+        self.cols: list[int] = []
+        self.vals: list[float] = []
+        self.rhs: list[float] = []
+
+    def add(self, terms: Iterable[tuple[int, float]], rhs: float = 0.0) -> None:
+        """One row: ``sum(value * x[column] for column, value in terms)`` against ``rhs``."""
+        row = len(self.rhs)
+        for col, val in terms:
+            self.rows.append(row)
+            self.cols.append(col)
+            self.vals.append(val)
+        self.rhs.append(rhs)
+
+    def matrix(self, ncols: int) -> Any:
+        from scipy.sparse import coo_array
+
+        return coo_array((self.vals, (self.rows, self.cols)), shape=(len(self.rhs), ncols)).tocsr()
+
+
+def _least_rho(net: Network, ub: _Rows, eq: _Rows, by_res: dict[int, list[int]], rho: int) -> Any:
+    """Minimise ``rho`` (the last variable) over the rows given, with every resource's load at
+    most its capacity times ``rho`` (``by_res``: the variables each resource carries) and every
+    other variable in [0, 1]: the LP both rounds-per-chunk bounds solve (its scipy result)."""
+    from scipy.optimize import linprog
+
+    for q, vs in sorted(by_res.items()):
+        ub.add([*((v, 1.0) for v in vs), (rho, -float(net.caps[q]))])
+    cost = np.zeros(rho + 1)
+    cost[rho] = 1.0
+    return linprog(cost, A_ub=ub.matrix(rho + 1), b_ub=np.array(ub.rhs), A_eq=eq.matrix(rho + 1),
+                   b_eq=np.array(eq.rhs), bounds=[(0.0, 1.0)] * rho + [(0.0, None)], method="highs")
+
+
 def rounds_per_chunk_bound(net: Network, demand: Demand) -> Fraction:
     """SCCL's rounds-per-chunk lower bound: the LP relaxation with fractional multi-commodity flow.
 
@@ -212,9 +251,6 @@ def rounds_per_chunk_bound(net: Network, demand: Demand) -> Fraction:
     receives on each out-edge; a rank that needs c receives 1 in total; every resource carries at
     most capacity * rho. The optimum rho bounds R / C for every instance from below.
     """
-    from scipy.optimize import linprog
-    from scipy.sparse import coo_array
-
     n = net.n
     var: dict[tuple[int, int], int] = {}
     for c in range(demand.num_chunks):
@@ -226,10 +262,7 @@ def rounds_per_chunk_bound(net: Network, demand: Demand) -> Fraction:
             var[(c, e)] = len(var)
     if not var:
         return Fraction(0)
-    rho = len(var)
-    rows, cols, vals = [], [], []
-    b_ub: list[float] = []
-    row = 0
+    ub, eq = _Rows(), _Rows()
     for c in range(demand.num_chunks):
         if not demand.need(c):
             continue
@@ -240,49 +273,19 @@ def rounds_per_chunk_bound(net: Network, demand: Demand) -> Fraction:
             ins = [var[(c, e)] for e in net.in_edges[r] if (c, e) in var]
             for e in net.out_edges[r]:
                 v = var.get((c, e))
-                if v is None:
-                    continue
-                rows.append(row)
-                cols.append(v)
-                vals.append(1.0)
-                for u in ins:
-                    rows.append(row)
-                    cols.append(u)
-                    vals.append(-1.0)
-                b_ub.append(0.0)
-                row += 1
+                if v is not None:
+                    ub.add([(v, 1.0), *((u, -1.0) for u in ins)])
     by_res: dict[int, list[int]] = {}
     for (_c, e), v in var.items():
         for q in net.edge_res[e]:
             by_res.setdefault(q, []).append(v)
-    for q, vs in sorted(by_res.items()):
-        for v in vs:
-            rows.append(row)
-            cols.append(v)
-            vals.append(1.0)
-        rows.append(row)
-        cols.append(rho)
-        vals.append(-float(net.caps[q]))
-        b_ub.append(0.0)
-        row += 1
-    a_ub = coo_array((vals, (rows, cols)), shape=(row, rho + 1)).tocsr()
-    erows, ecols = [], []
-    eq = 0
     for c in range(demand.num_chunks):
         for r in sorted(demand.need(c)):
             ins = [var[(c, e)] for e in net.in_edges[r] if (c, e) in var]
             if not ins:
                 raise NotApplicable(f"rank {r} can never receive chunk {c} on '{net.name}'")
-            for u in ins:
-                erows.append(eq)
-                ecols.append(u)
-            eq += 1
-    a_eq = coo_array((np.ones(len(erows)), (erows, ecols)), shape=(eq, rho + 1)).tocsr()
-    cost = np.zeros(rho + 1)
-    cost[rho] = 1.0
-    bounds = [(0.0, 1.0)] * rho + [(0.0, None)]
-    res = linprog(cost, A_ub=a_ub, b_ub=np.array(b_ub), A_eq=a_eq, b_eq=np.ones(eq),
-                  bounds=bounds, method="highs")
+            eq.add([(u, 1.0) for u in ins], 1.0)
+    res = _least_rho(net, ub, eq, by_res, len(var))
     if res.status != 0:
         raise SynthError(f"the rounds lower bound LP failed on '{net.name}': {res.message}")
     return _as_fraction(float(res.fun))
@@ -304,23 +307,12 @@ def flow_rounds_bound(net: Network, demand: Demand) -> Fraction | None:
     schedule sends cover every destination's flow: load[c, e] >= f[c, d, e]. Any schedule's
     arborescences give such flows, so the optimum rho bounds R / C from below.
     """
-    from scipy.optimize import linprog
-    from scipy.sparse import coo_array
-
     size = sum(len(demand.need(c)) for c in range(demand.num_chunks)) * len(net.edges)
     if size > FLOW_LP_MAX_VARS:
         return None
     nvar = 0
-    eq_r: list[int] = []
-    eq_c: list[int] = []
-    eq_v: list[float] = []
-    b_eq: list[float] = []
-    ub_r: list[int] = []
-    ub_c: list[int] = []
-    ub_v: list[float] = []
-    b_ub: list[float] = []
+    ub, eq = _Rows(), _Rows()
     by_res: dict[int, list[int]] = {}
-    neq = nub = 0
     for c in range(demand.num_chunks):
         need = sorted(demand.need(c))
         if not need:
@@ -343,56 +335,16 @@ def flow_rounds_bound(net: Network, demand: Demand) -> Fraction | None:
                 supply[v] = nvar
                 nvar += 1
             for v in range(net.n):
-                for e in net.in_edges[v]:
-                    if e in flow:
-                        eq_r.append(neq)
-                        eq_c.append(flow[e])
-                        eq_v.append(1.0)
-                for e in net.out_edges[v]:
-                    if e in flow:
-                        eq_r.append(neq)
-                        eq_c.append(flow[e])
-                        eq_v.append(-1.0)
-                if v in supply:
-                    eq_r.append(neq)
-                    eq_c.append(supply[v])
-                    eq_v.append(1.0)
-                b_eq.append(1.0 if v == d else 0.0)
-                neq += 1
-            if len(need) == 1:
-                for e in edges:  # one destination: the load is the flow
-                    eq_r.extend((neq, neq))
-                    eq_c.extend((flow[e], load[e]))
-                    eq_v.extend((1.0, -1.0))
-                    b_eq.append(0.0)
-                    neq += 1
-            else:
-                for e in edges:
-                    ub_r.extend((nub, nub))
-                    ub_c.extend((flow[e], load[e]))
-                    ub_v.extend((1.0, -1.0))
-                    b_ub.append(0.0)
-                    nub += 1
+                eq.add([*((flow[e], 1.0) for e in net.in_edges[v] if e in flow),
+                        *((flow[e], -1.0) for e in net.out_edges[v] if e in flow),
+                        *([(supply[v], 1.0)] if v in supply else [])], 1.0 if v == d else 0.0)
+            # one destination: the load is the flow; more: it covers every destination's flow
+            covered = eq if len(need) == 1 else ub
+            for e in edges:
+                covered.add([(flow[e], 1.0), (load[e], -1.0)])
     if nvar == 0:
         return Fraction(0)
-    rho = nvar
-    nvar += 1
-    for q, vs in sorted(by_res.items()):
-        for v in vs:
-            ub_r.append(nub)
-            ub_c.append(v)
-            ub_v.append(1.0)
-        ub_r.append(nub)
-        ub_c.append(rho)
-        ub_v.append(-float(net.caps[q]))
-        b_ub.append(0.0)
-        nub += 1
-    cost = np.zeros(nvar)
-    cost[rho] = 1.0
-    res = linprog(cost, A_ub=coo_array((ub_v, (ub_r, ub_c)), shape=(nub, nvar)).tocsr(),
-                  b_ub=np.array(b_ub),
-                  A_eq=coo_array((eq_v, (eq_r, eq_c)), shape=(neq, nvar)).tocsr(),
-                  b_eq=np.array(b_eq), bounds=[(0.0, 1.0)] * rho + [(0.0, None)], method="highs")
+    res = _least_rho(net, ub, eq, by_res, nvar)
     if res.status != 0:
         return None
     return _as_fraction(float(res.fun))

@@ -100,12 +100,8 @@ def least_steps(problem: SmtProblem, *, chunks: int = 1, rounds: int | None = No
         if budget.exhausted():
             report.stop = "time limit"
             break
-        res = problem.solve(steps, r, chunks, budget=budget)
-        report.tried.append(res)
-        if on_instance:
-            on_instance(res)
+        res = _decide(problem, report, (steps, r, chunks), budget, on_instance)
         if res.status == SAT:
-            report.points = [res]
             report.found = [res]
             report.complete = True
             report.stop = "least steps found"
@@ -113,9 +109,7 @@ def least_steps(problem: SmtProblem, *, chunks: int = 1, rounds: int | None = No
         if res.status == UNKNOWN:
             report.stop = "time limit"
             break
-    report.seconds = time.perf_counter() - start
-    report.safety_notes = budget.safety_notes
-    return report
+    return _finish(report, start, budget)
 
 
 def pareto(problem: SmtProblem, *, max_steps: int | None = None, min_chunks: int = 1,
@@ -136,10 +130,7 @@ def pareto(problem: SmtProblem, *, max_steps: int | None = None, min_chunks: int
         return report
 
     def decide(S: int, R: int, C: int) -> InstanceResult | None:
-        res = problem.solve(S, R, C, budget=budget)
-        report.tried.append(res)
-        if on_instance:
-            on_instance(res)
+        res = _decide(problem, report, (S, R, C), budget, on_instance)
         return None if res.status == UNKNOWN else res
 
     # probe the best point the bounds allow: (S_lb, rpc_lb * C*, C*) for the smallest C* making the
@@ -155,9 +146,7 @@ def pareto(problem: SmtProblem, *, max_steps: int | None = None, min_chunks: int
             if res is None:
                 break
             if res.status != UNKNOWN:
-                report.tried.append(res)
-                if on_instance:
-                    on_instance(res)
+                _record(report, res, on_instance)
             if res.status == SAT:
                 report.found.append(res)
                 break
@@ -258,10 +247,7 @@ def pareto_sccl(problem: SmtProblem, *, max_steps: int | None = None, min_chunks
             for S in range(lb_s, top + 1):
                 if rpc < step_rpc_lb.get(S, Fraction(0)):
                     continue
-                res = problem.solve(S, R, C, budget=budget)
-                report.tried.append(res)
-                if on_instance:
-                    on_instance(res)
+                res = _decide(problem, report, (S, R, C), budget, on_instance)
                 if res.status == UNKNOWN:
                     stopped = True
                     break
@@ -282,6 +268,21 @@ def pareto_sccl(problem: SmtProblem, *, max_steps: int | None = None, min_chunks
     else:
         report.stop = f"chunk limit ({max_chunks})"
     return _finish(report, start, budget)
+
+
+def _record(report: SearchReport, res: InstanceResult, on_instance: Callback | None) -> None:
+    """A decided instance: into the report's list, and to the caller's callback."""
+    report.tried.append(res)
+    if on_instance:
+        on_instance(res)
+
+
+def _decide(problem: SmtProblem, report: SearchReport, instance: tuple[int, int, int],
+            budget: WorkBudget, on_instance: Callback | None) -> InstanceResult:
+    """Solve one (steps, rounds, chunks) instance and record it."""
+    res = problem.solve(*instance, budget=budget)
+    _record(report, res, on_instance)
+    return res
 
 
 def _finish(report: SearchReport, start: float, budget: WorkBudget) -> SearchReport:
