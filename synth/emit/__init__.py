@@ -30,6 +30,12 @@ class XmlOptions:
     """None: one file for both modes where the runtime allows it."""
     max_threadblocks: int = DEFAULT_MAX_THREADBLOCKS
     """Threadblocks per rank the file may use (the default's reasons are at its definition)."""
+    gather: bool = False
+    """Several ranks reducing into one chunk in one step: receives into scratch folded by one
+    multi-source ``re`` instead of a chain of receive-reduces (:func:`synth.emit.compile.
+    compile_schedule`)."""
+    channels: int = 0
+    """Least channels one instance spreads its routes over, by chunk (0: as few as needed)."""
 
 
 def xml_unsupported_reason(schedule: Schedule, options: XmlOptions) -> str | None:
@@ -58,7 +64,8 @@ def emit_verified_xml(schedule: Schedule, options: XmlOptions = XmlOptions()) ->
     text = emit_xml(schedule, profile=options.profile, proto=options.proto,
                     instances=options.instances, min_bytes=options.min_bytes,
                     max_bytes=options.max_bytes, inplace=options.inplace,
-                    max_threadblocks=options.max_threadblocks)
+                    max_threadblocks=options.max_threadblocks, gather=options.gather,
+                    channels=options.channels)
     program = parse_program(text, f"{schedule.algorithm}.xml", options.profile)
     coll = schedule.collective
     expected = coll  # a custom collective: its own pre/postcondition (coll="custom" has none)

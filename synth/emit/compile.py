@@ -293,10 +293,18 @@ def narrow_fits(num_ranks: int, ops: int, profile: str = "exec") -> bool:
 def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: int, min_bytes: int,
                   max_bytes: int, inplace: bool | None,
                   max_threadblocks: int = DEFAULT_MAX_THREADBLOCKS, do_fuse: bool = True,
-                  do_aggregate: bool = True, enforce: bool = True, spread: bool = False) -> _Built:
+                  do_aggregate: bool = True, enforce: bool = True, spread: bool = False,
+                  gather: bool = False, channels: int = 0) -> _Built:
     """The compile passes, fused placement first (``spread``: straight to the unfused placement
-    over spare blocks, :func:`_place_connections`, which :func:`_build` weighs against it)."""
+    over spare blocks, :func:`_place_connections`, which :func:`_build` weighs against it).
+    ``gather`` and ``channels`` as in :func:`compile_schedule`."""
     _check_args(schedule, profile, proto, instances, min_bytes, max_bytes)
+    if not isinstance(channels, int) or channels < 0:
+        raise SynthError(f"channels must be a non-negative integer, got {channels!r}")
+    if channels * instances > get_limits(profile).max_channels:
+        raise SynthError(f"channels={channels} x instances={instances} needs "
+                         f"{channels * instances} channels but the {profile} runtime has "
+                         f"{get_limits(profile).max_channels} (MAXCHANNELS)")
     lim = get_limits(profile)
     coll = schedule.collective
     mode = _mode(schedule, profile, inplace)
@@ -305,7 +313,7 @@ def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: in
     nchunks = coll.buffer_chunks * instances
     m, cap = P.units_params(proto, max_bytes, nchunks, kind, profile)
     budget = lim.max_channels // instances if enforce else 1 << 20
-    dag = P.lower(schedule, mode)
+    dag = P.lower(schedule, mode, gather)
 
     def assemble(tbs: list[list[Threadblock]]) -> Program:
         nchannels = max(tb.chan for row in tbs for tb in row) + 1
@@ -351,7 +359,7 @@ def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: in
             continue
         ir = _ordered(dag, ir, instances, do_aggregate)
         tbs, misfits, bad = _place(ir, lim.max_steps, budget, m, cap, enforce,
-                                   max(1, max_threadblocks // instances))
+                                   max(1, max_threadblocks // instances), channels)
         if misfits:
             _unfuse(dag, misfits)
             continue
@@ -460,15 +468,17 @@ def _check_budget(program: Program, max_threadblocks: int) -> None:
 
 
 def _place(ir: P.Ir, max_steps: int, budget: int, m: int, cap: int, enforce: bool,
-           tb_budget: int = 1 << 20) -> tuple[list[list[Threadblock]], list[P.IOp], list[P.IOp]]:
+           tb_budget: int = 1 << 20, channels: int = 0
+           ) -> tuple[list[list[Threadblock]], list[P.IOp], list[P.IOp]]:
     """Allocate, check progress, add dependencies; spread over more channels while a threadblock
     is longer than ``max_steps`` or a rank has more than 32 send-side (receive-side) blocks on a
     channel: chunk blocks first (keeps related routes together), then load-balanced routes that
     avoid opening a 33rd connection side on a channel. A rank with more than 32 peers on one side
     starts balanced over ``ceil(peers / 32)`` channels. A rank over ``tb_budget`` blocks shares
-    blocks between a send side and a receive side (:func:`synth.emit.passes.pack`). Returns
-    (step lists, fused ops that did not pair, blocked ops)."""
-    spread, balance = 1, False
+    blocks between a send side and a receive side (:func:`synth.emit.passes.pack`). ``channels``
+    is the least spread (the caller's). Returns (step lists, fused ops that did not pair, blocked
+    ops)."""
+    spread, balance = max(1, min(budget, channels)), False
     if enforce:     # a threadblock holds all ops of one (rank, peer, direction) of its channel
         side: dict[tuple[int, int], int] = {}
         for op in ir.ordered:
@@ -476,7 +486,7 @@ def _place(ir: P.Ir, max_steps: int, budget: int, m: int, cap: int, enforce: boo
                 side[(op.rank, op.sendp)] = side.get((op.rank, op.sendp), 0) + 1
             if op.recvp >= 0:
                 side[(op.rank, -1 - op.recvp)] = side.get((op.rank, -1 - op.recvp), 0) + 1
-        spread = max(1, min(budget, ceil(max(side.values(), default=0) / max_steps)))
+        spread = max(spread, min(budget, ceil(max(side.values(), default=0) / max_steps)))
         peers: dict[tuple[int, bool], int] = {}
         for rank, key in side:
             peers[(rank, key >= 0)] = peers.get((rank, key >= 0), 0) + 1
@@ -562,27 +572,37 @@ def _unfuse(dag: P.Dag, ops: list[P.IOp]) -> bool:
 def compile_schedule(schedule: Schedule, *, profile: str = "exec", proto: str = "Simple",
                      instances: int = 1, min_bytes: int = 0, max_bytes: int = 0,
                      inplace: bool | None = None,
-                     max_threadblocks: int = DEFAULT_MAX_THREADBLOCKS) -> Program:
+                     max_threadblocks: int = DEFAULT_MAX_THREADBLOCKS, gather: bool = False,
+                     channels: int = 0) -> Program:
     """Lower ``schedule`` to an MSCCL-IR program for ``profile`` (``exec``, ``rccl``, ``legacy``).
 
     ``proto`` is Simple, LL or LL128; ``instances`` replicates the program on that many channel
     sets with every chunk split as many times; ``min_bytes``/``max_bytes`` bound the message sizes
     the file is selected for (0 = unbounded; the deadlock analysis uses the largest size);
-    ``inplace`` as in the module docstring. Raises SynthError when the schedule cannot be emitted
-    or the program exceeds one of the profile's hard limits or ``max_threadblocks`` blocks per
-    rank (the message names the limit and the excess).
+    ``inplace`` as in the module docstring. ``gather``: several ranks reducing into one chunk in
+    one step land in scratch and are folded by one multi-source ``re`` (:func:`synth.emit.passes.
+    lower`) instead of a chain of receive-reduces. ``channels``: the routes of one instance are
+    spread over at least this many channels, by chunk (0: as few as the limits need), so each
+    channel's blocks carry a share of the chunks -- fewer steps a block, hence fewer per-message
+    costs on its path (what MSCCL's ``allreduce_ring_4channelsperring`` files do). Raises
+    SynthError when the schedule cannot be emitted or the program exceeds one of the profile's
+    hard limits or ``max_threadblocks`` blocks per rank (the message names the limit and the
+    excess).
     """
     return _build(schedule, profile=profile, proto=proto, instances=instances, min_bytes=min_bytes,
-                  max_bytes=max_bytes, inplace=inplace, max_threadblocks=max_threadblocks).program
+                  max_bytes=max_bytes, inplace=inplace, max_threadblocks=max_threadblocks,
+                  gather=gather, channels=channels).program
 
 
 def emit_xml(schedule: Schedule, *, profile: str = "exec", proto: str = "Simple",
              instances: int = 1, min_bytes: int = 0, max_bytes: int = 0,
-             inplace: bool | None = None, max_threadblocks: int = DEFAULT_MAX_THREADBLOCKS) -> str:
+             inplace: bool | None = None, max_threadblocks: int = DEFAULT_MAX_THREADBLOCKS,
+             gather: bool = False, channels: int = 0) -> str:
     """:func:`compile_schedule` then :func:`~synth.emit.xml_write.program_to_xml`."""
     program = compile_schedule(schedule, profile=profile, proto=proto, instances=instances,
                                min_bytes=min_bytes, max_bytes=max_bytes, inplace=inplace,
-                               max_threadblocks=max_threadblocks)
+                               max_threadblocks=max_threadblocks, gather=gather,
+                               channels=channels)
     return program_to_xml(program, profile)
 
 

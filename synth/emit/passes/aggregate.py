@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .ir import MAX_COUNT, Copy, Dag, IOp, Ir, Recv, Send
+from .ir import MAX_COUNT, Copy, Dag, IOp, Ir, Recv, Reduce, Send
 
 
 def _recv_type(rv: Recv) -> str:
@@ -109,7 +109,7 @@ def aggregate(dag: Dag, enabled: bool = True) -> Ir:
                 x.iop = iops[j]
         out_chains.append(iops)
 
-    copies: list[IOp] = []
+    copies: list[IOp] = _reductions(dag, enabled)
     groups: dict[tuple, list[Copy]] = defaultdict(list)
     for cp in dag.copies:
         anchor = cp.anchor.iop if cp.anchor is not None else None
@@ -132,3 +132,34 @@ def aggregate(dag: Dag, enabled: bool = True) -> Ir:
             run = [cp]
     return Ir(collective=dag.collective, num_steps=dag.num_steps, chains=out_chains, copies=copies,
               ordered=[])
+
+
+def _reductions(dag: Dag, enabled: bool) -> list[IOp]:
+    """The gathered reductions as ``re`` runs: one op per source, all on the anchor's block, each
+    covering the chunks whose reductions share an anchor and sit in contiguous cells (destination
+    and every source) -- the same rule as for copies. The run's ops fold into one multi-source
+    reduction in the runtime (spec §4.1: same ``srcbuf``, ``dstbuf``, ``dstoff`` and ``cnt``)."""
+    out: list[IOp] = []
+    groups: dict[tuple, list[Reduce]] = defaultdict(list)
+    for red in dag.reductions:
+        anchor = red.anchor.iop
+        groups[(red.rank, red.step, len(red.srcs), id(anchor) if enabled else id(red))].append(red)
+    for members in groups.values():
+        members.sort(key=lambda rd: (rd.dst, rd.srcs))
+        run = [members[0]]
+        for rd in [*members[1:], None]:
+            if rd is not None and len(run) < MAX_COUNT and rd.dst == run[-1].dst + 1 and all(
+                    a == b + 1 for a, b in zip(rd.srcs, run[-1].srcs, strict=True)):
+                run.append(rd)
+                continue
+            f = run[0]
+            chunks = tuple(x.chunk for x in run)
+            ops = [IOp(f.rank, "re", f.step, 2, -1, -1, len(run), src, f.dst, chunks)
+                   for src in f.srcs]
+            for op in ops:
+                op.prev = f.anchor.iop      # placement only, as for copies
+            for x in run:
+                x.iop = ops[0]
+            out.extend(ops)
+            run = [rd]
+    return out

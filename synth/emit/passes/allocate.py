@@ -8,7 +8,7 @@ import heapq
 from collections import defaultdict
 from math import ceil
 
-from .ir import IOp, Ir, Tb
+from .ir import LOCAL_OPS, IOp, Ir, Tb
 
 PAIR_SETS = 1
 """Channel sets a route may move to when its fused ops clash with the peer pairs already on its
@@ -213,7 +213,7 @@ def _blocks(ir: Ir, n: int, pair_s: dict[tuple[int, int, int], int],
         return tb
 
     for op in ir.ordered:
-        if op.typ == "cpy":
+        if op.typ in LOCAL_OPS:
             continue
         if op.sendp >= 0 and op.recvp >= 0:
             op.tb = tb_for(op.rank, op.chan, op.sendp, op.recvp)

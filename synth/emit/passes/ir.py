@@ -5,7 +5,7 @@ the cell encoding and the limits every pass shares."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ...collectives import Collective
 
@@ -15,6 +15,11 @@ BUFFERS = "ios"
 IN, OUT, SCRATCH = 0, 1, 2
 MAX_COUNT = 71
 """cnt of one step: 1..71 (MSCCL_MAX_COUNT = 72, exclusive)."""
+LOCAL_OPS = frozenset(("cpy", "re"))
+"""Ops that neither send nor receive: placed in their anchor's block (``IOp.prev``)."""
+MAX_REDUCE_FUSION = 16
+"""Sources one fused ``re`` run may fold (``MSCCL_MAX_REDUCE_FUSION``, spec §4.1): a longer run
+overflows the NVIDIA kernels' pointer array."""
 INF = 1 << 60
 
 OOP, INPLACE, BOTH = "outofplace", "inplace", "both"
@@ -65,10 +70,29 @@ class Copy:
     __slots__ = ("anchor", "chunk", "dst", "iop", "phase", "rank", "src", "step")
 
     def __init__(self, rank: int, step: int, phase: int, chunk: int, src: int, dst: int,
-                 anchor: Send | Recv | None) -> None:
+                 anchor: Send | Recv | Reduce | None) -> None:
         self.rank, self.step, self.phase, self.chunk = rank, step, phase, chunk
         self.src, self.dst, self.anchor = src, dst, anchor
         self.iop: IOp | None = None
+
+
+class Reduce:
+    """A local reduce on ``rank`` after ``step``'s receives: ``dst ⊕= srcs`` for ``chunk``.
+
+    Made by ``lower(gather=True)`` where several ranks reduce into one chunk in one step: the first
+    of them still arrives as a receive-reduce into ``dst``, the others land in scratch cells
+    (``srcs``) through plain receives that all run at once, and this op folds them in (one ``re``
+    run, which the runtime executes as one multi-source reduction). It is placed in the block of
+    ``anchor``, one of those receives."""
+
+    __slots__ = ("anchor", "chunk", "dst", "iop", "rank", "srcs", "step")
+
+    def __init__(self, rank: int, step: int, chunk: int, dst: int, srcs: tuple[int, ...],
+                 anchor: Recv) -> None:
+        self.rank, self.step, self.chunk, self.dst, self.srcs = rank, step, chunk, dst, srcs
+        self.anchor = anchor
+        self.iop: IOp | None = None
+        """The first ``re`` of the run (aggregate)."""
 
 
 @dataclass
@@ -85,6 +109,8 @@ class Dag:
     """Scratch cells used per rank."""
     alias: list[tuple[int, int, int]]
     """Per rank (from_buffer, to_buffer, offset shift) of the in-place aliasing, or (-1, -1, 0)."""
+    reductions: list[Reduce] = field(default_factory=list)
+    """Local multi-source reduces (``lower(gather=True)`` only)."""
 
 def physical(alias: tuple[int, int, int], cell: int) -> int:
     """The cell's identity under the aliasing (the cell itself when nothing aliases)."""
@@ -126,6 +152,7 @@ class Ir:
     chains: list[list[IOp]]
     """Routes: a head ``s`` followed by its receive ops (all fused but the last)."""
     copies: list[IOp]
+    """Local ops: ``cpy`` and ``re`` (each placed in its anchor's block, ``prev``)."""
     ordered: list[IOp]
     """All ops in the global order (set by :func:`order`)."""
 

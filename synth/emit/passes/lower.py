@@ -8,7 +8,23 @@ from collections import defaultdict
 from ...collectives import Collective
 from ...errors import SynthError
 from ...schedule import Schedule
-from .ir import ALIASED_KINDS, CELL, IN, INF, INPLACE, OOP, OUT, SCRATCH, Copy, Dag, Recv, Send, physical
+from .ir import (
+    ALIASED_KINDS,
+    CELL,
+    IN,
+    INF,
+    INPLACE,
+    MAX_REDUCE_FUSION,
+    OOP,
+    OUT,
+    SCRATCH,
+    Copy,
+    Dag,
+    Recv,
+    Reduce,
+    Send,
+    physical,
+)
 
 _S_LABEL, _A_LABEL = -1, -2
 """Placeholder cells in the layout pass: a slot's home scratch cell and its second scratch cell."""
@@ -24,7 +40,8 @@ def _alias_table(coll: Collective, mode: str) -> list[tuple[int, int, int]]:
         return [(OUT, IN, r * k) for r in range(n)]
     return [(IN, OUT, 0)] * n               # i[j] == o[j]
 
-def lower(schedule: Schedule, mode: str) -> Dag:
+
+def lower(schedule: Schedule, mode: str, gather: bool = False) -> Dag:
     """Schedule -> Dag: every transfer becomes a send and a receive on cells; add local copies.
 
     Layout: an initial value sits in its input cell; a received version of a chunk goes to the
@@ -33,6 +50,18 @@ def lower(schedule: Schedule, mode: str) -> Dag:
     live input (in-place modes), sends the new version to the other scratch cell instead. A final
     version not in its output cell gets a copy there: initial values at the start, received ones in
     the phase after their step (or after the aliased input is dead).
+
+    ``gather``: where 2 to 17 ranks reduce into one chunk in one step, the lowest of them is still
+    a receive-reduce into the new version's cell, and the others are plain receives into scratch
+    cells of their own (one plane per writer position, chunks contiguous within a plane, so a
+    peer's chunks stay one message), folded in by one :class:`Reduce` after the step. Why: the
+    receive-reduces of one cell must run one after another (each reads what the previous wrote),
+    so n - 1 writers cost n - 1 reductions in series, each in the block of its peer; gathered, the
+    receives run at once and one multi-source ``re`` (up to 16 sources, spec §4.1) reads each
+    source once. The reduces of a rank's chunks are anchored to the writers' blocks in turn, so
+    they also run in parallel (what MSCCL's all-pairs allreduce files do, ``docs/notes/
+    msccl-production-files.md``). The version is then complete only after the reduce, so the
+    step's receives do not fuse with the next step's sends.
     """
     coll = schedule.collective
     n, nch = coll.num_ranks, coll.num_chunks
@@ -190,11 +219,35 @@ def lower(schedule: Schedule, mode: str) -> Dag:
                 if x is not None and x < 0:
                     cells[i] = SCRATCH * CELL + sidx[(r, x, c)]
 
+    # ---- gathered reductions: their writers (by rank) and the scratch cell of each but the first
+    gathered: dict[tuple[int, int], tuple[int, ...]] = {}     # (slot, step) -> writers
+    gcell: dict[tuple[int, int, int], int] = {}               # (slot, step, writer) -> cell
+    gindex: dict[tuple[int, int], int] = {}                   # (slot, step) -> index on its rank
+    if gather:
+        for ds in wops:
+            for w in wsteps[ds]:
+                ws = writers(ds, w)
+                if 2 <= len(ws) <= MAX_REDUCE_FUSION + 1 and all(op == "reduce" for _, _, op in ws):
+                    gathered[(ds, w)] = tuple(sorted(s for _, s, _ in ws))
+        per_rank: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        for ds, w in gathered:
+            per_rank[ds // nch].append((w, ds))
+        for r in sorted(per_rank):
+            keys = sorted(per_rank[r])
+            stride = len(keys)
+            planes = max(len(gathered[(ds, w)]) for w, ds in keys) - 1
+            for i, (w, ds) in enumerate(keys):
+                gindex[(ds, w)] = i
+                for plane, s in enumerate(gathered[(ds, w)][1:]):
+                    gcell[(ds, w, s)] = SCRATCH * CELL + scratch[r] + plane * stride + i
+            scratch[r] += planes * stride
+
     # ---- ops
     sends: list[Send] = []
     recvs: list[Recv] = []
     sends_of: dict[int, list[Send]] = {}     # slot -> its sends in step order (parallel to rsteps)
-    final_writer: dict[int, Recv] = {}      # slot -> the receive that completes its last version
+    final_writer: dict[int, Recv | Reduce] = {}   # slot -> the op that completes its last version
+    gather_recv: dict[tuple[int, int, int], Recv] = {}   # (slot, step, writer) -> its receive
     for t, src, dst, c, reduce in transfers:
         ss = src * nch + c
         cells = vcell.get(ss)
@@ -226,6 +279,15 @@ def lower(schedule: Schedule, mode: str) -> Dag:
                 raise SynthError(f"step {t}: several ranks write rank {dst}'s chunk {c} and one of "
                                  "them copies; verify the schedule first")
             first, last = ws[0][1] == src, ws[-1][1] == src
+        g = gathered.get((ds, t)) if gathered else None
+        if g is not None:
+            first, last = src == g[0], False
+            if not first:       # a plain receive into the writer's own scratch cell
+                rcv = Recv(dst, t, src, c, False, -1, gcell[(ds, t, src)], False, False)
+                snd.recv, rcv.send = rcv, snd
+                recvs.append(rcv)
+                gather_recv[(ds, t, src)] = rcv
+                continue
         operand = -1
         if reduce:
             operand = dcells[vn - 1] if first else dcell
@@ -246,6 +308,17 @@ def lower(schedule: Schedule, mode: str) -> Dag:
         recvs.append(rcv)
         if last:
             final_writer[ds] = rcv
+    reductions: list[Reduce] = []
+    for (ds, t), g in sorted(gathered.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        r, c = divmod(ds, nch)
+        dws = wsteps[ds]
+        vn = bisect_left(dws, t) + 1
+        others = g[1:]
+        anchor = gather_recv[(ds, t, others[gindex[(ds, t)] % len(others)])]
+        red = Reduce(r, t, c, vcell[ds][vn], tuple(gcell[(ds, t, s)] for s in others), anchor)
+        reductions.append(red)
+        if vn == len(dws):
+            final_writer[ds] = red
     for rcv in recvs:
         if rcv.last:
             slot = rcv.rank * nch + rcv.chunk
@@ -296,4 +369,4 @@ def lower(schedule: Schedule, mode: str) -> Dag:
                     step = max(step, last_read(*occ))
             copies.append(Copy(r, step, 2, c, fin, out, final_writer.get(slot)))
     return Dag(collective=coll, mode=mode, num_steps=len(schedule.steps), sends=sends, recvs=recvs,
-               copies=copies, scratch=scratch, alias=aliases)
+               copies=copies, scratch=scratch, alias=aliases, reductions=reductions)

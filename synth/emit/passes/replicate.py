@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ..program import Instr, Threadblock
-from .ir import Dag, IOp, Ir
+from .ir import LOCAL_OPS, Dag, IOp, Ir
 
 
 def split_bundles(dag: Dag, ir: Ir) -> Ir:
@@ -63,7 +63,7 @@ def split_bundles(dag: Dag, ir: Ir) -> Ir:
         chunks = unit[0].chunks
         cuts = [0] + [i for i in range(1, len(chunks)) if bundle[chunks[i]] != bundle[chunks[i - 1]]]
         if len(cuts) == 1:
-            (new_copies.append(unit[0]) if unit[0].typ == "cpy" else new_chains.append(unit))
+            (new_copies.append(unit[0]) if unit[0].typ in LOCAL_OPS else new_chains.append(unit))
             continue
         for a, b in zip(cuts, [*cuts[1:], len(chunks)], strict=True):
             part: list[IOp] = []
@@ -72,14 +72,14 @@ def split_bundles(dag: Dag, ir: Ir) -> Ir:
                          old.src + a, old.dst + a, chunks[a:b])
                 if part:
                     op.prev, part[-1].nxt = part[-1], op
-                elif old.typ == "cpy":
+                elif old.typ in LOCAL_OPS:
                     op.prev = old.prev
                 for c in chunks[a:b]:
                     where[(id(old), c)] = op
                 part.append(op)
-            (new_copies.extend(part) if unit[0].typ == "cpy" else new_chains.append(part))
+            (new_copies.extend(part) if unit[0].typ in LOCAL_OPS else new_chains.append(part))
     if where:
-        for x in (*dag.sends, *dag.recvs, *dag.copies):
+        for x in (*dag.sends, *dag.recvs, *dag.copies, *dag.reductions):
             if x.iop is not None:
                 x.iop = where.get((id(x.iop), x.chunk), x.iop)
         for op in new_copies:
