@@ -14,6 +14,7 @@ from ..collectives import make_collective
 from ..errors import SynthError, VerificationError
 from ..schedule import Schedule
 from .compile import DEFAULT_MAX_THREADBLOCKS
+from .program import Program
 
 XML_KINDS = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce")
 """Collectives MSCCL-IR gives a buffer layout for (spec §3.3)."""
@@ -53,6 +54,14 @@ def xml_unsupported_reason(schedule: Schedule, options: XmlOptions) -> str | Non
 
 def emit_verified_xml(schedule: Schedule, options: XmlOptions = XmlOptions()) -> tuple[str, list]:
     """MSCCL-IR text for ``schedule`` plus the interpreter's reports (one per declared mode)."""
+    text, _, reports = emit_verified_program(schedule, options)
+    return text, reports
+
+
+def emit_verified_program(schedule: Schedule, options: XmlOptions = XmlOptions()
+                          ) -> tuple[str, Program, list]:
+    """:func:`emit_verified_xml` plus the program parsed back from the text (what the interpreter
+    proved, and what :mod:`synth.program_model` times)."""
     from .agreement import disagreements
     from .compile import emit_xml
     from .interpreter import verify_program
@@ -79,4 +88,4 @@ def emit_verified_xml(schedule: Schedule, options: XmlOptions = XmlOptions()) ->
     if issues:      # the compiler makes both ends agree (passes.disagreements): a bug if not
         raise VerificationError("agreement", f"{len(issues)} message(s) whose two ends disagree "
                                 f"(spec E2): {issues[0]}")
-    return text, reports
+    return text, program, reports
