@@ -37,6 +37,9 @@ class XmlOptions:
     compile_schedule`)."""
     channels: int = 0
     """Least channels one instance spreads its routes over, by chunk (0: as few as needed)."""
+    aggregate: bool | None = None
+    """True: contiguous chunks bundled into one op; False: one op per chunk; None: the compiler
+    weighs both (:func:`synth.emit.compile.compile_schedule`)."""
 
 
 def xml_unsupported_reason(schedule: Schedule, options: XmlOptions) -> str | None:
@@ -62,10 +65,7 @@ def emit_verified_program(schedule: Schedule, options: XmlOptions = XmlOptions()
                           ) -> tuple[str, Program, list]:
     """:func:`emit_verified_xml` plus the program parsed back from the text (what the interpreter
     proved, and what :mod:`synth.program_model` times)."""
-    from .agreement import disagreements
     from .compile import emit_xml
-    from .interpreter import verify_program
-    from .xml_parse import parse_program
 
     reason = xml_unsupported_reason(schedule, options)
     if reason:
@@ -74,7 +74,20 @@ def emit_verified_program(schedule: Schedule, options: XmlOptions = XmlOptions()
                     instances=options.instances, min_bytes=options.min_bytes,
                     max_bytes=options.max_bytes, inplace=options.inplace,
                     max_threadblocks=options.max_threadblocks, gather=options.gather,
-                    channels=options.channels)
+                    channels=options.channels, aggregate=options.aggregate)
+    program, reports = verify_text(text, schedule, options)
+    return text, program, reports
+
+
+def verify_text(text: str, schedule: Schedule, options: XmlOptions) -> tuple[Program, list]:
+    """Parse ``text`` (compiled from ``schedule`` with ``options``) with the runtimes' lexical
+    rules and prove it: the interpreter in every declared mode against the schedule's collective
+    (its chunks split ``options.instances`` ways), and message agreement (spec E2). Returns the
+    parsed program and the interpreter's reports; raises VerificationError."""
+    from .agreement import disagreements
+    from .interpreter import verify_program
+    from .xml_parse import parse_program
+
     program = parse_program(text, f"{schedule.algorithm}.xml", options.profile)
     coll = schedule.collective
     expected = coll  # a custom collective: its own pre/postcondition (coll="custom" has none)
@@ -88,4 +101,4 @@ def emit_verified_program(schedule: Schedule, options: XmlOptions = XmlOptions()
     if issues:      # the compiler makes both ends agree (passes.disagreements): a bug if not
         raise VerificationError("agreement", f"{len(issues)} message(s) whose two ends disagree "
                                 f"(spec E2): {issues[0]}")
-    return text, program, reports
+    return program, reports

@@ -206,6 +206,9 @@ def _build(schedule: Schedule, **kw: Any) -> _Built:
     enabled = gc.isenabled()
     gc.disable()
     try:
+        forced = kw.pop("aggregate", None)
+        if forced is not None:      # the caller's form, nothing weighed
+            return _build_passes(schedule, **{**kw, "do_aggregate": forced})
         narrow = kw.get("do_aggregate", True) and kw.get("enforce", True) and _narrow_fits(
             schedule, kw.get("instances", 1), kw.get("profile", "exec"))
         narrow_kw = {**kw, "do_aggregate": False}
@@ -219,11 +222,12 @@ def _build(schedule: Schedule, **kw: Any) -> _Built:
             except SynthError:
                 raise first from None
         narrow_built = None
+        size = (kw.get("proto", "Simple"), kw.get("max_bytes", 0))
         if narrow and _widest_op(built.program) > 1:
             narrow_built = _build_or_none(schedule, narrow_kw)
-            built = _lighter(built, narrow_built)
+            built = _lighter(built, narrow_built, *size)
         if narrow_built is None and _widest_op(built.program) > 1 and kw.get("enforce", True):
-            built = _lighter(built, _build_or_none(schedule, {**kw, "spread": True}))
+            built = _lighter(built, _build_or_none(schedule, {**kw, "spread": True}), *size)
         return built
     finally:
         if enabled:
@@ -238,12 +242,53 @@ def _build_or_none(schedule: Schedule, kw: dict[str, Any]) -> _Built | None:
         return None
 
 
-def _lighter(built: _Built, alt: _Built | None) -> _Built:
-    """``alt`` where its busiest threadblock moves fewer chunks (:func:`_block_load`), else
-    ``built``."""
-    if alt is not None and _block_load(alt.program) < _block_load(built.program):
+def _lighter(built: _Built, alt: _Built | None, proto: str = "Simple", max_bytes: int = 0
+             ) -> _Built:
+    """``alt`` where its busiest threadblock costs less, else ``built``: for a file without a
+    size bound, the block that moves the most chunks (:func:`_block_load`); for one bounded by
+    ``max_bytes``, the block whose messages and bytes at that size cost the most
+    (:func:`_block_cost`)."""
+    if alt is None:
+        return built
+    if max_bytes > 0:
+        if _block_cost(alt.program, proto, max_bytes) < _block_cost(built.program, proto,
+                                                                     max_bytes):
+            return alt
+        return built
+    if _block_load(alt.program) < _block_load(built.program):
         return alt
     return built
+
+
+MESSAGE_BYTES = {"Simple": 135_000, "LL": 9_000, "LL128": 73_000}
+"""What one message's fixed cost is worth in bytes a block could copy meanwhile, per protocol:
+the timed program model's per-message cost on 8 x H100 (NCCL's per-hop ``hwLat`` above LL --
+Simple 2.8, LL 0, LL128 1.3 µs -- plus the NVLink α of 0.7 µs) times the protocol's per-block copy
+rate (Simple 38.7, LL 12.9, LL128 36.7 GB/s; :mod:`synth.protocols`). Used only to weigh two
+placements of one schedule against each other (:func:`_block_cost`), where the ratio matters, not
+the machine. Why: a file bounded to small sizes was compiled with one op per chunk whenever that
+moved fewer chunks through its busiest block, whatever the messages cost: ``solve``'s trees
+allreduce for dgx_h100 up to 2,896 B became 3,584 Simple messages taking 188.3 µs at 1 KB in the
+program model, against 15.4 µs for the same schedule aggregated (112 messages)."""
+
+
+def _block_cost(program: Program, proto: str, max_bytes: int) -> float:
+    """The costliest block at ``max_bytes``: per step its messages (``ceil(cnt / M)``, M the
+    chunks a message holds at that size) times :data:`MESSAGE_BYTES` plus its chunks' bytes."""
+    chunk = max_bytes / program.nchunksperloop
+    m, _ = P.units_params(proto, max_bytes, program.nchunksperloop, program.coll, "exec")
+    worst = 0.0
+    for g in program.gpus:
+        for tb in g.tbs:
+            cost = 0.0
+            for st in tb.steps:
+                if st.type == "nop":
+                    continue
+                if st.type not in P.LOCAL_OPS:
+                    cost += -(-st.cnt // m) * MESSAGE_BYTES.get(proto, MESSAGE_BYTES["Simple"])
+                cost += st.cnt * chunk
+            worst = max(worst, cost)
+    return worst
 
 
 def _widest_op(program: Program) -> int:
@@ -573,7 +618,7 @@ def compile_schedule(schedule: Schedule, *, profile: str = "exec", proto: str = 
                      instances: int = 1, min_bytes: int = 0, max_bytes: int = 0,
                      inplace: bool | None = None,
                      max_threadblocks: int = DEFAULT_MAX_THREADBLOCKS, gather: bool = False,
-                     channels: int = 0) -> Program:
+                     channels: int = 0, aggregate: bool | None = None) -> Program:
     """Lower ``schedule`` to an MSCCL-IR program for ``profile`` (``exec``, ``rccl``, ``legacy``).
 
     ``proto`` is Simple, LL or LL128; ``instances`` replicates the program on that many channel
@@ -584,25 +629,27 @@ def compile_schedule(schedule: Schedule, *, profile: str = "exec", proto: str = 
     lower`) instead of a chain of receive-reduces. ``channels``: the routes of one instance are
     spread over at least this many channels, by chunk (0: as few as the limits need), so each
     channel's blocks carry a share of the chunks -- fewer steps a block, hence fewer per-message
-    costs on its path (what MSCCL's ``allreduce_ring_4channelsperring`` files do). Raises
+    costs on its path (what MSCCL's ``allreduce_ring_4channelsperring`` files do). ``aggregate``:
+    True bundles contiguous chunks into one op (fewest messages), False keeps one op per chunk
+    (each its own message, dealt over more blocks), None weighs both (:func:`_build`). Raises
     SynthError when the schedule cannot be emitted or the program exceeds one of the profile's
     hard limits or ``max_threadblocks`` blocks per rank (the message names the limit and the
     excess).
     """
     return _build(schedule, profile=profile, proto=proto, instances=instances, min_bytes=min_bytes,
                   max_bytes=max_bytes, inplace=inplace, max_threadblocks=max_threadblocks,
-                  gather=gather, channels=channels).program
+                  gather=gather, channels=channels, aggregate=aggregate).program
 
 
 def emit_xml(schedule: Schedule, *, profile: str = "exec", proto: str = "Simple",
              instances: int = 1, min_bytes: int = 0, max_bytes: int = 0,
              inplace: bool | None = None, max_threadblocks: int = DEFAULT_MAX_THREADBLOCKS,
-             gather: bool = False, channels: int = 0) -> str:
+             gather: bool = False, channels: int = 0, aggregate: bool | None = None) -> str:
     """:func:`compile_schedule` then :func:`~synth.emit.xml_write.program_to_xml`."""
     program = compile_schedule(schedule, profile=profile, proto=proto, instances=instances,
                                min_bytes=min_bytes, max_bytes=max_bytes, inplace=inplace,
                                max_threadblocks=max_threadblocks, gather=gather,
-                               channels=channels)
+                               channels=channels, aggregate=aggregate)
     return program_to_xml(program, profile)
 
 

@@ -24,7 +24,7 @@ from ..errors import SynthError, VerificationError
 from ..protocols import PROTOCOLS
 from ..schedule import Schedule
 from ..topology import Topology
-from . import XmlOptions, emit_verified_program, xml_unsupported_reason
+from . import XmlOptions, emit_verified_program, verify_text, xml_unsupported_reason
 from .program import Program
 from .xml_write import get_limits
 
@@ -47,6 +47,23 @@ class XmlVariant:
     def name(self) -> str:
         return variant_name(self.algorithm, self.options)
 
+    def for_sizes(self, schedule: Schedule, min_bytes: int, max_bytes: int) -> str:
+        """This variant's program as the file for ``min_bytes..max_bytes`` (0: unbounded): the
+        same steps that were timed with only the size range set, verified again. Compiling the
+        schedule anew with those bounds could give another program (the deadlock check and the
+        compiler's choice of form use ``max_bytes``); this program, compiled for every size, runs
+        at any size in the range."""
+        from dataclasses import replace as dc_replace
+
+        from .xml_write import program_to_xml
+
+        if min_bytes < 0 or max_bytes < 0 or (max_bytes and min_bytes > max_bytes):
+            raise SynthError(f"bad size range {min_bytes}..{max_bytes} (0 = unbounded)")
+        program = dc_replace(self.program, min_bytes=min_bytes, max_bytes=max_bytes)
+        text = program_to_xml(program, self.options.profile)
+        verify_text(text, schedule, self.options)
+        return text
+
     @property
     def threadblocks(self) -> int:
         """Blocks of the busiest rank (each is an SM the collective holds while it runs)."""
@@ -63,12 +80,14 @@ class VariantSet:
 
 
 def variant_name(algorithm: str, options: XmlOptions) -> str:
-    """``algorithm proto xI[ chC][ gather]``, e.g. ``ring LL128 x4 ch8``."""
+    """``algorithm proto xI[ chC][ gather][ bundled|per-chunk]``, e.g. ``ring LL128 x4 ch8``."""
     parts = [algorithm, options.proto, f"x{options.instances}"]
     if options.channels:
         parts.append(f"ch{options.channels}")
     if options.gather:
         parts.append("gather")
+    if options.aggregate is not None:
+        parts.append("bundled" if options.aggregate else "per-chunk")
     return " ".join(parts)
 
 
@@ -89,11 +108,17 @@ def has_gathered_reductions(schedule: Schedule) -> bool:
 
 def channel_spreads(schedule: Schedule, limit: int) -> tuple[int, ...]:
     """Channel spreads worth trying: 0 (as few as the limits need) and the powers of two from 2 up
-    to the schedule's chunk count (each route of a chunk on a channel of its own at most),
-    within ``limit``."""
+    to the most distinct chunks one connection carries (at most one chunk's routes per channel
+    there), within ``limit``. A ring of 8 ranks with one chunk each carries 8 chunks on every
+    connection: 0, 2, 4, 8."""
+    carried: dict[tuple[int, int], set[int]] = {}
+    for step in schedule.steps:
+        for tr in step.transfers:
+            carried.setdefault((tr.src, tr.dst), set()).add(tr.chunk)
+    most = max((len(c) for c in carried.values()), default=0)
     out = [0]
     c = 2
-    while c <= min(schedule.collective.num_chunks, limit):
+    while c <= min(most, limit):
         out.append(c)
         c *= 2
     return tuple(out)
@@ -104,16 +129,21 @@ def xml_variants(schedule: Schedule, topology: Topology, *,
                  instances: Sequence[int] = INSTANCES,
                  channels: Sequence[int] | None = None,
                  gather: Sequence[bool] | None = None,
+                 aggregate: Sequence[bool | None] = (True, False),
                  base: XmlOptions | None = None) -> VariantSet:
-    """Every (protocol, instances, channels, gather) compile of ``schedule`` that fits, verified.
+    """Every (protocol, instances, channels, gather, aggregate) compile of ``schedule`` that fits,
+    verified.
 
     ``channels`` defaults to :func:`channel_spreads`, ``gather`` to both settings where the
-    schedule has gathered reductions (:func:`has_gathered_reductions`) and off elsewhere; ``base``
+    schedule has gathered reductions (:func:`has_gathered_reductions`) and off elsewhere;
+    ``aggregate`` to both forms the compiler otherwise weighs by block loads (chunks bundled, one
+    op per chunk: which is faster depends on the size, which only the caller's timing sees), and
+    where one op per chunk breaks a limit, the compiler's own choice (None) besides; ``base``
     (default ``XmlOptions()``) carries the rest (profile, in-place mode, size range, block
     budget). A combination needing more blocks than ``base.max_threadblocks`` is skipped with
     the compiler's reason (one over the runtime's channels is not tried); so is one whose text
     equals a variant already kept (e.g. a spread that changes nothing). Order: protocol, then
-    instances, channels, gather, as given.
+    instances, channels, gather, aggregate, as given.
     """
     base = base if base is not None else XmlOptions()
     coll = schedule.collective
@@ -142,21 +172,25 @@ def xml_variants(schedule: Schedule, topology: Topology, *,
                 if max(spread, 1) * inst > max_channels:
                     continue        # over MAXCHANNELS by construction: not a variant at all
                 for g in gathers:
-                    options = replace(base, proto=proto, instances=inst, channels=spread,
-                                      gather=g)
-                    label = variant_name(schedule.algorithm, options)
-                    try:
-                        text, program, reports = emit_verified_program(schedule, options)
-                    except VerificationError:
-                        raise       # the compiler made a wrong program: a bug, never a skip
-                    except SynthError as exc:
-                        skipped.append(f"{label}: {exc.message}")
-                        continue
-                    same = texts.get(text)
-                    if same is not None:
-                        skipped.append(f"{label}: the same file as {same}")
-                        continue
-                    texts[text] = label
-                    kept.append(XmlVariant(schedule.algorithm, options, text, program,
-                                           tuple(reports)))
+                    forms = list(aggregate)
+                    for agg in forms:
+                        options = replace(base, proto=proto, instances=inst, channels=spread,
+                                          gather=g, aggregate=agg)
+                        label = variant_name(schedule.algorithm, options)
+                        try:
+                            text, program, reports = emit_verified_program(schedule, options)
+                        except VerificationError:
+                            raise   # the compiler made a wrong program: a bug, never a skip
+                        except SynthError as exc:
+                            skipped.append(f"{label}: {exc.message}")
+                            if agg is False and None not in forms:
+                                forms.append(None)  # the compiler's fallback placements
+                            continue
+                        same = texts.get(text)
+                        if same is not None:
+                            skipped.append(f"{label}: the same file as {same}")
+                            continue
+                        texts[text] = label
+                        kept.append(XmlVariant(schedule.algorithm, options, text, program,
+                                               tuple(reports)))
     return VariantSet(tuple(kept), tuple(skipped))

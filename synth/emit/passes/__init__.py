@@ -17,7 +17,8 @@ Each pass is a small function over one IR (:mod:`.ir`), one module per pass;
                  (allocate_connections, for a program over a limit: unfused, each connection's
                  ops in runs over as few channels as its length needs)
     progress     Ir                  a sufficient deadlock-freedom check under the FIFO model
-    dependencies Ir -> tb step lists depid / deps / hasdep, extra dependencies as nops
+    dependencies Ir -> tb step lists depid / deps / hasdep, extra dependencies as nops (a fused
+                                     ``re`` run waits once, at its first op)
     replicate    tb step lists       ``instances`` copies on their own channels, chunks subdivided
 
 Semantics carried over from the schedule (``synth.verify``): all transfers of a step read the
@@ -55,7 +56,9 @@ from .ir import (
     IN,
     INF,
     INPLACE,
+    LOCAL_OPS,
     MAX_COUNT,
+    MAX_REDUCE_FUSION,
     MODES,
     OOP,
     OUT,
@@ -65,6 +68,7 @@ from .ir import (
     IOp,
     Ir,
     Recv,
+    Reduce,
     Send,
     Tb,
     physical,
@@ -75,8 +79,9 @@ from .progress import progress, progress_any_order, units_params
 from .replicate import consistent_groups, replicate, split_bundles
 
 __all__ = [
-    "ALIASED_KINDS", "BOTH", "BUFFERS", "CELL", "IN", "INF", "INPLACE", "MAX_COUNT", "MODES", "OOP",
-    "OUT", "PAIR_SETS", "SCRATCH", "Copy", "Dag", "IOp", "Ir", "Recv", "Send", "Tb", "aggregate",
+    "ALIASED_KINDS", "BOTH", "BUFFERS", "CELL", "IN", "INF", "INPLACE", "LOCAL_OPS", "MAX_COUNT",
+    "MAX_REDUCE_FUSION", "MODES", "OOP", "OUT", "PAIR_SETS", "SCRATCH", "Copy", "Dag", "IOp", "Ir",
+    "Recv", "Reduce", "Send", "Tb", "aggregate",
     "allocate", "allocate_connections", "consistent_groups", "dependencies", "disagreements", "fuse",
     "hazards", "lower", "order", "pack", "physical", "progress", "progress_any_order", "renumber",
     "replicate", "split_bundles", "units_params",
