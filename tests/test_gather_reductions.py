@@ -149,3 +149,21 @@ def test_both_forms_verify_and_a_bounded_file_is_weighed_by_its_messages():
     assert chosen == forms[True]
     assert program_time(forms[True], topo, 4096).time_us < \
         program_time(forms[False], topo, 4096).time_us
+
+
+@pytest.mark.parametrize(("kind", "root"), [("reducescatter", None), ("reduce", 2)])
+@pytest.mark.parametrize("inplace", [None, True, False])
+def test_gathered_reductions_of_the_other_reducing_collectives(kind, root, inplace):
+    topo = switch(5)
+    s = baseline(topo, make_collective(kind, 5, 2, root), "direct")
+    _, program, reports = emit_verified_program(s, XmlOptions(instances=2, inplace=inplace,
+                                                              gather=True))
+    assert reports and all(len(op[3]) == 3 for op in _folded_reduces(program))
+
+
+@pytest.mark.parametrize("profile", ["legacy", "rccl"])
+def test_gathered_reductions_in_the_other_runtimes(profile):
+    topo = switch(4)
+    s = baseline(topo, make_collective("allreduce", 4, 2), "direct")
+    _, program, reports = emit_verified_program(s, XmlOptions(profile=profile, gather=True))
+    assert reports and _folded_reduces(program)
