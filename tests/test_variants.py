@@ -112,3 +112,13 @@ def test_allreduce_variants_within_5pct_of_msccl(nbytes, algo, k, narrow, produc
     size (ap-1pass 7.35 µs at 1 KB, 8.89 at 32 KB; ap4ll 10.83 at 256 KB)."""
     prod = program_time(_production(production), h100(), nbytes).time_us
     assert _best(algo, k, nbytes, **narrow) <= 1.05 * prod
+
+
+def test_for_sizes_stays_within_what_the_variant_was_compiled_for():
+    topo = switch(4)
+    s = baseline(topo, make_collective("allgather", 4), "direct")
+    v = xml_variants(s, topo, protocols=("LL",), instances=(1,),
+                     base=XmlOptions(max_bytes=4096)).variants[0]
+    assert parse_program(v.for_sizes(s, 0, 2048), "v.xml").max_bytes == 2048
+    with pytest.raises(SynthError, match="compiled for sizes up to 4096 bytes"):
+        v.for_sizes(s, 0, 0)

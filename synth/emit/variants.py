@@ -26,7 +26,7 @@ from ..schedule import Schedule
 from ..topology import Topology
 from . import XmlOptions, emit_verified_program, verify_text, xml_unsupported_reason
 from .program import Program
-from .xml_write import get_limits
+from .xml_write import get_limits, program_to_xml
 
 INSTANCES = (1, 2, 4, 8, 16, 32)
 """Instance counts tried by default: powers of two up to the runtime's 32 channels (MAXCHANNELS);
@@ -51,15 +51,16 @@ class XmlVariant:
         """This variant's program as the file for ``min_bytes..max_bytes`` (0: unbounded): the
         same steps that were timed with only the size range set, verified again. Compiling the
         schedule anew with those bounds could give another program (the deadlock check and the
-        compiler's choice of form use ``max_bytes``); this program, compiled for every size, runs
-        at any size in the range."""
-        from dataclasses import replace as dc_replace
-
-        from .xml_write import program_to_xml
-
+        compiler's choice of form use ``max_bytes``); a program compiled for sizes up to
+        ``options.max_bytes`` (0: every size) runs at any size up to it, so the range must stay
+        within that."""
         if min_bytes < 0 or max_bytes < 0 or (max_bytes and min_bytes > max_bytes):
             raise SynthError(f"bad size range {min_bytes}..{max_bytes} (0 = unbounded)")
-        program = dc_replace(self.program, min_bytes=min_bytes, max_bytes=max_bytes)
+        bound = self.options.max_bytes
+        if bound and (max_bytes == 0 or max_bytes > bound):
+            raise SynthError(f"{self.name} was compiled for sizes up to {bound} bytes; it cannot "
+                             f"serve up to {max_bytes or 'any size'}")
+        program = replace(self.program, min_bytes=min_bytes, max_bytes=max_bytes)
         text = program_to_xml(program, self.options.profile)
         verify_text(text, schedule, self.options)
         return text
