@@ -222,7 +222,7 @@ def _build(schedule: Schedule, **kw: Any) -> _Built:
             except SynthError:
                 raise first from None
         narrow_built = None
-        size = (kw.get("proto", "Simple"), kw.get("max_bytes", 0))
+        size = (kw.get("proto", "Simple"), kw.get("max_bytes", 0), kw.get("profile", "exec"))
         if narrow and _widest_op(built.program) > 1:
             narrow_built = _build_or_none(schedule, narrow_kw)
             built = _lighter(built, narrow_built, *size)
@@ -242,8 +242,8 @@ def _build_or_none(schedule: Schedule, kw: dict[str, Any]) -> _Built | None:
         return None
 
 
-def _lighter(built: _Built, alt: _Built | None, proto: str = "Simple", max_bytes: int = 0
-             ) -> _Built:
+def _lighter(built: _Built, alt: _Built | None, proto: str = "Simple", max_bytes: int = 0,
+             profile: str = "exec") -> _Built:
     """``alt`` where its busiest threadblock costs less, else ``built``: for a file without a
     size bound, the block that moves the most chunks (:func:`_block_load`); for one bounded by
     ``max_bytes``, the block whose messages and bytes at that size cost the most
@@ -251,8 +251,8 @@ def _lighter(built: _Built, alt: _Built | None, proto: str = "Simple", max_bytes
     if alt is None:
         return built
     if max_bytes > 0:
-        if _block_cost(alt.program, proto, max_bytes) < _block_cost(built.program, proto,
-                                                                     max_bytes):
+        if _block_cost(alt.program, proto, max_bytes, profile) < _block_cost(
+                built.program, proto, max_bytes, profile):
             return alt
         return built
     if _block_load(alt.program) < _block_load(built.program):
@@ -272,11 +272,11 @@ allreduce for dgx_h100 up to 2,896 B became 3,584 Simple messages taking 188.3 Â
 program model, against 15.4 Âµs for the same schedule aggregated (112 messages)."""
 
 
-def _block_cost(program: Program, proto: str, max_bytes: int) -> float:
+def _block_cost(program: Program, proto: str, max_bytes: int, profile: str = "exec") -> float:
     """The costliest block at ``max_bytes``: per step its messages (``ceil(cnt / M)``, M the
     chunks a message holds at that size) times :data:`MESSAGE_BYTES` plus its chunks' bytes."""
     chunk = max_bytes / program.nchunksperloop
-    m, _ = P.units_params(proto, max_bytes, program.nchunksperloop, program.coll, "exec")
+    m, _ = P.units_params(proto, max_bytes, program.nchunksperloop, program.coll, profile)
     worst = 0.0
     for g in program.gpus:
         for tb in g.tbs:
