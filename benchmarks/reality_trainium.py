@@ -32,11 +32,11 @@ from pathlib import Path
 
 import numpy as np
 from harness import RESULTS, ROOT, commit, write_results
-from synth.cost import format_size
 
 from synth.calibrate.closed_logs import read_suite
 from synth.closed.cost import default_model
 from synth.closed.mesh import mesh_for_topology, resolve_topology
+from synth.sizes import format_size
 
 DATA = ROOT / "tests" / "data" / "nccom-test"
 GOALS = {"median": 1.3, "worst": 2.0}

@@ -14,6 +14,7 @@ from ..collectives import make_collective
 from ..errors import SynthError, VerificationError
 from ..schedule import Schedule
 from .compile import DEFAULT_MAX_THREADBLOCKS
+from .program import Program
 
 XML_KINDS = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce")
 """Collectives MSCCL-IR gives a buffer layout for (spec §3.3)."""
@@ -30,6 +31,15 @@ class XmlOptions:
     """None: one file for both modes where the runtime allows it."""
     max_threadblocks: int = DEFAULT_MAX_THREADBLOCKS
     """Threadblocks per rank the file may use (the default's reasons are at its definition)."""
+    gather: bool = False
+    """Several ranks reducing into one chunk in one step: receives into scratch folded by one
+    multi-source ``re`` instead of a chain of receive-reduces (:func:`synth.emit.compile.
+    compile_schedule`)."""
+    channels: int = 0
+    """Least channels one instance spreads its routes over, by chunk (0: as few as needed)."""
+    aggregate: bool | None = None
+    """True: contiguous chunks bundled into one op; False: one op per chunk; None: the compiler
+    weighs both (:func:`synth.emit.compile.compile_schedule`)."""
 
 
 def xml_unsupported_reason(schedule: Schedule, options: XmlOptions) -> str | None:
@@ -47,10 +57,15 @@ def xml_unsupported_reason(schedule: Schedule, options: XmlOptions) -> str | Non
 
 def emit_verified_xml(schedule: Schedule, options: XmlOptions = XmlOptions()) -> tuple[str, list]:
     """MSCCL-IR text for ``schedule`` plus the interpreter's reports (one per declared mode)."""
-    from .agreement import disagreements
+    text, _, reports = emit_verified_program(schedule, options)
+    return text, reports
+
+
+def emit_verified_program(schedule: Schedule, options: XmlOptions = XmlOptions()
+                          ) -> tuple[str, Program, list]:
+    """:func:`emit_verified_xml` plus the program parsed back from the text (what the interpreter
+    proved, and what :mod:`synth.timing.program` times)."""
     from .compile import emit_xml
-    from .interpreter import verify_program
-    from .xml_parse import parse_program
 
     reason = xml_unsupported_reason(schedule, options)
     if reason:
@@ -58,7 +73,21 @@ def emit_verified_xml(schedule: Schedule, options: XmlOptions = XmlOptions()) ->
     text = emit_xml(schedule, profile=options.profile, proto=options.proto,
                     instances=options.instances, min_bytes=options.min_bytes,
                     max_bytes=options.max_bytes, inplace=options.inplace,
-                    max_threadblocks=options.max_threadblocks)
+                    max_threadblocks=options.max_threadblocks, gather=options.gather,
+                    channels=options.channels, aggregate=options.aggregate)
+    program, reports = verify_text(text, schedule, options)
+    return text, program, reports
+
+
+def verify_text(text: str, schedule: Schedule, options: XmlOptions) -> tuple[Program, list]:
+    """Parse ``text`` (compiled from ``schedule`` with ``options``) with the runtimes' lexical
+    rules and prove it: the interpreter in every declared mode against the schedule's collective
+    (its chunks split ``options.instances`` ways), and message agreement (spec E2). Returns the
+    parsed program and the interpreter's reports; raises VerificationError."""
+    from .agreement import disagreements
+    from .interpreter import verify_program
+    from .xml_parse import parse_program
+
     program = parse_program(text, f"{schedule.algorithm}.xml", options.profile)
     coll = schedule.collective
     expected = coll  # a custom collective: its own pre/postcondition (coll="custom" has none)
@@ -72,4 +101,4 @@ def emit_verified_xml(schedule: Schedule, options: XmlOptions = XmlOptions()) ->
     if issues:      # the compiler makes both ends agree (passes.disagreements): a bug if not
         raise VerificationError("agreement", f"{len(issues)} message(s) whose two ends disagree "
                                 f"(spec E2): {issues[0]}")
-    return text, reports
+    return program, reports

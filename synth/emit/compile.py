@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 from math import ceil
 from typing import Any
 
+from .. import guards
 from ..errors import SynthError
 from ..schedule import Schedule
 from . import passes as P
 from .program import Gpu, Program, Threadblock
 from .xml_write import (
-    MAX_NODES,
     MAX_TBS_PER_CHANNEL,
     PROFILES,
     PROTOCOLS,
@@ -206,6 +206,9 @@ def _build(schedule: Schedule, **kw: Any) -> _Built:
     enabled = gc.isenabled()
     gc.disable()
     try:
+        forced = kw.pop("aggregate", None)
+        if forced is not None:      # the caller's form, nothing weighed
+            return _build_passes(schedule, **{**kw, "do_aggregate": forced})
         narrow = kw.get("do_aggregate", True) and kw.get("enforce", True) and _narrow_fits(
             schedule, kw.get("instances", 1), kw.get("profile", "exec"))
         narrow_kw = {**kw, "do_aggregate": False}
@@ -219,11 +222,12 @@ def _build(schedule: Schedule, **kw: Any) -> _Built:
             except SynthError:
                 raise first from None
         narrow_built = None
+        size = (kw.get("proto", "Simple"), kw.get("max_bytes", 0), kw.get("profile", "exec"))
         if narrow and _widest_op(built.program) > 1:
             narrow_built = _build_or_none(schedule, narrow_kw)
-            built = _lighter(built, narrow_built)
+            built = _lighter(built, narrow_built, *size)
         if narrow_built is None and _widest_op(built.program) > 1 and kw.get("enforce", True):
-            built = _lighter(built, _build_or_none(schedule, {**kw, "spread": True}))
+            built = _lighter(built, _build_or_none(schedule, {**kw, "spread": True}), *size)
         return built
     finally:
         if enabled:
@@ -238,12 +242,53 @@ def _build_or_none(schedule: Schedule, kw: dict[str, Any]) -> _Built | None:
         return None
 
 
-def _lighter(built: _Built, alt: _Built | None) -> _Built:
-    """``alt`` where its busiest threadblock moves fewer chunks (:func:`_block_load`), else
-    ``built``."""
-    if alt is not None and _block_load(alt.program) < _block_load(built.program):
+def _lighter(built: _Built, alt: _Built | None, proto: str = "Simple", max_bytes: int = 0,
+             profile: str = "exec") -> _Built:
+    """``alt`` where its busiest threadblock costs less, else ``built``: for a file without a
+    size bound, the block that moves the most chunks (:func:`_block_load`); for one bounded by
+    ``max_bytes``, the block whose messages and bytes at that size cost the most
+    (:func:`_block_cost`)."""
+    if alt is None:
+        return built
+    if max_bytes > 0:
+        if _block_cost(alt.program, proto, max_bytes, profile) < _block_cost(
+                built.program, proto, max_bytes, profile):
+            return alt
+        return built
+    if _block_load(alt.program) < _block_load(built.program):
         return alt
     return built
+
+
+MESSAGE_BYTES = {"Simple": 135_000, "LL": 9_000, "LL128": 73_000}
+"""What one message's fixed cost is worth in bytes a block could copy meanwhile, per protocol:
+the timed program model's per-message cost on 8 x H100 (NCCL's per-hop ``hwLat`` above LL --
+Simple 2.8, LL 0, LL128 1.3 µs -- plus the NVLink α of 0.7 µs) times the protocol's per-block copy
+rate (Simple 38.7, LL 12.9, LL128 36.7 GB/s; :mod:`synth.timing.protocol`). Used only to weigh two
+placements of one schedule against each other (:func:`_block_cost`), where the ratio matters, not
+the machine. Why: a file bounded to small sizes was compiled with one op per chunk whenever that
+moved fewer chunks through its busiest block, whatever the messages cost: ``solve``'s trees
+allreduce for dgx_h100 up to 2,896 B became 3,584 Simple messages taking 188.3 µs at 1 KB in the
+program model, against 15.4 µs for the same schedule aggregated (112 messages)."""
+
+
+def _block_cost(program: Program, proto: str, max_bytes: int, profile: str = "exec") -> float:
+    """The costliest block at ``max_bytes``: per step its messages (``ceil(cnt / M)``, M the
+    chunks a message holds at that size) times :data:`MESSAGE_BYTES` plus its chunks' bytes."""
+    chunk = max_bytes / program.nchunksperloop
+    m, _ = P.units_params(proto, max_bytes, program.nchunksperloop, program.coll, profile)
+    worst = 0.0
+    for g in program.gpus:
+        for tb in g.tbs:
+            cost = 0.0
+            for st in tb.steps:
+                if st.type == "nop":
+                    continue
+                if st.type not in P.LOCAL_OPS:
+                    cost += -(-st.cnt // m) * MESSAGE_BYTES.get(proto, MESSAGE_BYTES["Simple"])
+                cost += st.cnt * chunk
+            worst = max(worst, cost)
+    return worst
 
 
 def _widest_op(program: Program) -> int:
@@ -286,17 +331,26 @@ def narrow_fits(num_ranks: int, ops: int, profile: str = "exec") -> bool:
     """Whether a rank with ``ops`` sends and receives, one op per chunk (instances included), fits
     the tokenizer's node limit: those steps, the fewest blocks that hold them (``max_steps``
     each), the gpu nodes and the algorithm node. Also what an algorithm that picks its own chunk
-    count can aim for before it is built (:func:`synth.encodings.baseline.preferred_chunks`)."""
-    return 1 + num_ranks + ceil(ops / PROFILES[profile].max_steps) + ops <= MAX_NODES
+    count can aim for before it is built (:func:`synth.encodings.baseline.preferred_chunks`):
+    the rule itself is :func:`synth.guards.narrow_fits`, with this profile's ``max_steps``."""
+    return guards.narrow_fits(num_ranks, ops, PROFILES[profile].max_steps)
 
 
 def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: int, min_bytes: int,
                   max_bytes: int, inplace: bool | None,
                   max_threadblocks: int = DEFAULT_MAX_THREADBLOCKS, do_fuse: bool = True,
-                  do_aggregate: bool = True, enforce: bool = True, spread: bool = False) -> _Built:
+                  do_aggregate: bool = True, enforce: bool = True, spread: bool = False,
+                  gather: bool = False, channels: int = 0) -> _Built:
     """The compile passes, fused placement first (``spread``: straight to the unfused placement
-    over spare blocks, :func:`_place_connections`, which :func:`_build` weighs against it)."""
+    over spare blocks, :func:`_place_connections`, which :func:`_build` weighs against it).
+    ``gather`` and ``channels`` as in :func:`compile_schedule`."""
     _check_args(schedule, profile, proto, instances, min_bytes, max_bytes)
+    if not isinstance(channels, int) or channels < 0:
+        raise SynthError(f"channels must be a non-negative integer, got {channels!r}")
+    if channels * instances > get_limits(profile).max_channels:
+        raise SynthError(f"channels={channels} x instances={instances} needs "
+                         f"{channels * instances} channels but the {profile} runtime has "
+                         f"{get_limits(profile).max_channels} (MAXCHANNELS)")
     lim = get_limits(profile)
     coll = schedule.collective
     mode = _mode(schedule, profile, inplace)
@@ -305,7 +359,7 @@ def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: in
     nchunks = coll.buffer_chunks * instances
     m, cap = P.units_params(proto, max_bytes, nchunks, kind, profile)
     budget = lim.max_channels // instances if enforce else 1 << 20
-    dag = P.lower(schedule, mode)
+    dag = P.lower(schedule, mode, gather)
 
     def assemble(tbs: list[list[Threadblock]]) -> Program:
         nchannels = max(tb.chan for row in tbs for tb in row) + 1
@@ -351,7 +405,7 @@ def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: in
             continue
         ir = _ordered(dag, ir, instances, do_aggregate)
         tbs, misfits, bad = _place(ir, lim.max_steps, budget, m, cap, enforce,
-                                   max(1, max_threadblocks // instances))
+                                   max(1, max_threadblocks // instances), channels)
         if misfits:
             _unfuse(dag, misfits)
             continue
@@ -460,15 +514,17 @@ def _check_budget(program: Program, max_threadblocks: int) -> None:
 
 
 def _place(ir: P.Ir, max_steps: int, budget: int, m: int, cap: int, enforce: bool,
-           tb_budget: int = 1 << 20) -> tuple[list[list[Threadblock]], list[P.IOp], list[P.IOp]]:
+           tb_budget: int = 1 << 20, channels: int = 0
+           ) -> tuple[list[list[Threadblock]], list[P.IOp], list[P.IOp]]:
     """Allocate, check progress, add dependencies; spread over more channels while a threadblock
     is longer than ``max_steps`` or a rank has more than 32 send-side (receive-side) blocks on a
     channel: chunk blocks first (keeps related routes together), then load-balanced routes that
     avoid opening a 33rd connection side on a channel. A rank with more than 32 peers on one side
     starts balanced over ``ceil(peers / 32)`` channels. A rank over ``tb_budget`` blocks shares
-    blocks between a send side and a receive side (:func:`synth.emit.passes.pack`). Returns
-    (step lists, fused ops that did not pair, blocked ops)."""
-    spread, balance = 1, False
+    blocks between a send side and a receive side (:func:`synth.emit.passes.pack`). ``channels``
+    is the least spread (the caller's). Returns (step lists, fused ops that did not pair, blocked
+    ops)."""
+    spread, balance = max(1, min(budget, channels)), False
     if enforce:     # a threadblock holds all ops of one (rank, peer, direction) of its channel
         side: dict[tuple[int, int], int] = {}
         for op in ir.ordered:
@@ -476,7 +532,7 @@ def _place(ir: P.Ir, max_steps: int, budget: int, m: int, cap: int, enforce: boo
                 side[(op.rank, op.sendp)] = side.get((op.rank, op.sendp), 0) + 1
             if op.recvp >= 0:
                 side[(op.rank, -1 - op.recvp)] = side.get((op.rank, -1 - op.recvp), 0) + 1
-        spread = max(1, min(budget, ceil(max(side.values(), default=0) / max_steps)))
+        spread = max(spread, min(budget, ceil(max(side.values(), default=0) / max_steps)))
         peers: dict[tuple[int, bool], int] = {}
         for rank, key in side:
             peers[(rank, key >= 0)] = peers.get((rank, key >= 0), 0) + 1
@@ -562,27 +618,39 @@ def _unfuse(dag: P.Dag, ops: list[P.IOp]) -> bool:
 def compile_schedule(schedule: Schedule, *, profile: str = "exec", proto: str = "Simple",
                      instances: int = 1, min_bytes: int = 0, max_bytes: int = 0,
                      inplace: bool | None = None,
-                     max_threadblocks: int = DEFAULT_MAX_THREADBLOCKS) -> Program:
+                     max_threadblocks: int = DEFAULT_MAX_THREADBLOCKS, gather: bool = False,
+                     channels: int = 0, aggregate: bool | None = None) -> Program:
     """Lower ``schedule`` to an MSCCL-IR program for ``profile`` (``exec``, ``rccl``, ``legacy``).
 
     ``proto`` is Simple, LL or LL128; ``instances`` replicates the program on that many channel
     sets with every chunk split as many times; ``min_bytes``/``max_bytes`` bound the message sizes
     the file is selected for (0 = unbounded; the deadlock analysis uses the largest size);
-    ``inplace`` as in the module docstring. Raises SynthError when the schedule cannot be emitted
-    or the program exceeds one of the profile's hard limits or ``max_threadblocks`` blocks per
-    rank (the message names the limit and the excess).
+    ``inplace`` as in the module docstring. ``gather``: several ranks reducing into one chunk in
+    one step land in scratch and are folded by one multi-source ``re`` (:func:`synth.emit.passes.
+    lower`) instead of a chain of receive-reduces. ``channels``: the routes of one instance are
+    spread over at least this many channels, by chunk (0: as few as the limits need), so each
+    channel's blocks carry a share of the chunks -- fewer steps a block, hence fewer per-message
+    costs on its path (what MSCCL's ``allreduce_ring_4channelsperring`` files do). ``aggregate``:
+    True bundles contiguous chunks into one op (fewest messages), False keeps one op per chunk
+    (each its own message, dealt over more blocks), None weighs both (:func:`_build`). Raises
+    SynthError when the schedule cannot be emitted or the program exceeds one of the profile's
+    hard limits or ``max_threadblocks`` blocks per rank (the message names the limit and the
+    excess).
     """
     return _build(schedule, profile=profile, proto=proto, instances=instances, min_bytes=min_bytes,
-                  max_bytes=max_bytes, inplace=inplace, max_threadblocks=max_threadblocks).program
+                  max_bytes=max_bytes, inplace=inplace, max_threadblocks=max_threadblocks,
+                  gather=gather, channels=channels, aggregate=aggregate).program
 
 
 def emit_xml(schedule: Schedule, *, profile: str = "exec", proto: str = "Simple",
              instances: int = 1, min_bytes: int = 0, max_bytes: int = 0,
-             inplace: bool | None = None, max_threadblocks: int = DEFAULT_MAX_THREADBLOCKS) -> str:
+             inplace: bool | None = None, max_threadblocks: int = DEFAULT_MAX_THREADBLOCKS,
+             gather: bool = False, channels: int = 0, aggregate: bool | None = None) -> str:
     """:func:`compile_schedule` then :func:`~synth.emit.xml_write.program_to_xml`."""
     program = compile_schedule(schedule, profile=profile, proto=proto, instances=instances,
                                min_bytes=min_bytes, max_bytes=max_bytes, inplace=inplace,
-                               max_threadblocks=max_threadblocks)
+                               max_threadblocks=max_threadblocks, gather=gather,
+                               channels=channels, aggregate=aggregate)
     return program_to_xml(program, profile)
 
 

@@ -15,6 +15,9 @@ Buffer = str
 INSTRUCTIONS = ("s", "r", "rcs", "rrs", "rrc", "rrcs", "cpy", "re", "nop")
 
 
+PROTOCOLS = ("Simple", "LL", "LL128")
+"""The runtimes' protocols (spec §3.5): the one list every layer takes them from."""
+
 @dataclass(frozen=True)
 class Instr:
     """One ``<step>``: ``s`` is its position in the threadblock."""

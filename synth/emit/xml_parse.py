@@ -28,7 +28,7 @@ from lxml import etree
 
 from ..errors import SynthError, VerificationError
 from .agreement import disagreements
-from .program import INSTRUCTIONS, Gpu, Instr, Program, Threadblock
+from .program import INSTRUCTIONS, PROTOCOLS, Gpu, Instr, Program, Threadblock
 
 # --------------------------------------------------------------------------------------------------
 # Profiles and constants (§2, §6)
@@ -37,7 +37,6 @@ EXEC_COLLS = ("allreduce", "allgather", "reduce", "broadcast", "alltoall", "redu
               "recv", "gather", "scatter", "alltoallv")
 LEGACY_COLLS = ("allreduce", "allgather", "reduce", "broadcast", "alltoall", "reduce_scatter",
                 "custom")
-PROTOCOLS = ("Simple", "LL", "LL128")
 BUFFERS = ("i", "o", "s")
 
 MAX_ATTR_COUNT = 16

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import SynthError
-from .program import Program
+from .program import PROTOCOLS, Program
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,6 @@ PROFILES: dict[str, RuntimeLimits] = {
     "rccl": RuntimeLimits("rccl", _EXEC_COLLS, 64, 64, 128, True),
     "legacy": RuntimeLimits("legacy", _LEGACY_COLLS, 256, 216, 32, False),
 }
-PROTOCOLS = ("Simple", "LL", "LL128")
 MAX_COUNT = 71                 # MSCCL_MAX_COUNT - 1
 MAX_DEPID = 127                # int8
 MAX_OFFSET = 32767             # int16

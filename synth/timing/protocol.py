@@ -63,12 +63,12 @@ from typing import Any
 
 import numpy as np
 
+from ..emit.program import PROTOCOLS
 from ..errors import SynthError, number_field, unknown_name
 from ..schedule import Schedule
 from ..steps import step_loads
 from ..topology import MB, Topology
 
-PROTOCOLS = ("Simple", "LL", "LL128")
 """MSCCL-IR ``proto`` values (spec §2.1), in this order everywhere (catalog tables, knobs)."""
 
 MAX_ITER = 65536

@@ -10,8 +10,8 @@ adjacent ranks (a link or a switch):
   in-tree per chunk). Where an algorithm's logical partner is not adjacent, it is not applicable.
 
 Algorithms (``ALGORITHMS``): ``ring``, ``bidir_ring``, ``direct``, ``recursive_doubling``,
-``recursive_halving``, ``binomial_tree``, ``double_binary_tree``, ``hierarchical``, ``rail_blocks``
-and ``tree``.
+``recursive_halving``, ``binomial_tree``, ``double_binary_tree``, ``hierarchical``, ``rail_blocks``,
+``tree`` and ``one_pass``.
 :func:`baseline` builds one, raising :class:`~synth.errors.NotApplicable` with the reason when it
 does not apply; :func:`applicable` and :func:`all_baselines` try them all; :func:`preferred_chunks`
 is the chunk count an algorithm wants (e.g. an even count for ``bidir_ring``).
@@ -30,6 +30,7 @@ from ...errors import NotApplicable, SynthError, unknown_name
 from ...schedule import Schedule
 from ...topology import Topology
 from ..options import BaselineOptions, Options
+from .allpairs import one_pass
 from .graph import RankGraph, Tree, tree_from_parent
 from .hier import hierarchical
 from .job import Job
@@ -340,6 +341,9 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
               "nodes; meets the NIC bound with about nodes/m + m peers a rank", rail_blocks),
     Algorithm("tree", ALL_KINDS, "one BFS spanning tree of the real topology, pipelined; allreduce "
               "= reduce + broadcast", _tree),
+    Algorithm("one_pass", ("allreduce",), "one step: every rank reduces its whole buffer into "
+              "every other rank (n-1 times the data a port carries, one hop; small messages)",
+              one_pass),
     Algorithm("nccl_rings", NCCL_KINDS, "NCCL's own rings, one per rail (alltoall: direct "
               "point-to-point), as a schedule written and timed like any other; NCCL itself is "
               "no file: it competes in every selection as 'nccl' (synth.select.nccl)",
