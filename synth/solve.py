@@ -176,8 +176,9 @@ def run(req: SolveRequest) -> SolveOutcome:
                    rank_maps(written.files, group).items()} if group is not None else {})
     runtime = served_runtime(result, written, topology, list(req.sizes), req.proto,
                              req.instances or 1, req.calibration)
-    program_us = (program_times(written, result, texts, topology, list(req.sizes), xml.profile
-                                if xml else "exec", req.calibration) if req.time_program else None)
+    program_us = (program_times(written, result, texts, topology, list(req.sizes), xml.profile,
+                                req.calibration)
+                  if req.time_program and req.format == "msccl" and xml is not None else None)
     vs_nccl = compare_with_nccl(result, written.ranges, req.sizes, req.proto, req.instances or 1,
                                 nccl_cal, program_us)
     commit(written, rank_files)

@@ -254,8 +254,10 @@ def test_solve_output_respects_the_umask(tmp_path):
     finally:
         os.umask(old)
     assert result.returncode == 0, result.stderr
-    files = sorted((tmp_path / "o").iterdir())
+    entries = sorted((tmp_path / "o").rglob("*"))
+    files = [f for f in entries if f.is_file()]
     assert files and all(f.stat().st_mode & 0o777 == 0o664 for f in files)
+    assert all(d.stat().st_mode & 0o777 == 0o775 for d in entries if d.is_dir())
 
 
 @pytest.mark.parametrize("extra", [
@@ -451,7 +453,7 @@ def test_schedule_header_of_the_wrong_type(tmp_path, field, value):
     solved = run_inprocess("solve", "--topo", "ring:4", "--coll", "allgather", "--encoding",
                            "baseline", "--algo", "ring", "--out", str(tmp_path / "o"))
     assert solved.returncode == 0, solved.stderr
-    (good,) = (tmp_path / "o").glob("*.schedule.json")
+    (good,) = (tmp_path / "o" / "schedules").glob("*.schedule.json")
     data = json.loads(good.read_text())
     data[field] = value
     bad = tmp_path / "bad.json"
@@ -467,7 +469,7 @@ def test_solve_creates_a_new_out_folder_when_it_writes(tmp_path, fmt):
     result = run_inprocess("solve", "--topo", "ring:4", "--coll", "allgather", "--encoding",
                            "baseline", "--algo", "ring", "--format", fmt, "--out", str(out))
     assert result.returncode == 0, result.stderr
-    assert any(out.glob("*.schedule.json"))
+    assert any(out.glob("schedules/*.schedule.json"))
 
 
 @pytest.mark.parametrize("extra", [["--tuner", "nope"], ["--time-limit", "nan"],

@@ -302,7 +302,7 @@ def test_solve_verify_simulate_and_pareto_take_the_calibration(tmp_path, capsys)
     fitted = load_calibration(cal).classes
     capsys.readouterr()
     common = ["--topo", "dgx_a100", "--nodes", "2", "--coll", "allgather", "--encoding", "baseline",
-              "--algo", "ring", "--no-xml", "--sizes", "1KB,1GB", "--json"]
+              "--algo", "ring", "--no-xml", "--sizes", "1KB,1GB", "--json", "--no-nccl"]
     main(["solve", *common, "--out", str(tmp_path / "cal"), "--calibration", cal])
     solved = json.loads(capsys.readouterr().out)
     main(["solve", *common, "--out", str(tmp_path / "base")])
@@ -311,8 +311,8 @@ def test_solve_verify_simulate_and_pareto_take_the_calibration(tmp_path, capsys)
     t_cal, t_plain = solved["costs"][0]["time_us"], plain["costs"][0]["time_us"]
     assert t_cal == pytest.approx(15 * fitted["ib_hdr"].alpha_us, rel=0.02)
     assert t_plain == pytest.approx(15 * 2.6, rel=0.02)
-    (cal_file,) = (tmp_path / "cal").glob("*.schedule.json")
-    (base_file,) = (tmp_path / "base").glob("*.schedule.json")
+    (cal_file,) = (tmp_path / "cal" / "schedules").glob("*.schedule.json")
+    (base_file,) = (tmp_path / "base" / "schedules").glob("*.schedule.json")
     # the calibration is in the name: both solves could share one folder (issue 12)
     assert "_cal-" in cal_file.name and cal_file.name != base_file.name
     with pytest.raises(SystemExit) as exc:

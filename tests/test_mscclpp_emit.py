@@ -80,7 +80,7 @@ def test_unsupported_collective_is_refused():
 def test_cli_solve_format_mscclpp(synth_cli, tmp_path):
     result = synth_cli("solve", "--topo", "dgx_a100", "--coll", "reducescatter", "--encoding",
                        "baseline", "--algo", "ring", "--format", "mscclpp", "--json",
-                       "--out", str(tmp_path / "new"))
+                       "--out", str(tmp_path / "new"), "--no-nccl")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["mscclpp_verified"] is True

@@ -79,16 +79,18 @@ def test_every_option_that_changes_a_file_is_in_its_name(ring_allreduce) -> None
     assert schedule_file_name(sch) == "dgx1_allreduce_c1_ring.schedule.json"
 
 
-def test_runs_with_other_options_write_beside_each_other(ring_allreduce, tmp_path) -> None:
+def test_a_run_with_other_options_replaces_its_own_files(ring_allreduce, tmp_path) -> None:
+    """Names carry the options, and a later run of the same schedule replaces the earlier one's
+    files (the runtime folder holds no stale file), whatever its options."""
     _, sch = ring_allreduce
     a = write_outputs(sch, tmp_path, XmlOptions())
+    a_text = a.files[1].read_text()
     b = write_outputs(sch, tmp_path, XmlOptions(proto="LL", instances=2))
     assert a.files[0] == b.files[0]            # the schedule itself is the same file
-    assert a.files[1] != b.files[1]
-    assert a.files[1].read_text() != b.files[1].read_text()
+    assert a.files[1] != b.files[1] and not a.files[1].exists()
+    assert a_text != b.files[1].read_text()
     assert 'proto="LL"' in b.files[1].read_text()
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        {f.name for f in (*a.files, *b.files)})
+    assert [p.name for p in (tmp_path / "msccl").iterdir()] == [b.files[1].name]
 
 
 def _solve(*args: str):
@@ -122,7 +124,8 @@ def test_cli_prints_and_writes_the_options(tmp_path) -> None:
     xml = [Path(f).name for run in (d, ll) for f in run["files"] if f.endswith(".xml")]
     assert xml == ["ring-4_allgather_c1_ring_Simple_x1.exec.xml",
                    "ring-4_allgather_c1_ring_LL_x2.exec.xml"]
-    assert all((tmp_path / name).is_file() for name in xml)
+    # the second run replaced the first one's file: one file per collective in the runtime folder
+    assert [(tmp_path / "msccl" / name).is_file() for name in xml] == [False, True]
     table = _solve("--sizes", "1KB", "--no-xml", "--proto", "LL128", "--out", str(tmp_path / "t"))
     assert table.exit_code == 0, table.output
     assert "runtime µs" in table.stdout and "LL128 (protocol)" in table.stdout

@@ -313,7 +313,7 @@ def test_cli_simulate_xml_needs_topology(capsys):
 
 def test_solve_reports_program_us_next_to_model_us(tmp_path, capsys):
     main(["solve", "--topo", "dgx_h100", "--coll", "allgather", "--encoding", "baseline",
-          "--algo", "ring", "--sizes", "1KB,1MB", "--out", str(tmp_path), "--json"])
+          "--algo", "ring", "--sizes", "1KB,1MB", "--out", str(tmp_path), "--json", "--no-nccl"])
     doc = json.loads(capsys.readouterr().out)
     prog_us = doc["program_us"]
     assert set(prog_us) == {"1024", "1048576"}

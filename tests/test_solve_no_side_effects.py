@@ -51,31 +51,56 @@ def test_a_failure_while_timing_leaves_no_files(monkeypatch, tmp_path, error, co
 def test_the_same_run_without_the_failure_writes(tmp_path):
     out = tmp_path / "o"
     assert _exit_code([*SOLVE, "--out", str(out)]) == 0
-    assert sorted(p.suffix for p in out.iterdir()) == [".json", ".xml"]
+    assert sorted(p.name for p in out.iterdir()) == ["msccl", "schedules", "synth-manifest.json"]
+    assert [p.suffix for p in (out / "msccl").iterdir()] == [".xml"]
+    assert [p.suffix for p in (out / "schedules").iterdir()] == [".json"]
 
 
-def test_a_late_write_failure_removes_what_this_run_wrote(monkeypatch, tmp_path):
-    """The second rename fails: the file renamed into place before it is removed again, and the
-    folder this run created too; a file already in a folder that existed is left alone."""
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()} if root.exists() else {}
+
+
+def test_a_write_failure_at_any_point_leaves_the_disk_as_it_was(monkeypatch, tmp_path):
+    """The k-th rename fails, for every k: the run exits 2 and the output folder is exactly as it
+    was, whether this run created it, or it held a user's file, or an earlier run's files (which a
+    successful run with other options would replace)."""
     real_replace = os.replace
-    renames = []
+    renames: list = []
+    fail_at = [0]
 
     def replace(src, dst):
         renames.append(dst)
-        if len(renames) == 2:
+        if len(renames) == fail_at[0]:
             raise OSError(28, "No space left on device")
         real_replace(src, dst)
 
     monkeypatch.setattr(synth.files.os, "replace", replace)
-    out = tmp_path / "o"
-    assert _exit_code([*SOLVE, "--out", str(out)]) == INPUT_ERROR
-    assert len(renames) == 2 and not out.exists()
-
-    renames.clear()
-    out.mkdir()
-    (out / "mine.txt").write_text("keep")
-    assert _exit_code([*SOLVE, "--out", str(out)]) == INPUT_ERROR
-    assert [p.name for p in out.iterdir()] == ["mine.txt"]
+    fresh = tmp_path / "fresh"
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "mine.txt").write_text("keep")
+    earlier = tmp_path / "earlier"
+    assert _exit_code([*SOLVE, "--out", str(earlier), "--proto", "LL"]) == 0
+    total = None
+    for k in range(1, 40):
+        progressed = False
+        for out in (fresh, mine, earlier):
+            before = _tree(out)
+            renames.clear()
+            fail_at[0] = k
+            code = _exit_code([*SOLVE, "--out", str(out)])
+            if code == 0:       # fewer renames than k: this run did not fail; undo it
+                total = len(renames)
+                continue
+            progressed = True
+            assert code == INPUT_ERROR
+            assert _tree(out) == before, (k, out.name)
+            assert not fresh.exists()
+            assert not [p for p in tmp_path.rglob(".*tmp-*")], (k, out.name)
+        if not progressed:
+            break
+    assert total is not None and total >= 3     # every rename of a whole run was made to fail
 
 
 def test_write_all_writes_all_or_none(monkeypatch, tmp_path):

@@ -56,20 +56,32 @@ def test_ranges_tile_and_every_file_is_the_winner_and_verified(dgx1_allreduce, t
             at = {p.bytes: p.time_us for p in r.candidate.costs}
             assert at[size] == pytest.approx({p.bytes: p.time_us for p in best.costs}[size])
     assert sorted(s for r in w.ranges for s in r.sizes) == list(SIZES)
-    index = next(p for p in w.files if p.name.endswith(".msccl_config")).read_text()
-    loads = re.findall(r'<load path="([^"]+)" minbytes="(\d+)" maxbytes="(-?\d+)"', index)
-    assert [(Path(p).name, int(lo)) for p, lo, _ in loads] == \
-        [(Path(f).name, r.lo) for r, f in zip(w.ranges, w.range_files, strict=True)]
-    assert int(loads[0][2]) == w.ranges[0].hi + 1 and loads[-1][2] == "-1"
-    assert all(Path(p).is_absolute() for p, _, _ in loads)
+    # the runtime's folder holds the range files and nothing else; no MSCCL_CONFIG for exec files
+    assert sorted(p.name for p in (tmp_path / "msccl").iterdir()) == \
+        sorted(Path(f).name for f in w.range_files)
+    assert not (tmp_path / "msccl_config.xml").exists()
     table = next(p for p in w.files if p.name.endswith(".ranges.md")).read_text()
     assert all(r.candidate.name in table for r in w.ranges)
 
 
-def test_legacy_files_are_exclusive(dgx1_allreduce, tmp_path):
+def test_legacy_files_are_exclusive_and_indexed_beside_their_folder(dgx1_allreduce, tmp_path):
+    """microsoft/msccl reads maxBytes as exclusive and finds its files through MSCCL_CONFIG, which
+    sits beside their folder, lists absolute paths, and keeps at most MSCCL_MAX_NUM_ALGOS (4) per
+    communicator, saying what it drops."""
     w = write_winners(dgx1_allreduce, tmp_path, XmlOptions(profile="legacy"))
     first = Path(w.range_files[0]).read_text()
     assert _range_attrs(first) == (0, w.ranges[0].hi + 1)
+    assert Path(w.range_files[0]).parent == tmp_path / "msccl-legacy"
+    index = (tmp_path / "msccl_config.xml").read_text()
+    loads = re.findall(r'<load path="([^"]+)" minbytes="(\d+)" maxbytes="(-?\d+)"', index)
+    assert 1 <= len(loads) <= 4 and all(Path(p).is_absolute() and Path(p).is_file()
+                                        for p, _, _ in loads)
+    ranges = {Path(f).name: r for r, f in zip(w.ranges, w.range_files, strict=True)}
+    for p, lo, hi in loads:
+        r = ranges[Path(p).name]
+        assert int(lo) == r.lo and int(hi) == (r.hi + 1 if r.hi else -1)
+    assert any(hi == "-1" for _, _, hi in loads)      # the largest sizes are kept first
+    assert (len(w.ranges) > 4) == any("MSCCL_MAX_NUM_ALGOS" in n for n in w.notes)
 
 
 def test_one_size_writes_one_file(tmp_path):

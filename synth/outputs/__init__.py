@@ -88,7 +88,8 @@ def commit(written: Written, extra: dict[str, str] | None = None) -> Written:
     outputs = {**written.pending, **(extra or {})}
     if outputs or written.key:
         assert written.out_dir is not None
-        written.files, notes = deploy(written.out_dir, written.key, outputs, written.legacy)
+        _, notes = deploy(written.out_dir, written.key, outputs, written.legacy)
+        written.files = [written.out_dir / rel for rel in outputs]     # in the order produced
         written.notes += notes
     written.pending = {}
     return written

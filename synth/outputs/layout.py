@@ -105,7 +105,9 @@ def deploy(out: Path, key: str, files: Mapping[str, str | bytes],
            legacy: Sequence[LegacyEntry] = ()) -> tuple[list[Path], list[str]]:
     """Write one run's ``files`` (path relative to ``out`` -> content) as the run ``key``; returns
     the files written (absolute) and notes (what the legacy config dropped, foreign files found
-    in a runtime folder). Module docstring: ownership, stale files, atomicity."""
+    in a runtime folder). Module docstring: ownership, stale files, atomicity. A failure at any
+    point puts back every folder already swapped and the old manifest, and removes the folders
+    this call created: the disk is as it was."""
     out = check_out(out)
     manifest = read_manifest(out)
     runs: dict[str, Any] = manifest["runs"]
@@ -116,33 +118,81 @@ def deploy(out: Path, key: str, files: Mapping[str, str | bytes],
         if (p.exists() or p.is_symlink()) and rel not in before and rel not in others:
             raise SynthError(f"refusing to overwrite '{p}': synth did not write it (it is not in "
                              f"{out / MANIFEST}); move it away or choose another --out")
+    old_manifest = (out / MANIFEST).read_bytes() if (out / MANIFEST).exists() else None
+    old_top = {rel: (out / rel).read_bytes() for rel in [*files, *before]
+               if len(Path(rel).parts) == 1 and (out / rel).is_file()}
+    created = _missing(out)
+    ensure_writable_dir(out)
     new_run = {"files": {rel: _sha(text) for rel, text in sorted(files.items())},
                "legacy": [e.__dict__ for e in legacy]}
-    ensure_writable_dir(out)
-    # first both sets are ours (a crash from here on leaves nothing unowned), last the new one
-    runs[key] = {"files": {**before, **new_run["files"]}, "legacy": list(runs.get(key, {})
-                                                                         .get("legacy", []))}
-    _write_manifest(out, manifest)
-    notes: list[str] = []
     stale = {rel for rel in before if rel not in files and rel not in others}
     folders = sorted({Path(rel).parts[0] for rel in [*files, *stale] if len(Path(rel).parts) > 1})
-    for folder in folders:
-        mine = {rel: text for rel, text in files.items() if Path(rel).parts[0] == folder}
-        gone = {rel for rel in [*stale, *before] if Path(rel).parts[0] == folder}
-        foreign = _replace_folder(out / folder, folder, mine, gone, others)
-        if foreign and folder in (*XML_FOLDERS.values(), PLAN_FOLDER):
-            notes.append(f"{out / folder} also holds {len(foreign)} file(s) synth did not write "
-                         f"(e.g. {foreign[0]}): the runtime loads every file there")
-    for rel, text in files.items():     # files at OUT's top (none today but the config)
-        if len(Path(rel).parts) == 1:
-            atomic_write(out / rel, text)
-    for rel in stale:
-        if len(Path(rel).parts) == 1:
-            (out / rel).unlink(missing_ok=True)
-    runs[key] = new_run
-    notes += _write_legacy_config(out, runs)
-    _write_manifest(out, manifest)
+    swapped: list[tuple[Path, Path | None]] = []
+    notes: list[str] = []
+    try:
+        # first both sets are ours (a crash from here on leaves nothing unowned), last the new one
+        runs[key] = {"files": {**before, **new_run["files"]},
+                     "legacy": list(runs.get(key, {}).get("legacy", []))}
+        _write_manifest(out, manifest)
+        for folder in folders:
+            mine = {rel: text for rel, text in files.items() if Path(rel).parts[0] == folder}
+            gone = {rel for rel in [*stale, *before] if Path(rel).parts[0] == folder}
+            foreign = _replace_folder(out / folder, folder, mine, gone, others, swapped)
+            if foreign and folder in (*XML_FOLDERS.values(), PLAN_FOLDER):
+                notes.append(f"{out / folder} also holds {len(foreign)} file(s) synth did not "
+                             f"write (e.g. {foreign[0]}): the runtime loads every file there")
+        for rel, text in files.items():     # files at OUT's top
+            if len(Path(rel).parts) == 1:
+                atomic_write(out / rel, text)
+        for rel in stale:
+            if len(Path(rel).parts) == 1:
+                (out / rel).unlink(missing_ok=True)
+        runs[key] = new_run
+        notes += _write_legacy_config(out, runs)
+        _write_manifest(out, manifest)
+    except BaseException:
+        _roll_back(out, swapped, old_manifest, old_top, [*files, *before], created)
+        raise
+    for _, backup in swapped:
+        if backup is not None:
+            shutil.rmtree(backup, ignore_errors=True)
     return sorted(out / rel for rel in files), notes
+
+
+def _missing(path: Path) -> list[Path]:
+    """``path`` and its ancestors that do not exist yet, deepest first."""
+    out = []
+    while not path.exists() and path.parent != path:
+        out.append(path)
+        path = path.parent
+    return out
+
+
+def _roll_back(out: Path, swapped: list[tuple[Path, Path | None]], old_manifest: bytes | None,
+               old_top: dict[str, bytes], top: Sequence[str], created: list[Path]) -> None:
+    """Undo a failed :func:`deploy`: folders back, top files and manifest as they were."""
+    for folder, backup in reversed(swapped):
+        with contextlib.suppress(OSError):
+            if backup is None:
+                shutil.rmtree(folder)
+            else:
+                shutil.rmtree(folder)
+                os.rename(backup, folder)
+    with contextlib.suppress(OSError, SynthError):
+        for rel in top:
+            if len(Path(rel).parts) != 1:
+                continue
+            if rel in old_top:
+                atomic_write(out / rel, old_top[rel])
+            else:
+                (out / rel).unlink(missing_ok=True)
+        if old_manifest is None:
+            (out / MANIFEST).unlink(missing_ok=True)
+        else:
+            atomic_write(out / MANIFEST, old_manifest)
+    for path in created:
+        with contextlib.suppress(OSError):
+            path.rmdir()
 
 
 def _write_manifest(out: Path, manifest: dict[str, Any]) -> None:
@@ -150,11 +200,12 @@ def _write_manifest(out: Path, manifest: dict[str, Any]) -> None:
 
 
 def _replace_folder(folder: Path, name: str, files: Mapping[str, str | bytes], gone: set[str],
-                    others: set[str]) -> list[str]:
+                    others: set[str], swapped: list[tuple[Path, Path | None]]) -> list[str]:
     """Build ``folder``'s new content beside it (what stays, hard-linked; this run's files,
-    written) and swap it in; returns the names of files in it that no run of synth wrote."""
+    written) and swap it in, appending (folder, the old content's new place or None) to
+    ``swapped``; returns the names of files in it that no run of synth wrote."""
     token = secrets.token_hex(4)
-    tmp = folder.parent / f".{folder.name}.tmp-{os.getpid()}-{token}"
+    tmp: Path | None = folder.parent / f".{folder.name}.tmp-{os.getpid()}-{token}"
     foreign: list[str] = []
     try:
         tmp.mkdir()
@@ -177,11 +228,12 @@ def _replace_folder(folder: Path, name: str, files: Mapping[str, str | bytes], g
                         shutil.copy2(p, target, follow_symlinks=False)
         for rel, text in sorted(files.items()):
             atomic_write(folder.parent / tmp.name / Path(rel).relative_to(name), text)
-        swap_folder(tmp, folder, token)
+        swapped.append((folder, swap_folder(tmp, folder, token, keep=True)))
+        tmp = None      # swapped in; the old content is the backup now
     except OSError as exc:
         raise SynthError(f"cannot write '{folder}': {exc.strerror or exc}") from None
     finally:
-        if tmp.exists():
+        if tmp is not None and tmp.exists():
             with contextlib.suppress(OSError):
                 shutil.rmtree(tmp)
     return foreign
@@ -206,19 +258,23 @@ def exchange(a: Path, b: Path) -> bool:
     return rc == 0
 
 
-def swap_folder(tmp: Path, folder: Path, token: str) -> None:
+def swap_folder(tmp: Path, folder: Path, token: str, keep: bool = False) -> Path | None:
     """``tmp`` becomes ``folder`` in one rename where the system allows (renameat2 exchange),
-    else in two (the old one renamed aside first); the old content is removed."""
+    else in two (the old one renamed aside first). The old content is removed, or with ``keep``
+    left where it now is, which is returned (None: there was no old folder)."""
     if not folder.exists():
         os.rename(tmp, folder)
-        return
+        return None
     if exchange(tmp, folder):
-        shutil.rmtree(tmp, ignore_errors=True)
-        return
-    aside = folder.parent / f".{folder.name}.old-{os.getpid()}-{token}"
-    os.rename(folder, aside)
-    os.rename(tmp, folder)
-    shutil.rmtree(aside, ignore_errors=True)
+        old = tmp
+    else:
+        old = folder.parent / f".{folder.name}.old-{os.getpid()}-{token}"
+        os.rename(folder, old)
+        os.rename(tmp, folder)
+    if keep:
+        return old
+    shutil.rmtree(old, ignore_errors=True)
+    return None
 
 
 def _write_legacy_config(out: Path, runs: Mapping[str, Any]) -> list[str]:
