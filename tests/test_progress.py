@@ -128,3 +128,27 @@ def test_cli_solve_prints_timestamped_lines_without_a_terminal(tmp_path):
     lines = [line for line in r.stderr.splitlines() if line]
     assert lines and all(STAMP.match(line) for line in lines), r.stderr
     assert any("solving allgather on ring:4 (baseline)" in line for line in lines)
+
+
+def test_ledger_counts_phases_by_kind_exclusively():
+    """Inside a ledger, each phase's time goes to its kind, minus what nested counted phases took;
+    unclassified phases are transparent; outside a ledger nothing is counted."""
+    with progress.span("unseen"):
+        pass
+    classify = {"outer": "encode"}.get
+    with progress.ledger(classify) as book, progress.phase("outer"):   # classified by its label
+        time.sleep(0.05)
+        with progress.phase("transparent"):        # no kind: stays with "outer"
+            time.sleep(0.05)
+            with progress.span("parse"):           # a span: counted, never shown
+                time.sleep(0.1)
+        with progress.phase("given", kind="compile"):
+            time.sleep(0.02)
+    got = book.as_dict()
+    assert set(got) == {"encode", "parse", "compile"}
+    assert got["parse"]["wall_s"] >= 0.1 and got["compile"]["wall_s"] >= 0.02
+    assert 0.1 <= got["encode"]["wall_s"] < 0.2        # 0.05 + 0.05, not the nested 0.12
+    assert got["encode"]["count"] == 1
+    with progress.span("after"):
+        pass
+    assert "after" not in book.as_dict() and "unseen" not in got

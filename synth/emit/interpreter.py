@@ -56,6 +56,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import progress
 from ..collectives import Collective
 from ..errors import SynthError, VerificationError
 from .interp_semantics import Semantics, combine, describe, overlap, semantics
@@ -792,6 +793,7 @@ class _Machine:
                         f"{alias} holds {describe(v)}, expected {want}", rank=r, chunk=j)
 
 
+@progress.spanned("interpret")
 def run_program(program: Program, *, mode: str = "inplace", collective: Collective | None = None,
                 profile: str = "exec", max_count: int | None = None,
                 capacity: int | None = None, check: bool = True) -> InterpretReport:
@@ -829,6 +831,7 @@ def declared_modes(program: Program) -> tuple[str, ...]:
                  if on)
 
 
+@progress.spanned("interpret")
 def verify_program(program: Program, modes: tuple[str, ...] = MODES, *,
                    collective: Collective | None = None, profile: str = "exec",
                    max_count: int | None = None, capacity: int | None = None

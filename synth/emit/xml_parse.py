@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from lxml import etree
 
+from .. import progress
 from ..errors import SynthError, VerificationError
 from .agreement import disagreements
 from .program import INSTRUCTIONS, Gpu, Instr, Program, Threadblock
@@ -329,6 +330,7 @@ _PARSER = etree.XMLParser(remove_comments=True, resolve_entities=False, huge_tre
                           no_network=True, remove_pis=False)
 
 
+@progress.spanned("parse")
 def parse_program(text: str, source: str = "<xml>", profile: str = "exec") -> Program:
     """Parse one algorithm file as runtime ``profile`` (``exec``, ``rccl`` or ``legacy``) would."""
     prof = get_profile(profile)

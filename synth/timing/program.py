@@ -80,6 +80,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import progress
 from ..emit.interpreter import (
     LL128_CHUNK_BYTES,
     LL_CHUNK_BYTES,
@@ -666,6 +667,7 @@ class _Sim:
         return self.t_end   # not self.t: superseded flow milestones may still be in the heap
 
 
+@progress.spanned("program-model")
 def program_time(program: Program, topology: Topology, nbytes: int, *,
                  model: ProgramModel | None = None, calibration: Any = None,
                  profile: str = "exec", trace: bool = False) -> ProgramTiming:
