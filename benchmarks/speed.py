@@ -413,8 +413,12 @@ def _tree_commit(tree: Path) -> str:
         return ""
 
 
+OUT: Path = harness.RESULTS
+"""Where speed.json/.md are read and written (``--out``)."""
+
+
 def _load() -> dict[str, Any]:
-    path = harness.RESULTS / "speed.json"
+    path = OUT / "speed.json"
     if path.exists():
         return json.loads(path.read_text())
     return {"trees": {}, "runs": {}}
@@ -442,7 +446,7 @@ def measure(cases: list[Case], trees: list[tuple[str, Path]], limit_s: float | N
                 print(f"speed: {case.name} [{label}] {rec['wall_s']:.1f} s wall, "
                       f"{rec.get('cpu_s', math.nan):.1f} s CPU ({status})", file=sys.stderr,
                       flush=True)
-                harness.write_results("speed", data, to_markdown(data))
+                harness.write_results("speed", data, to_markdown(data), out_dir=OUT)
     return data
 
 
@@ -555,6 +559,7 @@ def main() -> None:
     ap.add_argument("--trees", default="after=" + str(Path(__file__).resolve().parents[1]),
                     help="label=path,... checkouts to measure side by side (default: after=.)")
     ap.add_argument("--profile", action="store_true", help="cProfile run: the top functions")
+    ap.add_argument("--out", default=None, help="folder of speed.json/.md (default: results/)")
     ap.add_argument("--list", action="store_true", help="list the cases")
     ap.add_argument("--render", action="store_true", help="rewrite speed.md from speed.json")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -565,6 +570,9 @@ def main() -> None:
     if args.child:
         _child(args)
         return
+    global OUT
+    if args.out:
+        OUT = Path(args.out)
     if args.list:
         for c in CASES:
             what = " ".join(c.argv) if c.argv else c.note
@@ -572,7 +580,7 @@ def main() -> None:
         return
     if args.render:
         data = _load()
-        harness.write_results("speed", data, to_markdown(data))
+        harness.write_results("speed", data, to_markdown(data), out_dir=OUT)
         return
     names = args.only.split(",") if args.only else [c.name for c in CASES]
     unknown = [n for n in names if n not in BY_NAME]
