@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import harness
+from harness import RESULTS, cpus, load_average, machine, python_version, write_results
 
 GiB = 2**30
 DEFAULT_LIMIT_S = 900.0
@@ -367,7 +367,7 @@ def run_case(case: Case, tree: Path, limit_s: float, profile: bool, work: Path,
     out = folder / "record.json"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", case.name, "--tree",
            str(tree), "--folder", str(folder), "--json", str(out)] + (["--profile"] if profile else [])
-    load0 = harness.load_average(2)
+    load0 = load_average(2)
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, start_new_session=True)
@@ -389,7 +389,7 @@ def run_case(case: Case, tree: Path, limit_s: float, profile: bool, work: Path,
     if "wall_s" not in record:        # killed before it could report: the limit is all we know
         record["wall_s"] = wall
     record["load_before"] = load0
-    record["load_after"] = harness.load_average(2)
+    record["load_after"] = load_average(2)
     record["limit_s"] = limit_s
     if timed_out:
         record["timed_out"] = True
@@ -413,7 +413,7 @@ def _tree_commit(tree: Path) -> str:
         return ""
 
 
-OUT: Path = harness.RESULTS
+OUT: Path = RESULTS
 """Where speed.json/.md are read and written (``--out``)."""
 
 
@@ -437,8 +437,8 @@ def measure(cases: list[Case], trees: list[tuple[str, Path]], limit_s: float | N
                 print(f"speed: {case.name} [{label}] ...", file=sys.stderr, flush=True)
                 rec = run_case(case, tree, limit, profile, work, caches, label)
                 rec.update({"measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
-                            "machine": harness.machine("arch"), "cpus": harness.cpus(),
-                            "python": harness.python_version(), "profiled": profile})
+                            "machine": machine("arch"), "cpus": cpus(),
+                            "python": python_version(), "profiled": profile})
                 data["trees"][label] = {"path": str(tree), "commit": _tree_commit(tree)}
                 data["runs"].setdefault(label, {})[case.name + (":profile" if profile else "")] = rec
                 status = ("timed out" if rec.get("timed_out") else
@@ -446,7 +446,7 @@ def measure(cases: list[Case], trees: list[tuple[str, Path]], limit_s: float | N
                 print(f"speed: {case.name} [{label}] {rec['wall_s']:.1f} s wall, "
                       f"{rec.get('cpu_s', math.nan):.1f} s CPU ({status})", file=sys.stderr,
                       flush=True)
-                harness.write_results("speed", data, to_markdown(data), out_dir=OUT)
+                write_results("speed", data, to_markdown(data), out_dir=OUT)
     return data
 
 
@@ -580,7 +580,7 @@ def main() -> None:
         return
     if args.render:
         data = _load()
-        harness.write_results("speed", data, to_markdown(data), out_dir=OUT)
+        write_results("speed", data, to_markdown(data), out_dir=OUT)
         return
     names = args.only.split(",") if args.only else [c.name for c in CASES]
     unknown = [n for n in names if n not in BY_NAME]
