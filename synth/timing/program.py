@@ -81,6 +81,7 @@ from ..emit.program import Program
 from ..emit.xml_parse import normalize_coll
 from ..errors import SynthError, VerificationError
 from ..topology import Topology
+from .program_bound import time_lower_bound, time_lower_bounds
 from .program_machine import (
     MAX_COUNT,
     SIMPLE_SLICES_PER_MESSAGE,
@@ -92,12 +93,14 @@ from .program_machine import (
     simulate,
     slicing,
 )
+from .program_store import TimingStore, group_key, model_figures, text_digest
 from .protocol import ProtocolModel, default_model, model_with_calibration
 
-__all__ = ["BUS_FACTOR", "MAX_COUNT", "NVLINK_EFFICIENCY", "SIMPLE_SLICES_PER_MESSAGE", "STEP_US",
-           "ProgramModel", "ProgramPoint", "ProgramTimes", "ProgramTiming", "Slicing",
-           "effective_chunk_bytes", "in_size_range", "not_a_gpu", "program_model", "program_time",
-           "program_times_us", "slicing", "sweep", "write_trace"]
+__all__ = ["BUS_FACTOR", "CACHE_STATS", "MAX_COUNT", "NVLINK_EFFICIENCY", "SIMPLE_SLICES_PER_MESSAGE",
+           "STEP_US", "CacheStats", "ProgramModel", "ProgramPoint", "ProgramTimes",
+           "ProgramTiming", "Slicing", "TimingStore", "cached_times", "effective_chunk_bytes",
+           "in_size_range", "not_a_gpu", "program_model", "program_time", "program_times_us",
+           "slicing", "sweep", "time_lower_bound", "time_lower_bounds", "write_trace"]
 
 NVLINK_EFFICIENCY = {"volta": 20.0 / 25.0, "ampere": 20.0 / 25.0, "hopper": 20.6 / 25.0}
 """NCCL's usable NVLink bandwidth per lane over the nominal 25 GB/s per direction: NVIDIA/nccl
@@ -209,6 +212,97 @@ def program_times_us(program: Program, topology: Topology, sizes: Sequence[int],
             out.append(math.inf)
     return out
 
+
+
+# ------------------------------------------------------------------------------ cached times
+_TIMES: dict[tuple, float] = {}
+_TIMES_KEPT = 1 << 20
+"""Times remembered in the process at most (then the memory starts again)."""
+_DIGESTS: dict[int, tuple[str, str]] = {}
+
+
+@dataclass
+class CacheStats:
+    """What :func:`cached_times` did in this process: sizes answered from memory, from a
+    :class:`TimingStore`, and simulated."""
+
+    memory: int = 0
+    disk: int = 0
+    simulated: int = 0
+
+
+CACHE_STATS = CacheStats()
+
+
+def _digest(text: str) -> str:
+    hit = _DIGESTS.get(id(text))
+    if hit is not None and hit[0] is text:
+        return hit[1]
+    if len(_DIGESTS) > 64:
+        _DIGESTS.clear()
+    digest = text_digest(text)
+    _DIGESTS[id(text)] = (text, digest)
+    return digest
+
+
+def cached_times(text: str, topology: Topology, sizes: Sequence[int], *,
+                 model: ProgramModel | None = None, calibration: Any = None,
+                 profile: str = "exec", program: Program | None = None,
+                 store: TimingStore | None = None) -> list[float]:
+    """:func:`program_times_us` of the MSCCL-IR file ``text``, each size simulated at most once.
+
+    Times are remembered by the file's content (SHA-256 of ``text``), the topology's
+    ``content_hash``, the model's figures (:func:`synth.timing.program_store.model_figures`, so a
+    calibration is part of the key), ``profile`` and the size: in this process always, and across
+    processes in ``store`` when one is given (:meth:`TimingStore.beside` a catalog's cache folder).
+    The simulation is deterministic, so a remembered time is the time a new run would find,
+    to the bit; ``inf`` where the file deadlocks.
+
+    ``model``: the figures to time with (build them once per protocol, e.g.
+    :meth:`ProgramTimes.model`); None builds them from ``calibration`` for the file's protocol,
+    which needs the file parsed. ``program``: the parsed ``text``, if the caller has it; else it
+    is parsed only when some size has to be simulated. ``text`` must have passed the interpreter
+    (:func:`synth.emit.emit_verified_xml` produces such text).
+    """
+    from ..emit.xml_parse import parse_program
+
+    if model is None:
+        program = program if program is not None else parse_program(text, "<program>", profile)
+        model = program_model(topology, program.proto, calibration)
+    group = (_digest(text), topology.content_hash, model_figures(model), profile)
+    out: dict[int, float] = {}
+    missing = []
+    for n in dict.fromkeys(int(x) for x in sizes):
+        t = _TIMES.get((*group, n))
+        if t is None:
+            missing.append(n)
+        else:
+            out[n] = t
+            CACHE_STATS.memory += 1
+    key = group_key(*group) if store is not None and missing else None
+    if key is not None:
+        stored = store.get(key)  # type: ignore[union-attr]
+        for n in [n for n in missing if n in stored]:
+            out[n] = _remember(group, n, stored[n])
+            CACHE_STATS.disk += 1
+        missing = [n for n in missing if n not in stored]
+    if missing:
+        if program is None:
+            program = parse_program(text, "<program>", profile)
+        fresh = program_times_us(program, topology, missing, model=model, profile=profile)
+        for n, t in zip(missing, fresh, strict=True):
+            out[n] = _remember(group, n, t)
+        CACHE_STATS.simulated += len(missing)
+        if key is not None:
+            store.put(key, dict(zip(missing, fresh, strict=True)))  # type: ignore[union-attr]
+    return [out[int(n)] for n in sizes]
+
+
+def _remember(group: tuple, nbytes: int, t: float) -> float:
+    if len(_TIMES) >= _TIMES_KEPT:
+        _TIMES.clear()
+    _TIMES[(*group, nbytes)] = t
+    return t
 
 def write_trace(timing: ProgramTiming, program: Program, path) -> None:
     """Write the run's Chrome/Perfetto trace (JSON object format) atomically."""
