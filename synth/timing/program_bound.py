@@ -31,7 +31,7 @@ import numpy as np
 
 from ..emit.program import Program
 from ..topology import Topology
-from .program_machine import _RECVS, _SENDS, CPY, RE, RRC, RRCS, RRS, ProgramModel, layout_of, slicing
+from .program_machine import CPY, RE, RECVS, RRC, RRCS, RRS, SENDS, ProgramModel, layout_of, slicing
 
 MARGIN = 2e-6
 """Relative slack taken off the bound: flows end with up to 1e-6 of their bytes unsent, and the
@@ -52,8 +52,8 @@ class _Static:
         self.block = np.asarray(block, dtype=np.int64)
         self.cnt = np.asarray(cnt, dtype=np.float64)
         code_a = np.asarray(code, dtype=np.int64)
-        sends = np.asarray(_SENDS, dtype=bool)[code_a] if code else np.zeros(0, dtype=bool)
-        recvs = np.asarray(_RECVS, dtype=bool)[code_a] if code else np.zeros(0, dtype=bool)
+        sends = np.asarray(SENDS, dtype=bool)[code_a] if code else np.zeros(0, dtype=bool)
+        recvs = np.asarray(RECVS, dtype=bool)[code_a] if code else np.zeros(0, dtype=bool)
         self.sends = sends
         self.recv_only = recvs & ~sends
         self.local = ~(sends | recvs)

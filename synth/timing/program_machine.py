@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..emit.interpreter import (
+from ..emit.interp_fold import (
     LL128_CHUNK_BYTES,
     LL_CHUNK_BYTES,
     SIMPLE_CHUNK_BYTES,
@@ -43,9 +43,9 @@ from .protocol import ProtocolParams
 
 # operation codes, as the interpreter folds them
 S, R, RCS, RRS, RRC, RRCS, CPY, RE = range(8)
-_SENDS = (True, False, True, True, False, True, False, False)
-_RECVS = (False, True, True, True, True, True, False, False)
-_REDUCES = (False, False, False, True, True, True, False, True)
+SENDS = (True, False, True, True, False, True, False, False)
+RECVS = (False, True, True, True, True, True, False, False)
+REDUCES = (False, False, False, True, True, True, False, True)
 
 MAX_COUNT = 71
 """maxAllowedCount is clamped to ``MSCCL_MAX_COUNT - 1`` (spec §3.5, §6)."""
@@ -191,7 +191,7 @@ class Layout:
                         tb, {"i": 0, "o": 0, "s": 0}, 1):
                     gw = tuple((rank_base[g.id] + d, k) for d, k in waits)
                     nsrc = len(srcs) if srcs else 1
-                    ops.append((code, cnt, gw, pos, hasdep, nsrc, _SENDS[code] or _RECVS[code]))
+                    ops.append((code, cnt, gw, pos, hasdep, nsrc, SENDS[code] or RECVS[code]))
                 for peer, outgoing in ((tb.send, True), (tb.recv, False)):
                     if peer < 0:
                         continue
@@ -384,8 +384,8 @@ class _Sim:
                 if flag[d] < base + k:
                     self.flag_waiters[d].append(b)
                     return
-        sends = _SENDS[code]
-        if _RECVS[code]:
+        sends = SENDS[code]
+        if RECVS[code]:
             q = self.in_conn[b].queue
             if not q or not q[0].head:
                 return  # woken when the head of the next message arrives
@@ -509,7 +509,7 @@ class _Sim:
         if self.want_trace:
             self._span(b, _OP_NAMES[code], t_start, t,
                        {"iter": self.it[b], "step": op[3], "bytes": int(nbytes or 0)})
-        if _RECVS[code]:
+        if RECVS[code]:
             c = self.in_conn[b]
             c.inflight -= 1
             self.cur_in[b] = None
