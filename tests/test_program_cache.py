@@ -105,3 +105,19 @@ def test_unreadable_store_entries_are_misses(fresh, tmp_path):
     pm._TIMES.clear()
     assert cached_times(text, topo, [2**20], store=store) == want
     assert CACHE_STATS.simulated == 2
+
+
+def test_a_text_is_parsed_once_per_profile():
+    """parse_program remembers its result by the text's content: the solve's verification, the
+    program model and the final timing share one Program (and the model's layout built for it);
+    an error is not remembered, and another profile is another parse."""
+    from synth.emit.xml_parse import XmlFormatError, parse_program
+
+    text = _file()
+    first = parse_program(text, "a.xml")
+    assert parse_program("".join(list(text)), "b.xml") is first
+    assert parse_program(text, "a.xml", "rccl") is not first
+    bad = text.replace("<algo", "<algo ", 1)
+    for _ in range(2):
+        with pytest.raises(XmlFormatError):
+            parse_program(bad, "bad.xml")
