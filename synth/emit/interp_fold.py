@@ -52,9 +52,13 @@ def fifo_capacity(program: Program) -> int:
     return NCCL_STEPS // MSCCL_CHUNKSTEPS if program.proto == "Simple" else NCCL_STEPS
 
 
-def fold_block(tb: Threadblock, bases: dict[str, int], M: int) -> list[tuple]:
-    """The runtime's operations of one block: (code, src, dst, srcs, cnt, waits, pos, first,
-    hasdep, nunits, instr), waits as (depid, deps) pairs still relative to the rank."""
+def fold_steps(tb: Threadblock) -> list[tuple]:
+    """The runtime's operations of one block, before buffers are placed: (code, srcbuf, srcoff,
+    dstbuf, dstoff, srcoffs, cnt, waits, pos, first, hasdep, instr) with ``srcoffs`` the source
+    offsets of a fused ``re`` (else None) and waits as (depid, deps) pairs relative to the rank.
+
+    A ``nop`` only adds its wait to the next operation's; a run of fusable ``re`` steps is one
+    operation (spec §5.1). Independent of the memory layout, so one folding serves both modes."""
     steps = tb.steps
     n = len(steps)
     ops = []
@@ -71,7 +75,7 @@ def fold_block(tb: Threadblock, bases: dict[str, int], M: int) -> list[tuple]:
         pending = []
         code = OP_CODES[st.type]
         first = i
-        srcs = None
+        srcoffs = None
         if code == RE:
             srcoffs = [st.srcoff]
             while (i + 1 < n and steps[i].hasdep == 0 and steps[i + 1].type == "re"
@@ -79,12 +83,24 @@ def fold_block(tb: Threadblock, bases: dict[str, int], M: int) -> list[tuple]:
                    and steps[i + 1].dstbuf == st.dstbuf and steps[i + 1].dstoff == st.dstoff):
                 i += 1
                 srcoffs.append(steps[i].srcoff)
-            srcs = [bases[st.srcbuf] + off for off in srcoffs]
         last = steps[i]
-        cnt = last.cnt
-        nunits = ceil(cnt / M) if (NEEDS_IN[code] or NEEDS_OUT[code]) else 1
-        ops.append((code, bases[st.srcbuf] + st.srcoff, bases[st.dstbuf] + st.dstoff, srcs, cnt,
-                    waits, i, first, last.hasdep, nunits, last))
+        ops.append((code, st.srcbuf, st.srcoff, st.dstbuf, st.dstoff, srcoffs, last.cnt, waits, i,
+                    first, last.hasdep, last))
         i += 1
     return ops
 
+
+def fold_block(tb: Threadblock, bases: dict[str, int], M: int,
+               folded: list[tuple] | None = None) -> list[tuple]:
+    """The runtime's operations of one block with buffers placed at ``bases``: (code, src, dst,
+    srcs, cnt, waits, pos, first, hasdep, nunits, instr), ``nunits`` the messages of a step at
+    ``M`` chunks a message. ``folded``: :func:`fold_steps` of ``tb``, if the caller has it."""
+    out = []
+    for (code, sb, so, db, do, srcoffs, cnt, waits, pos, first, hasdep, last) in (
+            folded if folded is not None else fold_steps(tb)):
+        base = bases[sb]
+        srcs = [base + off for off in srcoffs] if srcoffs is not None else None
+        nunits = ceil(cnt / M) if (NEEDS_IN[code] or NEEDS_OUT[code]) else 1
+        out.append((code, base + so, bases[db] + do, srcs, cnt, waits, pos, first, hasdep, nunits,
+                    last))
+    return out

@@ -76,6 +76,7 @@ from .interp_fold import (
     S,
     fifo_capacity,
     fold_block,
+    fold_steps,
     max_allowed_count,
 )
 from .interp_races import RaceChecks
@@ -160,7 +161,8 @@ class _Conn:
 class _Machine(RaceChecks):
     """One run of a program in one mode."""
 
-    def __init__(self, program: Program, mode: str, sem: Semantics, M: int, cap: int) -> None:
+    def __init__(self, program: Program, mode: str, sem: Semantics, M: int, cap: int,
+                 folds: dict[int, list[tuple]] | None = None) -> None:
         self.mode = mode
         self.sem = sem
         self.M = M
@@ -202,7 +204,13 @@ class _Machine(RaceChecks):
                 self.block_tb.append(tb)
         nb = len(self.block_tb)
         self.nb = nb
-        raw = [fold_block(tb, self.bases[self.block_rank[b]], M) for b, tb in enumerate(self.block_tb)]
+        folds = folds if folds is not None else {}
+        raw = []
+        for b, tb in enumerate(self.block_tb):
+            folded = folds.get(id(tb))
+            if folded is None:
+                folded = folds[id(tb)] = fold_steps(tb)
+            raw.append(fold_block(tb, self.bases[self.block_rank[b]], M, folded))
         # publishing operations per block, for resolving waits to the releasing operation
         pub_pos: list[list[int]] = []
         pub_idx: list[list[int]] = []
@@ -570,7 +578,8 @@ class _Machine(RaceChecks):
 @progress.spanned("interpret")
 def run_program(program: Program, *, mode: str = "inplace", collective: Collective | None = None,
                 profile: str = "exec", max_count: int | None = None,
-                capacity: int | None = None, check: bool = True) -> InterpretReport:
+                capacity: int | None = None, check: bool = True,
+                folds: dict[int, list[tuple]] | None = None) -> InterpretReport:
     """Execute ``program`` in ``mode`` and check the postcondition; VerificationError on failure.
 
     ``collective`` gives the postcondition; by default it is derived from ``coll``, ``ngpus`` and
@@ -578,7 +587,9 @@ def run_program(program: Program, *, mode: str = "inplace", collective: Collecti
     sends, else 0). ``max_count`` (M) and ``capacity`` override the values derived from the file's
     ``proto`` and ``maxBytes`` for ``profile``. Structural rules are checked first (without the
     profile's numeric limits; :func:`verify_program` checks those too) unless ``check`` is False
-    (for a program already linted: the run relies on those rules).
+    (for a program already linted: the run relies on those rules). ``folds``: the blocks' folded
+    steps by ``id`` of the block (:func:`synth.emit.interp_fold.fold_steps`), filled and shared
+    by the modes of one :func:`verify_program`.
     """
     if mode not in MODES:
         raise SynthError(f"unknown mode '{mode}' (known: {', '.join(MODES)})")
@@ -589,7 +600,7 @@ def run_program(program: Program, *, mode: str = "inplace", collective: Collecti
     cap = capacity if capacity is not None else fifo_capacity(program)
     if M < 1 or cap < 1:
         raise SynthError("max_count and capacity must be at least 1")
-    mach = _Machine(program, mode, sem, M, cap)
+    mach = _Machine(program, mode, sem, M, cap, folds)
     mach.run()
     mach.check_postcondition()
     return InterpretReport(mode=mode, collective=sem.name, ngpus=program.ngpus,
@@ -621,9 +632,10 @@ def verify_program(program: Program, modes: tuple[str, ...] = MODES, *,
                                 f"outofplace={program.outofplace}: none of the requested modes "
                                 f"({', '.join(modes)}) applies")
     reports = []
+    folds: dict[int, list[tuple]] = {}     # the program's blocks stay alive: ids are stable
     for m in todo:
         rep = run_program(program, mode=m, collective=collective, profile=profile,
-                          max_count=max_count, capacity=capacity, check=False)
+                          max_count=max_count, capacity=capacity, check=False, folds=folds)
         rep.warnings = list(warnings)
         reports.append(rep)
     return reports
