@@ -316,7 +316,19 @@ def _child(args: argparse.Namespace) -> None:
     record["ledger"] = book is not None
     if profiler is not None:
         record["top_functions"] = _top_functions(profiler, root)
+    record["outputs"] = _outputs(folder)
     Path(args.json).write_text(json.dumps(record, default=str))
+
+
+def _outputs(folder: Path) -> dict[str, str]:
+    """SHA-256 of every file the command wrote in its folder (not the cache, not this script's
+    own input file): two trees' runs of a case must write the same bytes."""
+    import hashlib
+
+    skip = {"cache", "record.json", "ring64_allreduce.xml"}
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.relative_to(folder).parts[0] not in skip}
 
 
 class _no_ledger:
@@ -491,21 +503,27 @@ def to_markdown(data: dict[str, Any]) -> str:
     # summary
     lines += ["## Totals", "", "| case | goal | " + " | ".join(
         f"{lb} wall | {lb} CPU | {lb} status | {lb} load" for lb in labels)
-        + (f" | {labels[0]}/{labels[-1]} wall |" if len(labels) > 1 else " |"),
-        "|---|---:|" + "---:|---:|---|---:|" * len(labels) + ("---:|" if len(labels) > 1 else "")]
+        + (f" | {labels[0]}/{labels[-1]} wall | CPU | same bytes |" if len(labels) > 1 else " |"),
+        "|---|---:|" + "---:|---:|---|---:|" * len(labels)
+        + ("---:|---:|---|" if len(labels) > 1 else "")]
     for n in measured:
         case = BY_NAME[n]
         row = [n, _fmt(case.goal_s) if case.goal_s else ""]
-        walls = []
+        walls, cpus_ = [], []
         for lb in labels:
             rec = runs.get(lb, {}).get(n)
             w = rec.get("wall_s") if rec else None
             walls.append(w if rec and _status(rec) == "ok" else None)
+            cpus_.append(rec.get("cpu_s") if rec and _status(rec) == "ok" else None)
             row += [_fmt(w), _fmt(rec.get("cpu_s") if rec else None), _status(rec),
                     _fmt(rec["load_before"][0]) if rec and "load_before" in rec else "—"]
         if len(labels) > 1:
-            ok = walls[0] is not None and walls[-1] is not None and walls[-1] > 0
-            row.append(f"{walls[0] / walls[-1]:.2f}x" if ok else "—")
+            for pair in (walls, cpus_):
+                ok = pair[0] is not None and pair[-1] is not None and pair[-1] > 0
+                row.append(f"{pair[0] / pair[-1]:.2f}x" if ok else "—")
+            outs = [(runs.get(lb, {}).get(n) or {}).get("outputs") for lb in labels]
+            row.append("—" if any(o is None for o in outs) or not outs[0] else
+                       "yes" if all(o == outs[0] for o in outs) else "**no**")
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
     # phases per case
