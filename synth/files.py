@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from . import progress
 from .errors import SynthError
 
 MAX_INPUT_BYTES = 256 * 2**20
@@ -107,7 +108,11 @@ def atomic_write(path: Path, text: str | bytes) -> Path:
     it gets the mode ``open`` would have given a new file, ``0666 & ~umask``, so another user's job
     can read the result whenever the umask allows it.
     """
-    path = Path(path)
+    with progress.span("write"):
+        return _atomic_write(Path(path), text)
+
+
+def _atomic_write(path: Path, text: str | bytes) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         if isinstance(text, bytes):
@@ -137,7 +142,11 @@ def write_all(out_dir: Path, outputs: Sequence[tuple[Path, str | bytes]]) -> lis
     within a folder do not need space) also removes the files already renamed into place.
     Modes respect the umask, as in :func:`atomic_write`.
     """
-    out_dir = Path(out_dir)
+    with progress.span("write"):
+        return _write_all(Path(out_dir), outputs)
+
+
+def _write_all(out_dir: Path, outputs: Sequence[tuple[Path, str | bytes]]) -> list[Path]:
     created = _missing_ancestors(out_dir)
     ensure_writable_dir(out_dir)
     temps: list[tuple[str, Path]] = []

@@ -26,19 +26,28 @@ Solvers that search for a while (the MILP backends) report through a :class:`Sol
 each solve is a short phase of its own (``routing (highs)``) whose detail is the live incumbent,
 bound and gap, and whose result becomes a line. The solver layer asks :func:`solver_progress` for
 one, so it needs no display code and the command line no object to pass in.
+=======
+The same phases are what a measurement counts: inside :func:`ledger`, every phase (whatever the
+display mode) adds its wall-clock and CPU seconds to a :class:`Ledger` under its *kind* (the
+``kind`` argument, else the ledger's own classification of the label), and :func:`span` marks work
+too fine-grained to show (a compile, a parse, one simulation) that a measurement still wants
+counted. ``benchmarks/speed.py`` reads per-phase times this way, so there is one account of where
+a run's time goes, not a second set of timers.
+>>>>>>> wt-speed
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, TypeVar
 
 MODES = ("rich", "plain", "off")
 INTERVAL_S = 10.0
@@ -86,8 +95,21 @@ class Reporter:
 
     # ---------------------------------------------------------------------------- the interface
     @contextmanager
-    def phase(self, label: str) -> Iterator[None]:
-        """A long phase: shown while it runs (nested phases show as ``outer › inner``)."""
+    def phase(self, label: str, kind: str | None = None) -> Iterator[None]:
+        """A long phase: shown while it runs (nested phases show as ``outer › inner``).
+
+        ``kind``: what the phase counts as in a :func:`ledger` (else the ledger classifies the
+        label)."""
+        counted = _ledger
+        if counted is not None:
+            with counted.counting(label, kind), self._shown(label):
+                yield
+            return
+        with self._shown(label):
+            yield
+
+    @contextmanager
+    def _shown(self, label: str) -> Iterator[None]:
         entry = self.enter(label)
         try:
             yield
@@ -385,9 +407,102 @@ def current() -> Reporter:
     return _current
 
 
-def phase(label: str) -> AbstractContextManager[None]:
+def phase(label: str, kind: str | None = None) -> AbstractContextManager[None]:
     """:meth:`Reporter.phase` of the current reporter."""
-    return _current.phase(label)
+    return _current.phase(label, kind)
+
+
+_NOT_COUNTED: AbstractContextManager[None] = nullcontext()
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def span(kind: str) -> AbstractContextManager[None]:
+    """Work of ``kind`` that is never shown (too short or too frequent: one parse, one simulation)
+    but that a :func:`ledger` counts; outside one it costs one global read."""
+    counted = _ledger
+    if counted is None:
+        return _NOT_COUNTED
+    return counted.counting(kind, kind)
+
+
+def spanned(kind: str) -> Callable[[F], F]:
+    """Decorator: every call of the function is a :func:`span` of ``kind``."""
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            if _ledger is None:
+                return fn(*args, **kwargs)
+            with _ledger.counting(kind, kind):
+                return fn(*args, **kwargs)
+        return counted  # type: ignore[return-value]
+    return wrap
+
+
+class Ledger:
+    """Wall-clock and CPU seconds per kind of phase, for measurements (:func:`ledger`).
+
+    Times are *exclusive*: a phase nested in another counts under its own kind only and is taken
+    out of the enclosing one, so the kinds partition the time spent inside counted phases (the
+    rest of a run is whatever no counted phase covered). A phase with no kind (``kind`` None and
+    ``classify`` returning None) is transparent: its time stays with the enclosing counted phase.
+    CPU seconds are the process's (:func:`time.process_time`), so a solver's own threads count
+    for the phase that waits on them. Each thread nests its own phases.
+    """
+
+    def __init__(self, classify: Callable[[str], str | None] | None = None) -> None:
+        self.classify = classify
+        self.totals: dict[str, list[float]] = {}
+        """kind -> [wall seconds, CPU seconds, phases counted]."""
+        self._local = threading.local()
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def counting(self, label: str, kind: str | None = None) -> Iterator[None]:
+        """Count the ``with`` body under ``kind`` (else ``classify(label)``; None: not counted)."""
+        if kind is None and self.classify is not None:
+            kind = self.classify(label)
+        if kind is None:
+            yield
+            return
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        frame = [time.perf_counter(), time.process_time(), 0.0, 0.0]
+        stack.append(frame)
+        try:
+            yield
+        finally:
+            wall = time.perf_counter() - frame[0]
+            cpu = time.process_time() - frame[1]
+            stack.pop()
+            if stack:
+                stack[-1][2] += wall
+                stack[-1][3] += cpu
+            with self._lock:
+                row = self.totals.setdefault(kind, [0.0, 0.0, 0])
+                row[0] += wall - frame[2]
+                row[1] += cpu - frame[3]
+                row[2] += 1
+
+    def as_dict(self) -> dict[str, dict[str, float]]:
+        """``{kind: {"wall_s", "cpu_s", "count"}}``, kinds sorted by wall time, largest first."""
+        with self._lock:
+            rows = sorted(self.totals.items(), key=lambda kv: -kv[1][0])
+            return {k: {"wall_s": w, "cpu_s": c, "count": int(n)} for k, (w, c, n) in rows}
+
+
+_ledger: Ledger | None = None
+
+
+@contextmanager
+def ledger(classify: Callable[[str], str | None] | None = None) -> Iterator[Ledger]:
+    """Count every phase and :func:`span` of the ``with`` body in a fresh :class:`Ledger`."""
+    global _ledger
+    previous, _ledger = _ledger, Ledger(classify)
+    try:
+        yield _ledger
+    finally:
+        _ledger = previous
 
 
 def detail(text: str) -> None:

@@ -153,6 +153,23 @@ def test_rerun_solves_nothing_and_is_byte_identical(built, capsys):
     assert digest(out) == before
 
 
+def test_rerun_simulates_nothing_and_reads_the_kept_times(built, capsys, monkeypatch):
+    """The report's program-model times are kept beside the solve cache (by the file's content,
+    the machine and the figures): a rerun in a new process simulates no file and writes the
+    same bytes."""
+    from synth.timing import program as pm
+
+    out, cache = built
+    assert list((cache / "timings").rglob("*.json"))
+    before = digest(out)
+    monkeypatch.setattr(pm, "_TIMES", {})               # nothing remembered in this process
+    simulated = pm.CACHE_STATS.simulated
+    code, _, _ = run(catalog_args(out, cache), capsys)
+    assert code == 0
+    assert pm.CACHE_STATS.simulated == simulated and pm.CACHE_STATS.disk > 0
+    assert digest(out) == before
+
+
 def test_changing_one_link_class_resolves_only_what_depends_on_it(built, tmp_path):
     from synth.calibrate.format import load_calibration
     from synth.catalog import build_catalog

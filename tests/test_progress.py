@@ -176,3 +176,27 @@ def test_milp_result_lines_on_a_terminal():
     assert "✓" in buf.getvalue() and "route (highs): optimal, objective 1113" in buf.getvalue()
     assert progress.solver_info(10.0, 8.0) == "incumbent 10  bound 8  gap 20.00%"
     assert progress.solver_info(None, 8.0) == "bound 8"
+
+
+def test_ledger_counts_phases_by_kind_exclusively():
+    """Inside a ledger, each phase's time goes to its kind, minus what nested counted phases took;
+    unclassified phases are transparent; outside a ledger nothing is counted."""
+    with progress.span("unseen"):
+        pass
+    classify = {"outer": "encode"}.get
+    with progress.ledger(classify) as book, progress.phase("outer"):   # classified by its label
+        time.sleep(0.05)
+        with progress.phase("transparent"):        # no kind: stays with "outer"
+            time.sleep(0.05)
+            with progress.span("parse"):           # a span: counted, never shown
+                time.sleep(0.1)
+        with progress.phase("given", kind="compile"):
+            time.sleep(0.02)
+    got = book.as_dict()
+    assert set(got) == {"encode", "parse", "compile"}
+    assert got["parse"]["wall_s"] >= 0.1 and got["compile"]["wall_s"] >= 0.02
+    assert 0.1 <= got["encode"]["wall_s"] < 0.2        # 0.05 + 0.05, not the nested 0.12
+    assert got["encode"]["count"] == 1
+    with progress.span("after"):
+        pass
+    assert "after" not in book.as_dict() and "unseen" not in got

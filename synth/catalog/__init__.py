@@ -33,6 +33,7 @@ from ..select.buckets import Bucket, make_buckets
 from ..select.ranges import BucketTuning, Choice, choose
 from ..select.tuned import Table, tune_buckets
 from ..timing.nccl import calibration_of
+from ..timing.program_store import TimingStore
 from ..timing.protocol import ProtocolModel, default_model, model_with_calibration
 from ..topology import Topology
 from .cache import SolveCache, check_cache_dir
@@ -119,6 +120,9 @@ class CatalogResult:
     seconds: float = 0.0
     nccl_calibration: Any = None
     """The calibration's ``nccl_model`` section (:mod:`synth.timing.nccl`), for the NCCL column."""
+    timings: TimingStore | None = None
+    """Where the report's program-model times are kept across runs (beside the solve cache;
+    None with ``--no-xml-cache``, which asks for everything to be run again)."""
 
 
 def build_catalog(topology: Topology, *, topo_spec: str, nodes: int, kinds: Sequence[str],
@@ -174,7 +178,8 @@ def build_catalog(topology: Topology, *, topo_spec: str, nodes: int, kinds: Sequ
     return CatalogResult(topology, topo_spec, nodes, kinds, tuple(sorted(set(sizes))), buckets,
                          tuner, model, calibration.source if calibration is not None else None,
                          cal_notes, results, counts["solved"], counts["cached"], crashes,
-                         time.perf_counter() - start, calibration_of(calibration))
+                         time.perf_counter() - start, calibration_of(calibration),
+                         TimingStore.beside(cache.root) if xml_cache else None)
 
 
 def _resolve(jobs: list[SolveJob], cache: SolveCache, executor: str, workers: int,

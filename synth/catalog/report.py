@@ -81,18 +81,22 @@ def program_times(result: CatalogResult, cr: CollectiveResult) -> dict[int, floa
     is the lock-step protocol model the tuner ranks by, this is the same file as the runtime would
     execute it (threadblocks, grid iterations, FIFO slots, shared links).
     """
-    from ..emit.xml_parse import parse_program
-    from ..timing.program import program_model, program_times_us
+    from ..timing.program import cached_times, program_model
 
     out: dict[int, float] = {}
     ranges = cr.choice.ranges
+    models: dict[str, Any] = {}
     for ri, e in enumerate(cr.emitted):
         if ri >= len(ranges) or e.range.config != ranges[ri].config:
             continue
-        program = parse_program(e.exec_xml, xml_name(cr.kind, ri, e.range.config))
-        model = program_model(result.topology, program.proto, protocols=result.model)
+        proto = e.range.config.proto
+        if proto not in models:
+            models[proto] = program_model(result.topology, proto, protocols=result.model)
         sizes = [b for b in result.buckets if b.index in set(ranges[ri].buckets)]
-        times = program_times_us(program, result.topology, [b.size for b in sizes], model=model)
+        # by the file's content: a rerun (or another bucket of this file) reads the times kept
+        # beside the solve cache instead of simulating again
+        times = cached_times(e.exec_xml, result.topology, [b.size for b in sizes],
+                             model=models[proto], store=result.timings)
         out.update({b.index: t for b, t in zip(sizes, times, strict=True)})
     return out
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import progress
 from ..collectives import make_collective
 from ..errors import SynthError, VerificationError
 from ..schedule import Schedule
@@ -70,11 +71,12 @@ def emit_verified_program(schedule: Schedule, options: XmlOptions = XmlOptions()
     reason = xml_unsupported_reason(schedule, options)
     if reason:
         raise SynthError(f"cannot emit XML: {reason}")
-    text = emit_xml(schedule, profile=options.profile, proto=options.proto,
-                    instances=options.instances, min_bytes=options.min_bytes,
-                    max_bytes=options.max_bytes, inplace=options.inplace,
-                    max_threadblocks=options.max_threadblocks, gather=options.gather,
-                    channels=options.channels, aggregate=options.aggregate)
+    with progress.span("compile"):
+        text = emit_xml(schedule, profile=options.profile, proto=options.proto,
+                        instances=options.instances, min_bytes=options.min_bytes,
+                        max_bytes=options.max_bytes, inplace=options.inplace,
+                        max_threadblocks=options.max_threadblocks, gather=options.gather,
+                        channels=options.channels, aggregate=options.aggregate)
     program, reports = verify_text(text, schedule, options)
     return text, program, reports
 
@@ -97,7 +99,8 @@ def verify_text(text: str, schedule: Schedule, options: XmlOptions) -> tuple[Pro
                                    coll.chunks_per_rank * options.instances, coll.root,
                                    coll.inplace)
     reports = verify_program(program, collective=expected, profile=options.profile)
-    issues = disagreements(program)
+    with progress.span("interpret"):
+        issues = disagreements(program)
     if issues:      # the compiler makes both ends agree (passes.disagreements): a bug if not
         raise VerificationError("agreement", f"{len(issues)} message(s) whose two ends disagree "
                                 f"(spec E2): {issues[0]}")

@@ -51,57 +51,51 @@ import time
 from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
-from math import ceil
 from typing import Any
 
 import numpy as np
 
+from .. import progress
 from ..collectives import Collective
 from ..errors import SynthError, VerificationError
+from .interp_fold import (
+    CPY,
+    LL128_CHUNK_BYTES,
+    LL_CHUNK_BYTES,
+    MSCCL_CHUNKSTEPS,
+    NCCL_STEPS,
+    NEEDS_IN,
+    NEEDS_OUT,
+    RCS,
+    RE,
+    RRC,
+    RRS,
+    SIMPLE_CHUNK_BYTES,
+    SIMPLE_ROOTED_CHUNK_BYTES,
+    R,
+    S,
+    fifo_capacity,
+    fold_block,
+    fold_steps,
+    max_allowed_count,
+)
+from .interp_races import RaceChecks
 from .interp_semantics import Semantics, combine, describe, overlap, semantics
 from .program import Program, Threadblock
-from .xml_parse import get_profile, lint_program, normalize_coll
+from .xml_parse import lint_program
+
+__all__ = ["LL128_CHUNK_BYTES", "LL_CHUNK_BYTES", "MODES", "MSCCL_CHUNKSTEPS", "NCCL_STEPS",
+           "SIMPLE_CHUNK_BYTES", "SIMPLE_ROOTED_CHUNK_BYTES", "InterpretReport", "declared_modes",
+           "fifo_capacity", "fold_block", "max_allowed_count", "run_program", "verify_file",
+           "verify_program"]
 
 MODES = ("inplace", "outofplace")
 
-S, R, RCS, RRS, RRC, RRCS, CPY, RE = range(8)
-_CODE = {"s": S, "r": R, "rcs": RCS, "rrs": RRS, "rrc": RRC, "rrcs": RRCS, "cpy": CPY, "re": RE}
-_NEEDS_IN = (False, True, True, True, True, True, False, False)
-_NEEDS_OUT = (True, False, True, True, False, True, False, False)
-_USES_SRC = (True, False, False, True, True, True, True, True)
-_USES_DST = (False, True, True, False, True, True, True, True)
 
 _READY, _BLOCKED_FLAG, _BLOCKED_IN, _BLOCKED_OUT, _DONE = range(5)
 
-SIMPLE_CHUNK_BYTES = 2 * 1024 * 1024
-SIMPLE_ROOTED_CHUNK_BYTES = 512 * 1024    # EXEC: Simple reduce/broadcast
-LL_CHUNK_BYTES = 32 * 1024
-LL128_CHUNK_BYTES = 576000
-NCCL_STEPS = 8
-MSCCL_CHUNKSTEPS = 4
 
 
-def max_allowed_count(program: Program, profile: str = "exec") -> int:
-    """The runtime's maxAllowedCount M at the largest size the file is selected for (§3.5)."""
-    prof = get_profile(profile)
-    coll = normalize_coll(program.coll)
-    if program.proto == "Simple":
-        eff = (SIMPLE_ROOTED_CHUNK_BYTES if prof.name in ("exec", "rccl")
-               and coll in ("reduce", "broadcast") else SIMPLE_CHUNK_BYTES)
-    elif program.proto == "LL":
-        eff = LL_CHUNK_BYTES
-    else:
-        eff = LL128_CHUNK_BYTES
-    nbytes = program.max_bytes
-    if nbytes <= 0:          # EXEC/RCCL: unbounded; LEGACY: never selected -- assume the worst
-        return 1
-    per_chunk = -(-nbytes // program.nchunksperloop)
-    return max(1, min(71, eff // per_chunk))
-
-
-def fifo_capacity(program: Program) -> int:
-    """Guaranteed messages in flight per connection: 2 for Simple, 8 for LL/LL128 (§5.3)."""
-    return NCCL_STEPS // MSCCL_CHUNKSTEPS if program.proto == "Simple" else NCCL_STEPS
 
 
 @dataclass
@@ -162,51 +156,13 @@ class _Conn:
         self.receiver = -1
 
 
-def _fold(tb: Threadblock, bases: dict[str, int], M: int) -> list[tuple]:
-    """The runtime's operations of one block: (code, src, dst, srcs, cnt, waits, pos, first,
-    hasdep, nunits, instr), waits as (depid, deps) pairs still relative to the rank."""
-    steps = tb.steps
-    n = len(steps)
-    ops = []
-    pending: list[tuple[int, int]] = []
-    i = 0
-    while i < n:
-        st = steps[i]
-        if st.type == "nop":
-            if st.depid >= 0:
-                pending.append((st.depid, st.deps))
-            i += 1
-            continue
-        waits = pending + ([(st.depid, st.deps)] if st.depid >= 0 else [])
-        pending = []
-        code = _CODE[st.type]
-        first = i
-        srcs = None
-        if code == RE:
-            srcoffs = [st.srcoff]
-            while (i + 1 < n and steps[i].hasdep == 0 and steps[i + 1].type == "re"
-                   and steps[i + 1].depid == -1 and steps[i + 1].srcbuf == st.srcbuf
-                   and steps[i + 1].dstbuf == st.dstbuf and steps[i + 1].dstoff == st.dstoff):
-                i += 1
-                srcoffs.append(steps[i].srcoff)
-            srcs = [bases[st.srcbuf] + off for off in srcoffs]
-        last = steps[i]
-        cnt = last.cnt
-        nunits = ceil(cnt / M) if (_NEEDS_IN[code] or _NEEDS_OUT[code]) else 1
-        ops.append((code, bases[st.srcbuf] + st.srcoff, bases[st.dstbuf] + st.dstoff, srcs, cnt,
-                    waits, i, first, last.hasdep, nunits, last))
-        i += 1
-    return ops
 
 
-fold_block = _fold
-"""Public name of the runtime's folding of one block (used by :mod:`synth.timing.program`)."""
-
-
-class _Machine:
+class _Machine(RaceChecks):
     """One run of a program in one mode."""
 
-    def __init__(self, program: Program, mode: str, sem: Semantics, M: int, cap: int) -> None:
+    def __init__(self, program: Program, mode: str, sem: Semantics, M: int, cap: int,
+                 folds: dict[int, list[tuple]] | None = None) -> None:
         self.mode = mode
         self.sem = sem
         self.M = M
@@ -248,7 +204,13 @@ class _Machine:
                 self.block_tb.append(tb)
         nb = len(self.block_tb)
         self.nb = nb
-        raw = [_fold(tb, self.bases[self.block_rank[b]], M) for b, tb in enumerate(self.block_tb)]
+        folds = folds if folds is not None else {}
+        raw = []
+        for b, tb in enumerate(self.block_tb):
+            folded = folds.get(id(tb))
+            if folded is None:
+                folded = folds[id(tb)] = fold_steps(tb)
+            raw.append(fold_block(tb, self.bases[self.block_rank[b]], M, folded))
         # publishing operations per block, for resolving waits to the releasing operation
         pub_pos: list[list[int]] = []
         pub_idx: list[list[int]] = []
@@ -312,163 +274,6 @@ class _Machine:
             c = self.conns[key] = _Conn(a, b, chan)
         return c
 
-    # ---------------------------------------------------------------- static conflict analysis
-    def _op_cells(self, op: _Op) -> tuple[list[range], range | None]:
-        """(cells read, cells written) by one operation."""
-        code, cnt = op.code, op.cnt
-        reads: list[range] = []
-        if _USES_SRC[code]:
-            reads.append(range(op.src, op.src + cnt))
-            if op.srcs:
-                reads.extend(range(s, s + cnt) for s in op.srcs[1:])
-        writes = range(op.dst, op.dst + cnt) if _USES_DST[code] else None
-        if code == RE:
-            reads.append(writes)  # type: ignore[arg-type]
-        return reads, writes
-
-    def _find_conflicts(self) -> None:
-        """Decide which cells need a dynamic race check, and give their accessors clock components.
-
-        1. Shared cells: accessed by two blocks of a rank, at least one access a write.
-        2. A pair of conflicting accesses is *statically* ordered when program order and dependency
-           edges of that rank alone order the two operations (the releasing operation of a wait is
-           known statically: the first ``hasdep=1`` operation at or after the awaited step). Cells
-           whose conflicting pairs are all statically ordered cannot race.
-        3. The remaining cells (ordered, if at all, only through messages via other ranks) are
-           checked during the run with vector clocks restricted to their accessors.
-        """
-        nranks = len(self.gpus)
-        cand: list[set[int]] = []
-        for r in range(nranks):
-            cand.append(self._shared_cells(r))
-        self.race_cells = sum(len(c) for c in cand)
-        self.shadow: list[dict[int, list]] = [{} for _ in range(nranks)]
-        relevant: set[int] = set()
-        for r in range(nranks):
-            if not cand[r]:
-                continue
-            acc: dict[int, dict[tuple[int, int], bool]] = {x: {} for x in cand[r]}
-            lo = self.rank_base[r]
-            hi = self.rank_base[r + 1] if r + 1 < nranks else self.nb
-            for b in range(lo, hi):
-                for i, op in enumerate(self.ops[b]):
-                    reads, writes = self._op_cells(op)
-                    for rg in reads:
-                        for x in rg:
-                            a = acc.get(x)
-                            if a is not None and (b, i) not in a:
-                                a[(b, i)] = False
-                    if writes is not None:
-                        for x in writes:
-                            a = acc.get(x)
-                            if a is not None:
-                                a[(b, i)] = True
-            order = self._local_order(lo, hi)
-            for x, a in acc.items():
-                if not self._statically_ordered(a, order, lo):
-                    self.shadow[r][x] = [-1, 0, -1, -1, {}]  # last write: comp, time, block, pos
-                    relevant.update(b for b, _ in a)
-        self.dynamic_cells = sum(len(sh) for sh in self.shadow)
-        self.comp = [-1] * self.nb
-        self.comp_block: list[int] = []
-        for b in sorted(relevant):
-            self.comp[b] = len(self.comp_block)
-            self.comp_block.append(b)
-        nc = len(self.comp_block)
-        self.clocks_on = nc > 0
-        self.clk = [np.zeros(nc, dtype=np.int64) for _ in range(self.nb)] if nc else []
-
-    def _shared_cells(self, r: int) -> set[int]:
-        lo = self.rank_base[r]
-        hi = self.rank_base[r + 1] if r + 1 < len(self.gpus) else self.nb
-        if hi - lo < 2:
-            return set()
-        size = len(self.mem[r])
-        owner = [-1] * size
-        multi = bytearray(size)
-        written = bytearray(size)
-        for b in range(lo, hi):
-            for op in self.ops[b]:
-                reads, writes = self._op_cells(op)
-                if writes is not None:
-                    reads = [*reads, writes]
-                    for x in writes:
-                        written[x] = 1
-                for rg in reads:
-                    for x in rg:
-                        o = owner[x]
-                        if o == -1:
-                            owner[x] = b
-                        elif o != b:
-                            multi[x] = 1
-        return {x for x in range(size) if multi[x] and written[x]}
-
-    _LOCAL_ORDER_BUDGET = 8_000_000
-
-    def _local_order(self, lo: int, hi: int) -> list[np.ndarray] | None:
-        """Per operation of each block of one rank, the latest operation of every block of that
-        rank that precedes it through program order and dependency edges (None if too large)."""
-        ntb = hi - lo
-        nops = sum(len(self.ops[b]) for b in range(lo, hi))
-        if ntb * nops > self._LOCAL_ORDER_BUDGET:
-            return None
-        lc = [np.full((len(self.ops[b]), ntb), -1, dtype=np.int32) for b in range(lo, hi)]
-        ptr = [0] * ntb
-        waiting: dict[tuple[int, int], list[int]] = {}
-        stack = list(range(ntb))
-        while stack:
-            lb = stack.pop()
-            ops = self.ops[lo + lb]
-            rows = lc[lb]
-            while ptr[lb] < len(ops):
-                i = ptr[lb]
-                blocked = False
-                for gd, _k, pub in ops[i].waits:
-                    d = gd - lo
-                    if pub >= 0 and ptr[d] <= pub:
-                        waiting.setdefault((d, pub), []).append(lb)
-                        blocked = True
-                        break
-                if blocked:
-                    break
-                row = rows[i]
-                if i:
-                    row[:] = rows[i - 1]
-                for gd, _k, pub in ops[i].waits:
-                    if pub >= 0:
-                        np.maximum(row, lc[gd - lo][pub], out=row)
-                row[lb] = i
-                ptr[lb] = i + 1
-                stack.extend(waiting.pop((lb, i), ()))
-        # operations in a dependency cycle are never processed (rows stay -1): unordered
-        return lc
-
-    _STATIC_PAIRS = 4096
-    """Most (write, access) pairs of one cell checked statically; a cell with more is checked
-    during the run (its accessors get clock components)."""
-
-    @classmethod
-    def _statically_ordered(cls, acc: dict[tuple[int, int], bool], order, lo: int) -> bool:
-        """Whether every conflicting pair of accesses (two blocks, one a write) is ordered by the
-        rank's program order and dependency edges. Only pairs with a write are looked at, so a
-        cell written once and read by every peer's send block (an in-place allgather's own chunk
-        on a 512-rank machine: 70 readers) costs 70 checks, not 70²."""
-        if order is None:
-            return False
-        writes = [(b, i) for (b, i), w in acc.items() if w]
-        if len(writes) * len(acc) > cls._STATIC_PAIRS:
-            return False
-        checked: set[tuple[int, int]] = set()      # writes whose pairs are all checked
-        for b1, i1 in writes:
-            for (b2, i2), w2 in acc.items():
-                if b1 == b2 or (w2 and (b2, i2) in checked):
-                    continue
-                if order[b2 - lo][i2][b1 - lo] >= i1 or order[b1 - lo][i1][b2 - lo] >= i2:
-                    continue
-                return False
-            checked.add((b1, i1))
-        return True
-
     # ---------------------------------------------------------------- reporting helpers
     def _where(self, b: int, op: _Op | None = None) -> str:
         r = self.block_rank[b]
@@ -527,28 +332,6 @@ class _Machine:
             if sh is not None:
                 self._check(b, op, sh, x, t, True)
         mem[x] = v
-
-    def _check(self, b: int, op: _Op, sh: list, x: int, t: int, write: bool) -> None:
-        cb = self.comp[b]
-        vc = self.clk[b]
-        wc, wt, wb, wpos, reads = sh
-        if wc >= 0 and wc != cb and vc[wc] < wt:
-            self._race(b, op, x, wb, wpos, "write", "write" if write else "read")
-        if write:
-            for rc, (rt, rb, rpos) in reads.items():
-                if rc != cb and vc[rc] < rt:
-                    self._race(b, op, x, rb, rpos, "read", "write")
-            sh[0], sh[1], sh[2], sh[3] = cb, t, b, op.first
-            reads.clear()
-        else:
-            reads[cb] = (t, b, op.first)
-
-    def _race(self, b: int, op: _Op, x: int, ob: int, opos: int, okind: str, kind: str) -> None:
-        r = self.block_rank[b]
-        other = self.block_tb[ob]
-        raise self._fail("race", b, op, f"{kind}s {self._cell(r, x)}, which tb {other.id} step {opos} "
-                         f"{'wrote' if okind == 'write' else 'read'}, with no dependency or message "
-                         "chain ordering the two (add a depid/deps on a hasdep=1 step)", x)
 
     # ---------------------------------------------------------------- execution
     def run(self) -> None:
@@ -652,11 +435,11 @@ class _Machine:
                         np.maximum(vc, self.snaps[(d, pub)], out=vc)
                 self.waited[b] = True
             code = op.code
-            if _NEEDS_IN[code] and not in_q:
+            if NEEDS_IN[code] and not in_q:
                 status[b] = _BLOCKED_IN
                 self.pc[b], self.unit[b] = pc, unit
                 return
-            if _NEEDS_OUT[code] and len(out_q) >= cap:  # type: ignore[arg-type]
+            if NEEDS_OUT[code] and len(out_q) >= cap:  # type: ignore[arg-type]
                 status[b] = _BLOCKED_OUT
                 self.pc[b], self.unit[b] = pc, unit
                 return
@@ -792,9 +575,11 @@ class _Machine:
                         f"{alias} holds {describe(v)}, expected {want}", rank=r, chunk=j)
 
 
+@progress.spanned("interpret")
 def run_program(program: Program, *, mode: str = "inplace", collective: Collective | None = None,
                 profile: str = "exec", max_count: int | None = None,
-                capacity: int | None = None, check: bool = True) -> InterpretReport:
+                capacity: int | None = None, check: bool = True,
+                folds: dict[int, list[tuple]] | None = None) -> InterpretReport:
     """Execute ``program`` in ``mode`` and check the postcondition; VerificationError on failure.
 
     ``collective`` gives the postcondition; by default it is derived from ``coll``, ``ngpus`` and
@@ -802,7 +587,9 @@ def run_program(program: Program, *, mode: str = "inplace", collective: Collecti
     sends, else 0). ``max_count`` (M) and ``capacity`` override the values derived from the file's
     ``proto`` and ``maxBytes`` for ``profile``. Structural rules are checked first (without the
     profile's numeric limits; :func:`verify_program` checks those too) unless ``check`` is False
-    (for a program already linted: the run relies on those rules).
+    (for a program already linted: the run relies on those rules). ``folds``: the blocks' folded
+    steps by ``id`` of the block (:func:`synth.emit.interp_fold.fold_steps`), filled and shared
+    by the modes of one :func:`verify_program`.
     """
     if mode not in MODES:
         raise SynthError(f"unknown mode '{mode}' (known: {', '.join(MODES)})")
@@ -813,7 +600,7 @@ def run_program(program: Program, *, mode: str = "inplace", collective: Collecti
     cap = capacity if capacity is not None else fifo_capacity(program)
     if M < 1 or cap < 1:
         raise SynthError("max_count and capacity must be at least 1")
-    mach = _Machine(program, mode, sem, M, cap)
+    mach = _Machine(program, mode, sem, M, cap, folds)
     mach.run()
     mach.check_postcondition()
     return InterpretReport(mode=mode, collective=sem.name, ngpus=program.ngpus,
@@ -829,6 +616,7 @@ def declared_modes(program: Program) -> tuple[str, ...]:
                  if on)
 
 
+@progress.spanned("interpret")
 def verify_program(program: Program, modes: tuple[str, ...] = MODES, *,
                    collective: Collective | None = None, profile: str = "exec",
                    max_count: int | None = None, capacity: int | None = None
@@ -844,9 +632,10 @@ def verify_program(program: Program, modes: tuple[str, ...] = MODES, *,
                                 f"outofplace={program.outofplace}: none of the requested modes "
                                 f"({', '.join(modes)}) applies")
     reports = []
+    folds: dict[int, list[tuple]] = {}     # the program's blocks stay alive: ids are stable
     for m in todo:
         rep = run_program(program, mode=m, collective=collective, profile=profile,
-                          max_count=max_count, capacity=capacity, check=False)
+                          max_count=max_count, capacity=capacity, check=False, folds=folds)
         rep.warnings = list(warnings)
         reports.append(rep)
     return reports

@@ -20,12 +20,15 @@ Two layers, both following ``docs/reference/msccl-xml-spec.md`` (rule ids such a
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import re
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
 
 from lxml import etree
 
+from .. import progress
 from ..errors import SynthError, VerificationError
 from .agreement import disagreements
 from .program import INSTRUCTIONS, PROTOCOLS, Gpu, Instr, Program, Threadblock
@@ -328,6 +331,34 @@ _PARSER = etree.XMLParser(remove_comments=True, resolve_entities=False, huge_tre
                           no_network=True, remove_pis=False)
 
 
+_PARSED: OrderedDict[tuple[str, str], tuple[int, Program]] = OrderedDict()
+_PARSED_TEXT_KEPT = 128 * 2**20
+"""Characters of text whose parsed programs are kept at most (the oldest go first)."""
+
+
+def _remembered(parse):
+    """Parse each text once: a solve parses a file where it is verified, where the program model
+    times it and again before it is written. The result depends on the text and the profile only
+    (``source`` names the file in errors, and errors are not remembered), and a Program is
+    immutable, so the same object serves every caller -- which also lets the program model reuse
+    what it built for it (:func:`synth.timing.program_machine.layout_of`)."""
+    @functools.wraps(parse)
+    def remembered(text: str, source: str = "<xml>", profile: str = "exec") -> Program:
+        key = (hashlib.sha256(text.encode()).hexdigest(), profile)
+        hit = _PARSED.get(key)
+        if hit is not None:
+            _PARSED.move_to_end(key)
+            return hit[1]
+        program = parse(text, source, profile)
+        _PARSED[key] = (len(text), program)
+        while sum(n for n, _ in _PARSED.values()) > _PARSED_TEXT_KEPT and len(_PARSED) > 1:
+            _PARSED.popitem(last=False)
+        return program
+    return remembered
+
+
+@progress.spanned("parse")
+@_remembered
 def parse_program(text: str, source: str = "<xml>", profile: str = "exec") -> Program:
     """Parse one algorithm file as runtime ``profile`` (``exec``, ``rccl`` or ``legacy``) would."""
     prof = get_profile(profile)

@@ -64,38 +64,66 @@ def maxmin_rates_small(flow_res: Sequence[Sequence[int]], res_cap: Sequence[floa
 
     ``flow_res[i]`` holds flow i's resource indices (no padding), ``res_cap`` every resource's
     capacity (indexed by those ids), ``flow_cap`` each flow's own cap.
+
+    The same filling, with the same float operations, kept lean: every flow still rising has
+    the same rate (each got the same increments, from 0.0, in the same order), so one ``level``
+    stands for all of them, and ``min(cap_i - level)`` is ``min(cap_i) - level`` exactly (a
+    subtraction of one value rounds monotonically); resources no rising flow uses any more are
+    left out (their remaining capacity no longer matters).
     """
     n = len(flow_res)
     rate = [0.0] * n
     if n == 0:
         return rate
-    count: dict[int, int] = {}
+    local: dict[int, int] = {}
+    fres: list[list[int]] = []
     for rs in flow_res:
+        mine = []
         for r in rs:
-            count[r] = count.get(r, 0) + 1
-    left = {r: float(res_cap[r]) for r in count}
-    floor = {r: 1e-9 * max(float(res_cap[r]), 1e-30) for r in count}
+            k = local.get(r)
+            if k is None:
+                k = local[r] = len(local)
+            mine.append(k)
+        fres.append(mine)
+    count = [0] * len(local)
+    for mine in fres:
+        for k in mine:
+            count[k] += 1
+    left = [0.0] * len(local)
+    floor = [0.0] * len(local)
+    for r, k in local.items():
+        cap = float(res_cap[r])
+        left[k] = cap
+        floor[k] = 1e-9 * max(cap, 1e-30)
+    capped_at = [c * (1 - 1e-12) for c in flow_cap]
+    live = list(range(len(local)))
     active = list(range(n))
+    level = 0.0
     for _ in range(n + len(res_cap) + 1):
         if not active:
             break
-        inc = min(min(left[r] / c for r, c in count.items() if c > 0),
-                  min(flow_cap[i] - rate[i] for i in active))
+        inc = min(min([left[k] / count[k] for k in live]),
+                  min([flow_cap[i] for i in active]) - level)
         inc = max(inc, 0.0)
-        for i in active:
-            rate[i] += inc
-        for r, c in count.items():
-            left[r] -= inc * c
-        saturated = {r for r in count if left[r] <= floor[r]}
+        level += inc
+        for k in live:
+            left[k] -= inc * count[k]
         still = []
+        dropped = False
         for i in active:
-            rs = flow_res[i]
-            if rate[i] >= flow_cap[i] * (1 - 1e-12) or any(r in saturated for r in rs):
-                for r in rs:
-                    count[r] -= 1
+            mine = fres[i]
+            if level >= capped_at[i] or any(left[k] <= floor[k] for k in mine):
+                rate[i] = level
+                for k in mine:
+                    count[k] -= 1
+                dropped = True
             else:
                 still.append(i)
         active = still
+        if dropped:
+            live = [k for k in live if count[k]]
+    for i in active:        # not settled within the bound on rounds (never seen): as they stand
+        rate[i] = level
     return rate
 
 

@@ -70,78 +70,45 @@ local operations), and one counter track per link/port with the bandwidth it car
 
 from __future__ import annotations
 
-import heapq
 import json
 import math
-from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
-
-from ..emit.interpreter import (
-    LL128_CHUNK_BYTES,
-    LL_CHUNK_BYTES,
-    SIMPLE_CHUNK_BYTES,
-    SIMPLE_ROOTED_CHUNK_BYTES,
-    fifo_capacity,
-    fold_block,
-)
+from .. import progress
 from ..emit.program import Program
-from ..emit.xml_parse import get_profile, normalize_coll
+from ..emit.xml_parse import normalize_coll
 from ..errors import SynthError, VerificationError
-from ..topology import MB, Topology
-from .fair_share import fair_rates
-from .protocol import ProtocolModel, ProtocolParams, default_model, model_with_calibration
+from ..topology import Topology
+from .program_bound import time_lower_bound, time_lower_bounds
+from .program_machine import (
+    MAX_COUNT,
+    SIMPLE_SLICES_PER_MESSAGE,
+    STEP_US,
+    ProgramModel,
+    ProgramTiming,
+    Slicing,
+    effective_chunk_bytes,
+    simulate,
+    slicing,
+)
+from .program_store import TimingStore, group_key, model_figures, text_digest
+from .protocol import ProtocolModel, default_model, model_with_calibration
 
-# operation codes, as the interpreter folds them
-S, R, RCS, RRS, RRC, RRCS, CPY, RE = range(8)
-_SENDS = (True, False, True, True, False, True, False, False)
-_RECVS = (False, True, True, True, True, True, False, False)
-_REDUCES = (False, False, False, True, True, True, False, True)
-
-MAX_COUNT = 71
-"""maxAllowedCount is clamped to ``MSCCL_MAX_COUNT - 1`` (spec §3.5, §6)."""
-SIMPLE_SLICES_PER_MESSAGE = 2
-"""``MSCCL_CHUNKSTEPS / MSCCL_SLICESTEPS`` = 4 / 2 (spec §6)."""
-_FLAG_RADIX = 1 << 20
-"""Flag encoding: iteration * radix + step number (lexicographic, like the runtime's, §5.4)."""
+__all__ = ["BUS_FACTOR", "CACHE_STATS", "MAX_COUNT", "NVLINK_EFFICIENCY", "SIMPLE_SLICES_PER_MESSAGE",
+           "STEP_US", "CacheStats", "ProgramModel", "ProgramPoint", "ProgramTimes",
+           "ProgramTiming", "Slicing", "TimingStore", "cached_times", "effective_chunk_bytes",
+           "in_size_range", "not_a_gpu", "program_model", "program_time", "program_times_us",
+           "slicing", "sweep", "time_lower_bound", "time_lower_bounds", "write_trace"]
 
 NVLINK_EFFICIENCY = {"volta": 20.0 / 25.0, "ampere": 20.0 / 25.0, "hopper": 20.6 / 25.0}
 """NCCL's usable NVLink bandwidth per lane over the nominal 25 GB/s per direction: NVIDIA/nccl
 ``src/graph/topo.h`` @ b6475625 (v2.20.3-1) ``SM70_NVLINK_BW 20.0``, ``SM80_NVLINK_BW 20.0``,
 ``SM90_NVLINK_BW 20.6`` GB/s. Applied to intra-node links and switch ports of NVIDIA GPUs."""
 
-STEP_US = 0.0
-"""Executor flag/barrier cost per message *beyond* NCCL's per-hop latency (``hop_*``): fitted to
-MSCCL's published ND H100 v5 times with the cited launch, the best value on a 0.05 µs grid is 0.0
-(``results/reality_msccl.md``), so none is added by default; a calibration may set one."""
 
 
-@dataclass(frozen=True)
-class ProgramModel:
-    """Everything the timed model charges besides the topology's links (µs, GB/s)."""
-
-    proto: ProtocolParams
-    launch_us: float = 0.0
-    step_us: float = STEP_US
-    exposed_receive: float = 0.0
-    """Fraction of a receive-only message's copy-out that is not overlapped with its arrival."""
-    cut_through: float = 0.0
-    """Fraction of a message that must have arrived before the receiver can start on it."""
-    nvlink_efficiency: float = 1.0
-    """Usable share of an intra-node link's nominal bandwidth (NCCL's NVLink figure / nominal)."""
-    reduce_streams: bool = True
-    """Reductions read one more stream per source (slower than a copy)."""
-    source: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"protocol": self.proto.name, "launch_us": self.launch_us, "step_us": self.step_us,
-                "exposed_receive": self.exposed_receive, "cut_through": self.cut_through,
-                "nvlink_efficiency": self.nvlink_efficiency, "efficiency": self.proto.efficiency,
-                "channel_GBps": self.proto.channel_GBps, "hop_intra_us": self.proto.hop_intra_us,
-                "hop_inter_us": self.proto.hop_inter_us, "source": self.source}
 
 
 def program_model(topology: Topology, proto: str, calibration: Any = None,
@@ -211,461 +178,7 @@ def _nonneg(value: Any, what: str) -> float:
     return v
 
 
-def effective_chunk_bytes(program: Program, profile: str = "exec") -> int:
-    """The host's chunkEffBytes for the program's protocol (spec §3.5)."""
-    prof = get_profile(profile)
-    if program.proto == "Simple":
-        rooted = prof.name in ("exec", "rccl") and normalize_coll(program.coll) in ("reduce",
-                                                                                     "broadcast")
-        return SIMPLE_ROOTED_CHUNK_BYTES if rooted else SIMPLE_CHUNK_BYTES
-    return LL_CHUNK_BYTES if program.proto == "LL" else LL128_CHUNK_BYTES
-
-
-@dataclass(frozen=True)
-class Slicing:
-    """How a call of ``nbytes`` is walked: ``M`` chunks per message, slices per iteration."""
-
-    nbytes: int
-    chunk_bytes: float
-    max_count: int
-    slices: tuple[float, ...]
-    """Bytes of one chunk moved in each grid iteration."""
-
-
-def slicing(program: Program, nbytes: int, profile: str = "exec") -> Slicing:
-    eff = effective_chunk_bytes(program, profile)
-    chunk = nbytes / program.nchunksperloop
-    m = int(max(1, min(MAX_COUNT, eff // max(1, math.ceil(chunk)))))
-    if chunk <= eff:
-        slices: tuple[float, ...] = (chunk,)
-    else:
-        n = math.ceil(chunk / eff)
-        slices = tuple([float(eff)] * (n - 1) + [chunk - eff * (n - 1)])
-    return Slicing(nbytes, chunk, m, slices)
-
-
-@dataclass
-class ProgramTiming:
-    """The outcome of one timed run."""
-
-    nbytes: int
-    time_us: float
-    iterations: int
-    max_count: int
-    messages: int
-    flow_events: int
-    model: ProgramModel
-    per_block_busy_us: dict[tuple[int, int], float] = field(default_factory=dict)
-    trace: list[dict] | None = None
-
-
-# ------------------------------------------------------------------------------ the machine
-class _Conn:
-    __slots__ = ("alpha", "cap", "inflight", "inter", "queue", "receiver", "res", "sender")
-
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.inflight = 0          # messages whose send started and that are not yet consumed
-        self.queue: deque[_Msg] = deque()   # messages sent and not yet taken by the receiver
-        self.sender = -1
-        self.receiver = -1
-        self.res: tuple[int, ...] = ()
-        self.alpha = 0.0
-        self.inter = False
-
-
-class _Msg:
-    """One message on a connection: its head (enough to start consuming) and its tail arrive."""
-
-    __slots__ = ("head", "tail", "tail_time", "waiter")
-
-    def __init__(self) -> None:
-        self.head = False
-        self.tail = False
-        self.tail_time = math.inf
-        self.waiter: tuple | None = None   # a receiving unit that ended before the tail arrived
-
-
-class _Sim:
-    def __init__(self, program: Program, topology: Topology, nbytes: int, model: ProgramModel,
-                 profile: str, trace: bool) -> None:
-        if program.ngpus != topology.num_ranks:
-            raise SynthError(f"the program has {program.ngpus} ranks but topology "
-                             f"'{topology.name}' has {topology.num_ranks} (pick --topo/--nodes)")
-        self.model = model
-        self.sl = slicing(program, nbytes, profile)
-        self.want_trace = trace
-        self.events: list[dict] = []
-        proto = model.proto
-        self.eff = proto.efficiency
-        self.tb_rate = proto.channel_GBps * 1e3          # data bytes per µs
-        cap = fifo_capacity(program)
-        # blocks and their folded operations
-        self.block_rank: list[int] = []
-        self.block_tb: list[int] = []
-        self.ops: list[list[tuple]] = []
-        rank_base: dict[int, int] = {}
-        for g in sorted(program.gpus, key=lambda g: g.id):
-            rank_base[g.id] = len(self.ops)
-            for tb in sorted(g.tbs, key=lambda t: t.id):
-                self.block_rank.append(g.id)
-                self.block_tb.append(tb.id)
-                self.ops.append([])
-        self.nb = len(self.ops)
-        self.out_conn: list[_Conn | None] = [None] * self.nb
-        self.in_conn: list[_Conn | None] = [None] * self.nb
-        conns: dict[tuple[int, int, int], _Conn] = {}
-        self.res_index: dict[tuple, int] = {}
-        res_caps: list[float] = []
-        self.res_names: list[str] = []
-        node_of = topology.node_of
-        for g in sorted(program.gpus, key=lambda g: g.id):
-            for tb in sorted(g.tbs, key=lambda t: t.id):
-                b = rank_base[g.id] + tb.id
-                for (code, _src, _dst, srcs, cnt, waits, pos, _first, hasdep, _n, _i) in fold_block(
-                        tb, {"i": 0, "o": 0, "s": 0}, 1):
-                    gw = tuple(rank_base[g.id] + d for d, _ in waits)
-                    ks = tuple(k for _, k in waits)
-                    nsrc = len(srcs) if srcs else 1
-                    self.ops[b].append((code, cnt, tuple(zip(gw, ks, strict=True)), pos, hasdep,
-                                        nsrc))
-                for peer, outgoing in ((tb.send, True), (tb.recv, False)):
-                    if peer < 0:
-                        continue
-                    key = (g.id, peer, tb.chan) if outgoing else (peer, g.id, tb.chan)
-                    c = conns.get(key)
-                    if c is None:
-                        c = conns[key] = _Conn(cap)
-                        src, dst = key[0], key[1]
-                        ch = topology.channel(src, dst)
-                        if ch is None:
-                            raise SynthError(f"rank {src} sends to rank {dst}, which topology "
-                                             f"'{topology.name}' does not connect to it")
-                        ids = []
-                        inter = node_of[src] != node_of[dst]
-                        scale = 1.0 if inter else model.nvlink_efficiency
-                        for rname, beta, lanes in ch.resources:
-                            i = self.res_index.get(rname)
-                            if i is None:
-                                i = self.res_index[rname] = len(res_caps)
-                                res_caps.append(scale * lanes * MB / beta)   # bytes per µs
-                                self.res_names.append(":".join(rname))
-                            ids.append(i)
-                        c.res = tuple(ids)
-                        c.alpha = ch.alpha_us
-                        c.inter = inter
-                    if outgoing:
-                        c.sender = b
-                        self.out_conn[b] = c
-                    else:
-                        c.receiver = b
-                        self.in_conn[b] = c
-        self.res_cap = np.asarray(res_caps, dtype=float)
-        self.res_cap_list = [float(c) for c in res_caps]
-        # dynamic state
-        self.t = 0.0
-        self.it = [0] * self.nb
-        self.oi = [0] * self.nb
-        self.ui = [0] * self.nb
-        self.busy = [False] * self.nb
-        self.done = [False] * self.nb
-        self.flag = [-1] * self.nb
-        self.flag_waiters: list[list[int]] = [[] for _ in range(self.nb)]
-        self.heap: list[tuple[float, int, int, int, Any]] = []
-        self.seq = 0
-        # id -> [wire bytes left at t_ref, rate, block, conn, t_start, cap, data bytes, msg,
-        #        head threshold (wire bytes left when the head is in; -1 once sent), t_ref, version]
-        self.flows: dict[int, list] = {}
-        self.on_res: list[set[int]] = [set() for _ in res_caps]
-        self.dirty: set[int] = set()          # resources whose flows need new rates
-        self.flow_ids = 0
-        self.messages = 0
-        self.flow_events = 0
-        self.busy_us = [0.0] * self.nb
-        self.cur_in: list[_Msg | None] = [None] * self.nb
-        self.head_frac = model.cut_through
-
-    # ---------------------------------------------------------------- helpers
-    def _push(self, when: float, kind: int, b: int, payload: Any = None) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (when, self.seq, kind, b, payload))
-
-    def _units(self, op: tuple) -> int:
-        code, cnt = op[0], op[1]
-        if _SENDS[code] or _RECVS[code]:
-            return -(-cnt // self.sl.max_count)
-        return 1
-
-    def _unit_bytes(self, b: int, op: tuple) -> float:
-        cnt, M = op[1], self.sl.max_count
-        chunks = min(M, cnt - self.ui[b] * M) if _SENDS[op[0]] or _RECVS[op[0]] else cnt
-        return chunks * self.sl.slices[self.it[b]]
-
-    def _span(self, b: int, name: str, t0: float, t1: float, args: dict | None = None) -> None:
-        if self.want_trace and t1 > t0:
-            ev = {"name": name, "ph": "X", "ts": round(t0, 4), "dur": round(t1 - t0, 4),
-                  "pid": self.block_rank[b], "tid": self.block_tb[b]}
-            if args:
-                ev["args"] = args
-            self.events.append(ev)
-
-    # ---------------------------------------------------------------- block progress
-    def try_start(self, b: int) -> None:
-        """Start block b's next unit if nothing holds it back (else register what it waits on)."""
-        if self.busy[b] or self.done[b]:
-            return
-        op = self.ops[b][self.oi[b]]
-        code = op[0]
-        if self.ui[b] == 0:
-            base = self.it[b] * _FLAG_RADIX
-            for d, k in op[2]:
-                if self.flag[d] < base + k:
-                    self.flag_waiters[d].append(b)
-                    return
-        if _RECVS[code]:
-            q = self.in_conn[b].queue
-            if not q or not q[0].head:
-                return  # woken when the head of the next message arrives
-        if _SENDS[code]:
-            c = self.out_conn[b]
-            if c.inflight >= c.cap:
-                return  # woken when the receiver frees a slot
-        # start the unit
-        self.busy[b] = True
-        m = self.model
-        nbytes = self._unit_bytes(b, op)
-        if _RECVS[code]:
-            self.cur_in[b] = self.in_conn[b].queue.popleft()
-        sync = m.step_us
-        if _SENDS[code]:    # NCCL's hwLat is per hop: charged once, on the sending side
-            c = self.out_conn[b]
-            sync += m.proto.hop_inter_us if c.inter else m.proto.hop_intra_us
-        if _SENDS[code]:
-            self.out_conn[b].inflight += 1
-            self._push(self.t + sync, 1, b, (nbytes, self.t))      # 1: begin transfer
-        else:
-            # local work: receive-only copy-out tail, cpy, re
-            rate = self.tb_rate
-            if code in (R, RRC):
-                # the copy-out runs while the message arrives; what is left after its tail:
-                tail = nbytes * m.exposed_receive * (1.5 if code == RRC and m.reduce_streams
-                                                     else 1.0) / rate
-                self._push(self.t + sync, 2, b, (self.t, nbytes, tail))       # 2: timer
-                return
-            # cpy: one read + one write; re with nsrc sources reads nsrc + 1 streams, writes one
-            work = nbytes if code == CPY else nbytes * ((op[5] + 2) / 2 if m.reduce_streams else 1.0)
-            self._push(self.t + sync + work / rate, 2, b, (self.t, nbytes, None))
-
-    def begin_transfer(self, b: int, nbytes: float, t_start: float) -> None:
-        op = self.ops[b][self.oi[b]]
-        c = self.out_conn[b]
-        cap = self.tb_rate
-        if op[0] in (RRS, RRCS) and self.model.reduce_streams:
-            cap *= 2.0 / 3.0
-        msg = _Msg()
-        c.queue.append(msg)
-        wire = nbytes / self.eff
-        head_rem = wire * (1.0 - self.head_frac)
-        if self.head_frac <= 0.0:
-            self._push(self.t + c.alpha, 3, c.receiver, msg)          # 3: head arrives
-            head_rem = -1.0
-        self.flow_ids += 1
-        # wire bytes; the block's cap is on data bytes, so in wire units it is cap / efficiency
-        fid = self.flow_ids
-        self.flows[fid] = [wire, 0.0, b, c, t_start, cap / self.eff, nbytes, msg, head_rem,
-                           self.t, 0]
-        for r in c.res:
-            self.on_res[r].add(fid)
-        self.dirty.update(c.res)
-        self.messages += 1
-
-    def finish_flow(self, fid: int) -> None:
-        f = self.flows.pop(fid)
-        b, c, t_start, nbytes, msg = f[2], f[3], f[4], f[6], f[7]
-        for r in c.res:
-            self.on_res[r].discard(fid)
-        self.dirty.update(c.res)
-        if f[8] >= 0:                      # the head threshold was never crossed separately
-            self._push(self.t + c.alpha, 3, c.receiver, msg)
-        incoming = self.cur_in[b]
-        if incoming is not None and not incoming.tail:
-            # a forwarding unit cannot end before what it forwards has fully arrived
-            incoming.waiter = ("fwd", b, t_start, nbytes, msg)
-            return
-        self._push(self.t + c.alpha, 4, c.receiver, msg)              # 4: tail arrives
-        self.unit_done(b, t_start, nbytes)
-
-    def tail_arrives(self, msg: _Msg) -> None:
-        msg.tail = True
-        msg.tail_time = self.t
-        w = msg.waiter
-        if w is None:
-            return
-        msg.waiter = None
-        if w[0] == "fwd":
-            _, b, t_start, nbytes, out = w
-            self._push(self.t + self.out_conn[b].alpha, 4, self.out_conn[b].receiver, out)
-            self.unit_done(b, t_start, nbytes)
-        else:
-            _, b, t_start, nbytes, tail = w
-            self._push(self.t + tail, 2, b, (t_start, nbytes, 0.0))
-
-    def timer(self, b: int, t_start: float, nbytes: float, tail: float | None) -> None:
-        """A local unit's work is over; a receive-only one also needs its message's tail."""
-        msg = self.cur_in[b]
-        if tail is not None and msg is not None:
-            if not msg.tail:
-                msg.waiter = ("recv", b, t_start, nbytes, tail)
-                return
-            end = msg.tail_time + tail
-            if end > self.t + 1e-12:
-                self._push(end, 2, b, (t_start, nbytes, 0.0))
-                return
-        self.unit_done(b, t_start, nbytes)
-
-    def unit_done(self, b: int, t_start: float, nbytes: float | None = None) -> None:
-        op = self.ops[b][self.oi[b]]
-        code = op[0]
-        self.busy[b] = False
-        self.busy_us[b] += self.t - t_start
-        if self.want_trace:
-            names = ("s", "r", "rcs", "rrs", "rrc", "rrcs", "cpy", "re")
-            self._span(b, names[code], t_start, self.t,
-                       {"iter": self.it[b], "step": op[3], "bytes": int(nbytes or 0)})
-        if _RECVS[code]:
-            c = self.in_conn[b]
-            c.inflight -= 1
-            self.cur_in[b] = None
-            self.try_start(c.sender)
-        self.ui[b] += 1
-        if self.ui[b] >= self._units(op):
-            self.ui[b] = 0
-            if op[4]:
-                self.flag[b] = self.it[b] * _FLAG_RADIX + op[3]
-                waiters, self.flag_waiters[b] = self.flag_waiters[b], []
-                for w in waiters:
-                    self.try_start(w)
-            self.oi[b] += 1
-            if self.oi[b] >= len(self.ops[b]):
-                self.oi[b] = 0
-                self.it[b] += 1
-                if self.it[b] >= len(self.sl.slices):
-                    self.done[b] = True
-                    self.t_end = max(self.t_end, self.t)
-                    return
-        self.try_start(b)
-
-    # ---------------------------------------------------------------- main loop
-    def _milestone(self, fid: int, f: list) -> None:
-        """Schedule the flow's next milestone (head in, or last byte out) at its current rate."""
-        f[10] += 1
-        if f[1] <= 0:
-            return
-        target = f[8] if f[8] >= 0 else 0.0
-        self._push(f[9] + max(f[0] - target, 0.0) / f[1], 5, fid, f[10])
-
-    def _recompute(self) -> None:
-        """New max-min rates for the flows connected (through shared resources) to a change.
-
-        Max-min fair shares decompose over connected components of the flow-resource graph, so
-        only the components touching a resource whose flow set changed are recomputed.
-        """
-        seen_res = set(self.dirty)
-        self.dirty = set()
-        todo = list(seen_res)
-        comp: list[int] = []
-        seen_flows: set[int] = set()
-        while todo:
-            r = todo.pop()
-            for fid in self.on_res[r]:
-                if fid in seen_flows:
-                    continue
-                seen_flows.add(fid)
-                comp.append(fid)
-                for r2 in self.flows[fid][3].res:
-                    if r2 not in seen_res:
-                        seen_res.add(r2)
-                        todo.append(r2)
-        if not comp:
-            return
-        comp.sort()
-        flows = self.flows
-        if len(comp) == 1:
-            f = flows[comp[0]]
-            rates = [min(f[5], *(self.res_cap_list[r] for r in f[3].res))]
-        else:
-            rates = fair_rates([flows[i][3].res for i in comp], self.res_cap_list,
-                               [flows[i][5] for i in comp], self.res_cap)
-        t = self.t
-        for fid, rate in zip(comp, rates, strict=True):
-            f = flows[fid]
-            if rate != f[1] or f[10] == 0:
-                f[0] -= f[1] * (t - f[9])
-                f[9] = t
-                f[1] = rate
-                self._milestone(fid, f)
-        if self.want_trace:
-            for r in sorted(seen_res):
-                load = sum(flows[i][1] for i in self.on_res[r])
-                self.events.append({"name": self.res_names[r], "ph": "C", "ts": round(t, 4),
-                                    "pid": "links", "args": {"GB/s": round(load / 1e3, 3)}})
-        self.flow_events += 1
-
-    def milestone(self, fid: int, version: int) -> None:
-        f = self.flows.get(fid)
-        if f is None or f[10] != version:
-            return                      # superseded by a rate change
-        f[0] -= f[1] * (self.t - f[9])
-        f[9] = self.t
-        if f[8] >= 0 and f[0] <= f[8] + 1e-6 * max(1.0, f[8]):
-            f[8] = -1.0                 # the head (Simple: the first slice) is in
-            self._push(self.t + f[3].alpha, 3, f[3].receiver, f[7])
-            if f[0] > 1e-6:
-                self._milestone(fid, f)
-                return
-        if f[0] <= 1e-6 * max(1.0, f[6]):
-            self.finish_flow(fid)
-        else:
-            self._milestone(fid, f)
-
-    def run(self) -> float:
-        for b in range(self.nb):
-            if not self.ops[b]:
-                self.done[b] = True
-        self.t = self.t_end = self.model.launch_us
-        for b in range(self.nb):
-            self.try_start(b)
-        heap = self.heap
-        while True:
-            if self.dirty:
-                self._recompute()
-            if not heap:
-                break
-            self.t = heap[0][0]
-            while heap and heap[0][0] <= self.t:
-                _, _, kind, b, payload = heapq.heappop(heap)
-                if kind == 1:
-                    self.begin_transfer(b, payload[0], payload[1])
-                elif kind == 2:
-                    self.timer(b, *payload)
-                elif kind == 3:
-                    payload.head = True
-                    self.try_start(b)
-                elif kind == 4:
-                    self.tail_arrives(payload)
-                else:
-                    self.milestone(b, payload)
-        stuck = [b for b in range(self.nb) if not self.done[b]]
-        if stuck:
-            b = stuck[0]
-            raise VerificationError(
-                "deadlock", f"at {self.sl.nbytes} bytes (M={self.sl.max_count}) {len(stuck)} "
-                f"threadblocks never finish, e.g. rank {self.block_rank[b]} tb {self.block_tb[b]} "
-                f"in iteration {self.it[b]} at its operation {self.oi[b]}: the file's size range "
-                "(maxBytes) does not allow this size")
-        return self.t_end   # not self.t: superseded flow milestones may still be in the heap
-
-
+@progress.spanned("program-model")
 def program_time(program: Program, topology: Topology, nbytes: int, *,
                  model: ProgramModel | None = None, calibration: Any = None,
                  profile: str = "exec", trace: bool = False) -> ProgramTiming:
@@ -680,11 +193,7 @@ def program_time(program: Program, topology: Topology, nbytes: int, *,
         model = program_model(topology, program.proto, calibration)
     elif model.proto.name != program.proto:
         model = replace(model, proto=default_model(topology).get(program.proto))
-    sim = _Sim(program, topology, int(nbytes), model, profile, trace)
-    t = sim.run()
-    busy = {(sim.block_rank[b], sim.block_tb[b]): sim.busy_us[b] for b in range(sim.nb)}
-    return ProgramTiming(int(nbytes), t, len(sim.sl.slices), sim.sl.max_count, sim.messages,
-                         sim.flow_events, model, busy, sim.events if trace else None)
+    return simulate(program, topology, int(nbytes), model, profile, trace)
 
 
 def program_times_us(program: Program, topology: Topology, sizes: Sequence[int], *,
@@ -703,6 +212,97 @@ def program_times_us(program: Program, topology: Topology, sizes: Sequence[int],
             out.append(math.inf)
     return out
 
+
+
+# ------------------------------------------------------------------------------ cached times
+_TIMES: dict[tuple, float] = {}
+_TIMES_KEPT = 1 << 20
+"""Times remembered in the process at most (then the memory starts again)."""
+_DIGESTS: dict[int, tuple[str, str]] = {}
+
+
+@dataclass
+class CacheStats:
+    """What :func:`cached_times` did in this process: sizes answered from memory, from a
+    :class:`TimingStore`, and simulated."""
+
+    memory: int = 0
+    disk: int = 0
+    simulated: int = 0
+
+
+CACHE_STATS = CacheStats()
+
+
+def _digest(text: str) -> str:
+    hit = _DIGESTS.get(id(text))
+    if hit is not None and hit[0] is text:
+        return hit[1]
+    if len(_DIGESTS) > 64:
+        _DIGESTS.clear()
+    digest = text_digest(text)
+    _DIGESTS[id(text)] = (text, digest)
+    return digest
+
+
+def cached_times(text: str, topology: Topology, sizes: Sequence[int], *,
+                 model: ProgramModel | None = None, calibration: Any = None,
+                 profile: str = "exec", program: Program | None = None,
+                 store: TimingStore | None = None) -> list[float]:
+    """:func:`program_times_us` of the MSCCL-IR file ``text``, each size simulated at most once.
+
+    Times are remembered by the file's content (SHA-256 of ``text``), the topology's
+    ``content_hash``, the model's figures (:func:`synth.timing.program_store.model_figures`, so a
+    calibration is part of the key), ``profile`` and the size: in this process always, and across
+    processes in ``store`` when one is given (:meth:`TimingStore.beside` a catalog's cache folder).
+    The simulation is deterministic, so a remembered time is the time a new run would find,
+    to the bit; ``inf`` where the file deadlocks.
+
+    ``model``: the figures to time with (build them once per protocol, e.g.
+    :meth:`ProgramTimes.model`); None builds them from ``calibration`` for the file's protocol,
+    which needs the file parsed. ``program``: the parsed ``text``, if the caller has it; else it
+    is parsed only when some size has to be simulated. ``text`` must have passed the interpreter
+    (:func:`synth.emit.emit_verified_xml` produces such text).
+    """
+    from ..emit.xml_parse import parse_program
+
+    if model is None:
+        program = program if program is not None else parse_program(text, "<program>", profile)
+        model = program_model(topology, program.proto, calibration)
+    group = (_digest(text), topology.content_hash, model_figures(model), profile)
+    out: dict[int, float] = {}
+    missing = []
+    for n in dict.fromkeys(int(x) for x in sizes):
+        t = _TIMES.get((*group, n))
+        if t is None:
+            missing.append(n)
+        else:
+            out[n] = t
+            CACHE_STATS.memory += 1
+    key = group_key(*group) if store is not None and missing else None
+    if key is not None:
+        stored = store.get(key)  # type: ignore[union-attr]
+        for n in [n for n in missing if n in stored]:
+            out[n] = _remember(group, n, stored[n])
+            CACHE_STATS.disk += 1
+        missing = [n for n in missing if n not in stored]
+    if missing:
+        if program is None:
+            program = parse_program(text, "<program>", profile)
+        fresh = program_times_us(program, topology, missing, model=model, profile=profile)
+        for n, t in zip(missing, fresh, strict=True):
+            out[n] = _remember(group, n, t)
+        CACHE_STATS.simulated += len(missing)
+        if key is not None:
+            store.put(key, dict(zip(missing, fresh, strict=True)))  # type: ignore[union-attr]
+    return [out[int(n)] for n in sizes]
+
+
+def _remember(group: tuple, nbytes: int, t: float) -> float:
+    if len(_TIMES) >= _TIMES_KEPT:
+        _TIMES.clear()
+    _TIMES[(*group, nbytes)] = t
+    return t
 
 def write_trace(timing: ProgramTiming, program: Program, path) -> None:
     """Write the run's Chrome/Perfetto trace (JSON object format) atomically."""

@@ -36,6 +36,7 @@ import scipy.sparse as sp
 from scipy.optimize import linprog
 from scipy.sparse.csgraph import dijkstra, shortest_path
 
+from ... import progress
 from ...collectives import Collective, make_collective, max_chunks_per_rank
 from ...errors import NotApplicable, SynthError
 from ...schedule import Schedule, Step
@@ -214,8 +215,9 @@ def _solve_lp(comms: list[Commodity], hop_res: list[list[list[tuple[int, float]]
     eq_r = [ci for ci, _, _ in var]
     a_eq = sp.csr_array((np.ones(nv), (eq_r, np.arange(nv))), shape=(len(comms), nv + S))
     obj = np.concatenate([np.zeros(nv), np.ones(S)])
-    res = linprog(obj, A_ub=a_ub, b_ub=np.zeros(len(rows)), A_eq=a_eq, b_eq=np.ones(len(comms)),
-                  bounds=(0, None), method="highs")
+    with progress.span("solve"):
+        res = linprog(obj, A_ub=a_ub, b_ub=np.zeros(len(rows)), A_eq=a_eq,
+                      b_eq=np.ones(len(comms)), bounds=(0, None), method="highs")
     if res.status != 0:
         raise SynthError(f"flow LP failed: {res.message}")
     return float(res.fun), np.asarray(res.x[:nv]), var, np.asarray(res.x[nv:])

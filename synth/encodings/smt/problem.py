@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ... import progress
 from ...collectives import Collective, make_collective
 from ...errors import NotApplicable, SynthError
 from ...schedule import Schedule, Step, Transfer
@@ -561,8 +562,9 @@ class SmtProblem:
             entry = (eng, cap)
             part.engines[key] = entry
         eng = entry[0]
-        status, sol, used, by_wall = eng.solve(rounds, work, wall_s=budget.wall_left(),
-                                               deterministic=self.deterministic)
+        with progress.span("solve"):
+            status, sol, used, by_wall = eng.solve(rounds, work, wall_s=budget.wall_left(),
+                                                   deterministic=self.deterministic)
         budget.charge(used)
         if by_wall:
             budget.note_safety_stop(f"smt ({self.engine}) instance S{steps} R{rounds} ({kind} model)")

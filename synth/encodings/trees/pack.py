@@ -39,6 +39,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
+from ... import progress
 from ...errors import SynthError
 from ...topology import Topology
 from ..symmetry import RankGroup, ResourceMap
@@ -642,8 +643,9 @@ def _restricted_lp(columns: list[tuple[int, np.ndarray, np.ndarray]], cap: np.nd
     a_ub = sp.csr_array((vals, (rows, cols)), shape=(n_rows, nvar))
     eq_rows = [i for i, _, _ in columns]
     a_eq = sp.csr_array((np.ones(c_n), (eq_rows, np.arange(c_n))), shape=(n_roots, nvar))
-    res = linprog(obj, A_ub=a_ub, b_ub=np.asarray(b_ub), A_eq=a_eq, b_eq=np.ones(n_roots),
-                  bounds=(0, None), method="highs")
+    with progress.span("solve"):
+        res = linprog(obj, A_ub=a_ub, b_ub=np.asarray(b_ub), A_eq=a_eq, b_eq=np.ones(n_roots),
+                      bounds=(0, None), method="highs")
     if res.status != 0:
         raise SynthError(f"tree-packing LP failed ({stage.kind}): {res.message}")
     duals = np.maximum(-np.asarray(res.ineqlin.marginals), 0.0)
