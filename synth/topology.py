@@ -264,6 +264,25 @@ class Topology:
         cache[key] = found
         return found
 
+    def pair_bound(self) -> int:
+        """An upper bound on the ordered rank pairs one hop apart, counted without listing them.
+
+        A switch joins every pair of ranks on ports that reach each other, so a 16,384-port switch
+        has 2.7 * 10^8 pairs: code that walks pairs (sketches, graphs) checks this bound first,
+        in time linear in the ports.
+        """
+        total = len(self.links)
+        for switch in self.switches:
+            on_switch = sum(len(p.ranks) for p in switch.ports)
+            in_domain: dict[int, int] = {}
+            for p in switch.ports:
+                if p.domain >= 0:
+                    in_domain[p.domain] = in_domain.get(p.domain, 0) + len(p.ranks)
+            for p in switch.ports:
+                unreachable = len(p.ranks) if p.domain < 0 else in_domain[p.domain]
+                total += len(p.ranks) * (on_switch - unreachable)
+        return total
+
     def has_channel(self, src: int, dst: int) -> bool:
         return self.channel(src, dst) is not None
 

@@ -318,7 +318,8 @@ switches:
     (4, 1, ".nan", "not a finite number"),
     (4, 1, "1e-300", "BETA_RANGE_US_PER_MB"),
     (4, 1, "1e300", "BETA_RANGE_US_PER_MB"),
-    (10**30, 1, 25, "maximum of 16384"),
+    (10**30, 1, 25, "too large a number"),
+    (10**6, 1, 25, "must be at most 16384"),
 ])
 def test_absurd_topology_figures_are_input_errors(tmp_path, ranks, alpha, bw, needle):
     path = tmp_path / "t.yaml"
