@@ -181,7 +181,7 @@ def parse_timings(data: Any, source: str, mesh: Mesh, model: CostModel) -> list[
             if not isinstance(r, dict):
                 raise TypeError(f"a record is an object, got {r!r:.60}")
             t = _number(r["time_us"], "time_us")
-            check_time(t, where)
+            check_time(t, "time_us")
             if r.get("launch"):
                 out.append(Record("launch", t, line=where))
             elif "transform" in r:
