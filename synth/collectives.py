@@ -191,10 +191,12 @@ def custom_collective(data: Any, source: str, inplace: bool = False) -> Collecti
     validate(data, CUSTOM_SCHEMA, source, _explain)
     n, num = data["ranks"], data["chunks"]
 
-    def table(key: str) -> tuple[tuple[int, ...], ...]:
+    def table(key: str) -> dict[int, tuple[int, ...]]:
+        """Chunk -> its ranks, for the chunks the table names (up to 2^20 chunks are declared;
+        a table names a handful, so nothing here is sized by ``chunks``)."""
         raw = data[key]
         items = raw.items() if isinstance(raw, dict) else raw
-        out: list[set[int]] = [set() for _ in range(num)]
+        out: dict[int, tuple[int, ...]] = {}
         seen: set[int] = set()
         for key_c, ranks in items:
             if isinstance(key_c, int) and not isinstance(key_c, bool):
@@ -213,21 +215,25 @@ def custom_collective(data: Any, source: str, inplace: bool = False) -> Collecti
             for r in ranks:
                 if not 0 <= r < n:
                     raise SynthError(f"{source}: field '{key}': rank {r} out of range 0..{n - 1}")
-            out[c].update(ranks)
-        return tuple(tuple(sorted(s)) for s in out)
+            if ranks:
+                out[c] = tuple(sorted(set(ranks)))
+        return out
 
-    pre, post = table("pre"), table("post")
-    if all(set(post[c]) <= set(pre[c]) for c in range(num)) and not data.get("combining"):
+    pre_of, post_of = table("pre"), table("post")
+    if all(set(ranks) <= set(pre_of.get(c, ())) for c, ranks in post_of.items()) \
+            and not data.get("combining"):
         raise SynthError(f"{source}: field 'post': every chunk already is where the postcondition "
-                         "wants it" + (" (the postcondition is empty)" if not any(post) else "")
+                         "wants it" + (" (the postcondition is empty)" if not post_of else "")
                          + "; a collective must move at least one chunk")
-    if not any(post):
+    if not post_of:
         raise SynthError(f"{source}: field 'post': the postcondition is empty; a collective must "
                          "require at least one chunk somewhere")
-    for c in range(num):
-        if post[c] and not pre[c]:
-            raise SynthError(f"{source}: chunk {c} must end on ranks {_few(post[c])} "
+    for c in sorted(post_of):
+        if c not in pre_of:
+            raise SynthError(f"{source}: chunk {c} must end on ranks {_few(post_of[c])} "
                              "but no rank holds it at the start")
+    pre: tuple[tuple[int, ...], ...] = tuple(pre_of.get(c, ()) for c in range(num))
+    post: tuple[tuple[int, ...], ...] = tuple(post_of.get(c, ()) for c in range(num))
     inputs, outputs = _per_rank(pre, n), _per_rank(post, n)
     return Collective(kind=data.get("name", "custom"), num_ranks=n, chunks_per_rank=1,
                       num_chunks=num, pre=pre, post=post, combining=bool(data.get("combining")),

@@ -37,10 +37,12 @@ MAX_INPUT_BYTES = 256 * 2**20
 the largest shipped machines, nccl-tests logs -- are a few MB; a larger file is a mistake (a core
 dump, a tensor) that would otherwise be read whole into memory before failing."""
 
-MAX_YAML_BYTES = 8 * 2**20
-"""The largest YAML text synth parses (8 MiB). PyYAML builds about a megabyte of nodes per second,
-so a YAML file at :data:`MAX_INPUT_BYTES` would take minutes; synth's YAML inputs (topologies,
-sketches, custom collectives) are kilobytes, and a big one can be written as JSON instead."""
+MAX_YAML_BYTES = 2 * 2**20
+"""The largest YAML text synth parses (2 MiB). PyYAML builds a few hundred kilobytes of dense YAML
+(a list of links, a table of chunks) per second, so a YAML file at :data:`MAX_INPUT_BYTES` would
+take many minutes; synth's YAML inputs (topologies, sketches, custom collectives) are kilobytes
+(the largest shipped topology, trn2_64, is 23 KB), and a big one can be written as JSON, which is
+read at C speed."""
 
 MAX_INT = 2**64 - 1
 """The largest whole number (in magnitude) an input file may hold: the largest a synth input means is
@@ -283,7 +285,7 @@ def parse_data(text: str, source: str, fmt: str = "yaml", *, finite: bool = True
     deeper than :data:`MAX_DEPTH` are refused either way.
     """
     if fmt != "json" and len(text) > MAX_YAML_BYTES:
-        raise SynthError(f"{source}: {len(text) / 2**20:.0f} MiB of YAML; synth parses YAML files "
+        raise SynthError(f"{source}: {len(text) / 2**20:.1f} MiB of YAML; synth parses YAML files "
                          f"up to {MAX_YAML_BYTES // 2**20} MiB (its parser is slow): write a file "
                          "this large as JSON (a .json suffix)")
     try:

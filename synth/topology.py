@@ -40,6 +40,10 @@ MAX_LINKS = 2**18
 """The most directed point-to-point links a topology may have (fully_connected:512 has 261,632):
 building 2^20 of them took 8 s here before any solving started. Switches scale past this."""
 
+MAX_CLASSES = 1024
+"""The most link classes a topology or calibration file may name. Real machines have a handful
+(NVLink, NVSwitch, PCIe, a NIC); a file with 300,000 took 12 s to read before anything ran."""
+
 MAX_PARALLEL = 1024
 """The most parallel links (``count``) or lanes one link or port may bundle."""
 

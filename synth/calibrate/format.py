@@ -32,7 +32,14 @@ from typing import Any
 
 from ..errors import SynthError, number_field
 from ..schema import field_name, short
-from ..topology import Port, Switch, Topology, beta_from_bandwidth, check_link_figures
+from ..topology import (
+    MAX_CLASSES,
+    Port,
+    Switch,
+    Topology,
+    beta_from_bandwidth,
+    check_link_figures,
+)
 
 FORMAT = "synth-calibration/1"
 
@@ -131,6 +138,9 @@ class Calibration:
         classes_in = data.get("link_classes") or {}
         if not isinstance(classes_in, Mapping):
             raise SynthError(f"{source}: 'link_classes' must map a class name to its α/β")
+        if len(classes_in) > MAX_CLASSES:
+            raise SynthError(f"{source}: 'link_classes' names {len(classes_in)} classes; synth "
+                             f"reads at most {MAX_CLASSES} (MAX_CLASSES)")
         classes = {str(k): _class_params(v, f"{source}: link_classes.{field_name([k])}")
                    for k, v in sorted(classes_in.items(), key=lambda kv: str(kv[0]))}
         protocols = data.get("protocols")
