@@ -222,9 +222,9 @@ def check_connected(topo: Topology, source: str) -> None:
     """Every rank must reach every other rank (possibly through switches).
 
     The reach is that of :meth:`Topology.physical_graph` (rank -> out-port -> switch -> in-port ->
-    rank, and the links), decided by SciPy's strongly-connected components on a sparse matrix:
-    networkx on the same graph took 50 s for 3,000 switches of 64 ports, this takes a fraction of
-    a second.
+    rank, and the links), decided by SciPy's strongly-connected components on a sparse matrix. On
+    3,000 switches of 64 ports each (192,000 ports), measured side by side on a loaded two-core
+    machine: 0.5-0.8 s here, 25 s for networkx on the physical graph (33-51x).
     """
     if topo.num_ranks == 1:
         return
