@@ -82,8 +82,9 @@ def switch(n: int) -> Topology:
 
 def torus(dims: tuple[int, ...]) -> Topology:
     """A torus with wraparound in every dimension; ranks numbered row-major."""
+    shape = "x".join(map(str, dims)) if len(dims) <= 4 else f"{len(dims)} dimensions"
     _need(1 <= len(dims) <= 3 and all(d >= 2 for d in dims),
-          f"torus needs 1 to 3 dimensions of size >= 2, got {'x'.join(map(str, dims))}")
+          f"torus needs 1 to 3 dimensions of size >= 2, got {shape}")
     n = math.prod(dims)
     check_size(f"torus:{'x'.join(map(str, dims))}", n, 2 * len(dims) * n)
     coords = list(itertools.product(*(range(d) for d in dims)))
@@ -163,10 +164,12 @@ def _need(ok: bool, message: str) -> None:
 
 
 def _int(text: str, spec: str) -> int:
+    shown = spec if len(spec) <= 40 else f"{spec[:40]}... ({len(spec)} characters)"
     if not re.fullmatch(r"[0-9]+", text):
-        raise SynthError(f"'{spec}': expected a whole number, got '{text}'")
+        got = text if len(text) <= 20 else f"{text[:20]}..."
+        raise SynthError(f"'{shown}': expected a whole number, got '{got}'")
     if len(text) > 9:  # int() of thousands of digits is itself an error; no size is this large
-        raise SynthError(f"'{spec}': {text[:12]}... is too large a size")
+        raise SynthError(f"'{shown}': {text[:12]}... is too large a size")
     return int(text)
 
 

@@ -15,11 +15,13 @@ the buffer of allreduce/broadcast/reduce, the per-rank buffer of alltoall — an
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import SynthError, unknown_name
+from .schema import short, validate
 from .topology import MAX_RANKS
 
 KINDS = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce", "gather",
@@ -146,69 +148,101 @@ def make_collective(kind: str, num_ranks: int, chunks_per_rank: int = 1, root: i
                       inputs=tuple(inputs), outputs=tuple(outputs), root=root, inplace=inplace)
 
 
+_PAIRS = {"oneOf": [
+    {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "integer"}}},
+    {"type": "array", "items": {"type": "array", "minItems": 2, "maxItems": 2,
+                                "prefixItems": [{"type": "integer"},
+                                                {"type": "array", "items": {"type": "integer"}}]}},
+]}
+CUSTOM_SCHEMA: dict[str, Any] = {
+    "type": "object", "required": ["ranks", "chunks", "pre", "post"], "additionalProperties": False,
+    "properties": {
+        # the name becomes the collective's kind: part of every output file name and of the cache
+        # key, so it is a short plain word, and not a standard collective's (whose kind the
+        # encodings, bounds and emitters would take at its word)
+        "name": {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9_.-]*$", "maxLength": 64,
+                 "not": {"enum": [*KINDS, "custom"]}},
+        "ranks": {"type": "integer", "minimum": 1, "maximum": MAX_RANKS},
+        "chunks": {"type": "integer", "minimum": 1, "maximum": MAX_GLOBAL_CHUNKS},
+        "combining": {"type": "boolean"}, "pre": _PAIRS, "post": _PAIRS},
+}
+
+
+def _explain(err: Any) -> str | None:
+    if err.validator == "not" and list(err.path) == ["name"]:
+        return (f"'{err.instance}' is a standard collective; a custom collective needs a name of "
+                "its own (or none: it is then called 'custom')")
+    if err.validator == "pattern" and list(err.path) == ["name"]:
+        return (f"{short(err.instance)} is not a plain name: start with a letter, then letters, "
+                "digits, '_', '.' or '-' (it becomes part of file names)")
+    return None
+
+
+_CHUNK_KEY = re.compile(r"[0-9]{1,20}")
+
+
 def custom_collective(data: Any, source: str, inplace: bool = False) -> Collective:
     """A collective from plain data: ``{name, ranks, chunks, combining, pre, post}``.
 
     ``pre``/``post`` map each chunk to the ranks that hold / must hold it, as a list of
-    ``[chunk, [ranks...]]`` pairs or a mapping ``chunk: [ranks...]``.
+    ``[chunk, [ranks...]]`` pairs or a mapping ``chunk: [ranks...]`` (a YAML key ``0`` or a JSON
+    key ``"0"``). A chunk listed twice in one table is an error, not a merge.
     """
-    import jsonschema
-
-    pairs = {"oneOf": [
-        {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "integer"}}},
-        {"type": "array", "items": {"type": "array", "minItems": 2, "maxItems": 2,
-                                    "prefixItems": [{"type": "integer"},
-                                                    {"type": "array", "items": {"type": "integer"}}]}},
-    ]}
-    schema = {"type": "object", "required": ["ranks", "chunks", "pre", "post"],
-              "additionalProperties": False,
-              "properties": {"name": {"type": "string"},
-                             "ranks": {"type": "integer", "minimum": 1, "maximum": MAX_RANKS},
-                             "chunks": {"type": "integer", "minimum": 1,
-                                        "maximum": MAX_GLOBAL_CHUNKS},
-                             "combining": {"type": "boolean"}, "pre": pairs, "post": pairs}}
-    errors = list(jsonschema.Draft202012Validator(schema).iter_errors(data))
-    if errors:
-        err = errors[0]
-        where = ".".join(map(str, err.path)) or "(top level)"
-        raise SynthError(f"{source}: field '{where}': {err.message}")
+    validate(data, CUSTOM_SCHEMA, source, _explain)
     n, num = data["ranks"], data["chunks"]
 
-    def table(key: str) -> tuple[tuple[int, ...], ...]:
+    def table(key: str) -> dict[int, tuple[int, ...]]:
+        """Chunk -> its ranks, for the chunks the table names (up to 2^20 chunks are declared;
+        a table names a handful, so nothing here is sized by ``chunks``)."""
         raw = data[key]
         items = raw.items() if isinstance(raw, dict) else raw
-        out: list[set[int]] = [set() for _ in range(num)]
+        out: dict[int, tuple[int, ...]] = {}
+        seen: set[int] = set()
         for key_c, ranks in items:
-            try:
+            if isinstance(key_c, int) and not isinstance(key_c, bool):
+                c = key_c
+            elif isinstance(key_c, str) and _CHUNK_KEY.fullmatch(key_c):
                 c = int(key_c)
-            except ValueError:
-                raise SynthError(f"{source}: field '{key}': chunk '{key_c}' is not a whole "
-                                 "number") from None
+            else:
+                raise SynthError(f"{source}: field '{key}': chunk {short(key_c)} is not a whole "
+                                 "number")
             if not 0 <= c < num:
                 raise SynthError(f"{source}: field '{key}': chunk {c} out of range 0..{num - 1}")
+            if c in seen:
+                raise SynthError(f"{source}: field '{key}': chunk {c} is listed twice; give each "
+                                 "chunk once with all its ranks")
+            seen.add(c)
             for r in ranks:
                 if not 0 <= r < n:
                     raise SynthError(f"{source}: field '{key}': rank {r} out of range 0..{n - 1}")
-            out[c].update(ranks)
-        return tuple(tuple(sorted(s)) for s in out)
+            if ranks:
+                out[c] = tuple(sorted(set(ranks)))
+        return out
 
-    pre, post = table("pre"), table("post")
-    if all(set(post[c]) <= set(pre[c]) for c in range(num)) and not data.get("combining"):
+    pre_of, post_of = table("pre"), table("post")
+    if all(set(ranks) <= set(pre_of.get(c, ())) for c, ranks in post_of.items()) \
+            and not data.get("combining"):
         raise SynthError(f"{source}: field 'post': every chunk already is where the postcondition "
-                         "wants it" + (" (the postcondition is empty)" if not any(post) else "")
+                         "wants it" + (" (the postcondition is empty)" if not post_of else "")
                          + "; a collective must move at least one chunk")
-    if not any(post):
+    if not post_of:
         raise SynthError(f"{source}: field 'post': the postcondition is empty; a collective must "
                          "require at least one chunk somewhere")
-    for c in range(num):
-        if post[c] and not pre[c]:
-            raise SynthError(f"{source}: chunk {c} must end on ranks {list(post[c])} "
+    for c in sorted(post_of):
+        if c not in pre_of:
+            raise SynthError(f"{source}: chunk {c} must end on ranks {_few(post_of[c])} "
                              "but no rank holds it at the start")
+    pre: tuple[tuple[int, ...], ...] = tuple(pre_of.get(c, ()) for c in range(num))
+    post: tuple[tuple[int, ...], ...] = tuple(post_of.get(c, ()) for c in range(num))
     inputs, outputs = _per_rank(pre, n), _per_rank(post, n)
     return Collective(kind=data.get("name", "custom"), num_ranks=n, chunks_per_rank=1,
                       num_chunks=num, pre=pre, post=post, combining=bool(data.get("combining")),
                       buffer_chunks=num, inputs=inputs, outputs=outputs, inplace=inplace,
                       custom=data)
+
+
+def _few(ranks: tuple[int, ...]) -> str:
+    return "[" + ", ".join(map(str, ranks[:8])) + (", ...]" if len(ranks) > 8 else "]")
 
 
 def load_collective(spec: str, num_ranks: int, chunks_per_rank: int = 1, root: int | None = None,
@@ -237,9 +271,24 @@ def _per_rank(holders: tuple[tuple[int, ...], ...], n: int) -> tuple[tuple[int, 
     return tuple(map(tuple, out))
 
 
-def collective_from_dict(data: dict[str, Any]) -> Collective:
-    """Inverse of :meth:`Collective.to_dict`."""
+_STORED_SCHEMA: dict[str, Any] = {
+    "type": "object", "required": ["kind"],
+    "properties": {"kind": {"type": "string", "maxLength": 64}, "inplace": {"type": "boolean"}},
+    "if": {"properties": {"kind": {"const": "custom"}}},
+    "then": {"required": ["spec"], "properties": {"spec": {"type": "object"}}},
+    "else": {"required": ["ranks", "chunks_per_rank"],
+             "properties": {"ranks": {"type": "integer", "minimum": 1, "maximum": MAX_RANKS},
+                            "chunks_per_rank": {"type": "integer", "minimum": 1},
+                            "root": {"type": ["integer", "null"], "minimum": 0}}},
+}
+"""The ``collective`` object of a schedule file (:meth:`Collective.to_dict`)."""
+
+
+def collective_from_dict(data: Any, source: str = "schedule") -> Collective:
+    """Inverse of :meth:`Collective.to_dict`; ``source`` names the file in errors."""
+    validate(data, _STORED_SCHEMA, source, at=("collective",))
     if data["kind"] == "custom":
-        return custom_collective(data["spec"], "schedule", data.get("inplace", False))
+        return custom_collective(data["spec"], f"{source}: collective.spec",
+                                 data.get("inplace", False))
     return make_collective(data["kind"], data["ranks"], data["chunks_per_rank"], data.get("root"),
                            data.get("inplace", False))

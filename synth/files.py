@@ -15,19 +15,55 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
+from yaml.resolver import Resolver
 
 from . import progress
 from .errors import SynthError
+from .schema import field_name, short
+
+try:
+    from yaml.cyaml import CParser as _CParser
+except ImportError:  # pragma: no cover - PyYAML built without libyaml
+    _CParser = None
 
 MAX_INPUT_BYTES = 256 * 2**20
 """The largest input file synth reads (256 MiB). The biggest real inputs -- schedule JSON and XML of
 the largest shipped machines, nccl-tests logs -- are a few MB; a larger file is a mistake (a core
 dump, a tensor) that would otherwise be read whole into memory before failing."""
+
+MAX_YAML_BYTES = 2 * 2**20
+"""The largest YAML text synth parses (2 MiB). PyYAML builds a few hundred kilobytes of dense YAML
+(a list of links, a table of chunks) per second, so a YAML file at :data:`MAX_INPUT_BYTES` would
+take many minutes; synth's YAML inputs (topologies, sketches, custom collectives) are kilobytes
+(the largest shipped topology, trn2_64, is 23 KB), and a big one can be written as JSON, which is
+read at C speed."""
+
+MAX_INT = 2**64 - 1
+"""The largest whole number (in magnitude) an input file may hold: the largest a synth input means is
+a 64-bit byte count (an MSCCL++ plan's ``max_message_size`` is 2^64 - 1). Bigger numbers are typos or
+attacks that overflow every later ``float()`` and, past 4300 digits, Python's own ``int()``."""
+
+MAX_DIGITS = 40
+"""Literals longer than this (digits, signs, ``_`` separators, YAML's base-60 ``1:30``) are not
+converted at all: the number would be refused anyway, and converting a 100,000-part base-60 literal
+is quadratic."""
+
+MAX_DEPTH = 100
+"""The deepest nesting an input file may have. synth's formats nest about six levels (an MSCCL++
+plan: gpus, threadblocks, ops, buffers); readers and validators recurse, so a deeper document is
+refused here rather than as a RecursionError somewhere later."""
+
+MAX_ALIAS_VALUES = 100_000
+"""How many values YAML aliases (``*name``) may add to a document beyond what the file spells out.
+Shared link classes or merge keys add a few dozen; nine nested aliases of nine ("billion laughs")
+add 3.9 * 10^8 and would hang every reader that walks the data."""
 
 
 # ------------------------------------------------------------------------------------ outputs
@@ -254,43 +290,193 @@ def parse_data(text: str, source: str, fmt: str = "yaml", *, finite: bool = True
     """:func:`read_data` for text already in hand; ``source`` names it in errors.
 
     ``finite=False`` skips the non-finite check, for files synth wrote itself (a schedule's free-form
-    ``meta``), whose figures were never user input.
+    ``meta``), whose figures were never user input. Whole numbers beyond :data:`MAX_INT` and nesting
+    deeper than :data:`MAX_DEPTH` are refused either way.
     """
+    if fmt != "json" and len(text) > MAX_YAML_BYTES:
+        raise SynthError(f"{source}: {len(text) / 2**20:.1f} MiB of YAML; synth parses YAML files "
+                         f"up to {MAX_YAML_BYTES // 2**20} MiB (its parser is slow): write a file "
+                         "this large as JSON (a .json suffix)")
     try:
         data = _load_json(text, source) if fmt == "json" else load_yaml(text, source)
     except yaml.YAMLError as exc:
-        raise SynthError(f"{source}: not valid YAML: {_one_line(exc)}") from None
+        raise SynthError(_yaml_error(exc, source)) from None
     except json.JSONDecodeError as exc:
-        raise SynthError(f"{source}: not valid JSON: {exc}") from None
+        raise SynthError(f"{source}:{exc.lineno}: not valid JSON: {exc.msg} (line {exc.lineno}, "
+                         f"column {exc.colno})") from None
     except RecursionError:
-        raise SynthError(f"{source}: nested too deeply to be a synth input") from None
-    if finite:
-        check_finite(data, source)
+        raise SynthError(f"{source}: nested more than {MAX_DEPTH} levels deep; synth's input "
+                         "formats nest a few levels") from None
+    except MemoryError:
+        raise SynthError(f"{source}: too large to hold in memory as {fmt.upper()} data") from None
+    check_values(data, source, finite=finite)
     return data
 
 
-def check_finite(data: Any, source: str, where: str = "") -> None:
-    """Raise a SynthError naming the first non-finite float anywhere in ``data``."""
-    stack = [(where, data)]
+def check_values(data: Any, source: str, where: str = "", *, finite: bool = True) -> None:
+    """Raise a SynthError naming the first value (in document order) no synth input may hold,
+    anywhere in ``data``, mapping keys included: a non-finite float (unless ``finite=False``), a
+    whole number beyond :data:`MAX_INT`, or nesting deeper than :data:`MAX_DEPTH`.
+
+    The walk is iterative and visits each value once per place it appears; YAML aliases are bounded
+    while parsing (:data:`MAX_ALIAS_VALUES`) and can form no cycle, so it always ends.
+    """
+    base = [where] if where else []
+    problem = _value_problem(data, finite)
+    if problem is not None:
+        raise SynthError(f"{source}: field '{_field(base)}': {problem}")
+    if not isinstance(data, (dict, list)):
+        return
+    stack: list[Iterator[tuple[Any, Any]]] = [_entries(data)]
+    keys: list[Any] = []  # keys[i]: where stack[i + 1]'s container sits in stack[i]'s
     while stack:
-        at, value = stack.pop()
-        if isinstance(value, float) and not math.isfinite(value):
-            field = at or "(top level)"
-            raise SynthError(f"{source}: field '{field}': {value} is not a finite number")
-        if isinstance(value, dict):
-            stack.extend((f"{at}.{k}" if at else str(k), v) for k, v in reversed(value.items()))
-        elif isinstance(value, list):
-            stack.extend((f"{at}.{i}" if at else str(i), v) for i, v in reversed(list(enumerate(value))))
+        for key, value in stack[-1]:
+            if type(key) is not int and type(key) is not str:
+                key_problem = _value_problem(key, finite)
+                if key_problem is not None:
+                    raise SynthError(f"{source}: field '{_field([*base, *keys, key])}': the key "
+                                     f"{key_problem}")
+            kind = type(value)
+            if kind is str or (kind is int and -MAX_INT <= value <= MAX_INT):
+                continue
+            if kind is dict or kind is list or isinstance(value, (dict, list)):
+                if len(keys) + 1 >= MAX_DEPTH:
+                    raise SynthError(f"{source}: field '{_field([*base, *keys, key])}': nested "
+                                     f"more than {MAX_DEPTH} levels deep; synth's input formats "
+                                     "nest a few levels")
+                keys.append(key)
+                stack.append(_entries(value))
+                break
+            problem = _value_problem(value, finite)
+            if problem is not None:
+                raise SynthError(f"{source}: field '{_field([*base, *keys, key])}': {problem}")
+        else:
+            stack.pop()
+            if keys:
+                keys.pop()
+
+
+def _entries(container: dict[Any, Any] | list[Any]) -> Iterator[tuple[Any, Any]]:
+    return iter(container.items()) if isinstance(container, dict) else enumerate(container)
+
+
+def _value_problem(value: Any, finite: bool) -> str | None:
+    """What is wrong with one scalar (None when nothing is)."""
+    if isinstance(value, float):
+        if finite and not math.isfinite(value):
+            return f"{value} is not a finite number"
+    elif isinstance(value, _HugeNumber):
+        return (f"{value.text[:12]}... ({len(value.text)} characters) is too large a number; synth "
+                f"reads whole numbers up to 2^64 - 1")
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+        text = str(value)
+        shown = text if len(text) <= 24 else f"{text[:12]}... ({len(text)} digits)"
+        return f"{shown} is too large a number; synth reads whole numbers up to 2^64 - 1"
+    return None
+
+
+def _field(at: list[Any]) -> str:
+    return field_name(at)
+
+
+class _HugeNumber:
+    """A numeric literal too long to convert (over :data:`MAX_DIGITS` characters), kept as text
+    until :func:`check_values` names the field that holds it."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _HugeNumber) and other.text == self.text
+
+    def __repr__(self) -> str:
+        return f"{self.text[:12]}...({len(self.text)} characters)"
 
 
 def _one_line(exc: Exception) -> str:
     return " ".join(str(exc).split())
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, except that a key repeated in one mapping is an error."""
+def _yaml_error(exc: yaml.YAMLError, source: str) -> str:
+    """``file:line: not valid YAML: <problem> (line L, column C; <context> on line K)``.
+
+    PyYAML's own text spans lines, names the stream ``"<unicode string>"`` and quotes the source
+    line with a caret; the marks hold what a person needs.
+    """
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if mark is None or not problem:
+        return f"{source}: not valid YAML: {_one_line(exc)}"
+    where = f"line {mark.line + 1}, column {mark.column + 1}"
+    context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and context_mark is not None:
+        where += f"; {context} begun on line {context_mark.line + 1}"
+    elif context:
+        where += f"; {context}"
+    return f"{source}:{mark.line + 1}: not valid YAML: {' '.join(problem.split())} ({where})"
+
+
+class _Strict:
+    """PyYAML's safe loading, made safe for input from anyone (mixed into :class:`_StrictLoader`).
+
+    * A key repeated in one mapping is an error.
+    * An alias inside the node it names (``&a [*a]``, a recursive document) is an error: every
+      later walk of the data would never end.
+    * Aliases may add at most :data:`MAX_ALIAS_VALUES` values to the document (billion laughs).
+    * Integer literals over :data:`MAX_DIGITS` characters are not converted (see
+      :class:`_HugeNumber`).
+    * Only JSON's kinds of value come out: an unquoted date stays a string (as in YAML 1.2 and
+      JSON), and ``!!binary``, ``!!set``, ``!!omap``, ``!!pairs``, ``!!timestamp`` are refused;
+      those values would reach a schema, ``json.dumps`` or a file name as bytes, dates or sets.
+    """
 
     source = "input"
+    _open_anchors: set[str]
+    _aliases: int
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            if event.anchor in self._open_anchors:
+                raise SynthError(f"{self.source}: line {event.start_mark.line + 1}: alias "
+                                 f"'*{event.anchor}' is inside the node '&{event.anchor}' it names "
+                                 "(a recursive YAML document); synth inputs are trees")
+            self._aliases += 1
+            return super().compose_node(parent, index)
+        anchor = getattr(event, "anchor", None)
+        if anchor is None:
+            return super().compose_node(parent, index)
+        self._open_anchors.add(anchor)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._open_anchors.discard(anchor)
+
+    def get_single_node(self) -> yaml.Node | None:
+        node = super().get_single_node()
+        if node is not None and self._aliases:
+            _check_alias_expansion(node, self.source)
+        return node
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> Any:
+        if len(node.value) > MAX_DIGITS:
+            return _HugeNumber(node.value)
+        return super().construct_yaml_int(node)
+
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> Any:
+        if ":" in node.value and len(node.value) > MAX_DIGITS:  # base 60: one multiply per part
+            return _HugeNumber(node.value)
+        return super().construct_yaml_float(node)
+
+    def refuse_tag(self, node: yaml.Node) -> Any:
+        raise SynthError(f"{self.source}: line {node.start_mark.line + 1}: YAML tag '{node.tag}' "
+                         "is not allowed; synth inputs hold numbers, strings, true/false, null, "
+                         "lists and mappings")
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         first_line: dict[Any, int] = {}
@@ -304,10 +490,77 @@ class _StrictLoader(yaml.SafeLoader):
                 continue  # an unhashable key: the base class reports it
             line = key_node.start_mark.line + 1
             if seen is not None:
-                raise SynthError(f"{self.source}: duplicate key '{key}' on line {line} (first on "
+                shown = key if len(str(key)) <= 60 else short(key)
+                raise SynthError(f"{self.source}: duplicate key '{shown}' on line {line} (first on "
                                  f"line {seen}); a repeated key would silently keep its last value")
             first_line[key] = line
         return super().construct_mapping(node, deep=deep)
+
+
+if _CParser is not None:
+    class _StrictLoader(_Strict, Composer, _CParser, SafeConstructor, Resolver):  # type: ignore[misc]
+        """libyaml scans and parses (in C, iteratively: about 3 times faster than PyYAML's Python
+        parser, and deep nesting costs no C stack); PyYAML's Python composer builds the nodes, so
+        :class:`_Strict` sees every alias and deep nesting ends in a RecursionError."""
+
+        def __init__(self, stream: str) -> None:
+            _CParser.__init__(self, stream)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
+            Composer.__init__(self)
+            self._open_anchors = set()
+            self._aliases = 0
+else:  # pragma: no cover - PyYAML built without libyaml
+    class _StrictLoader(_Strict, yaml.SafeLoader):  # type: ignore[no-redef]
+        """PyYAML's safe loader in pure Python."""
+
+        def __init__(self, stream: str) -> None:
+            yaml.SafeLoader.__init__(self, stream)
+            self._open_anchors = set()
+            self._aliases = 0
+
+
+for _tag in ("binary", "set", "omap", "pairs", "timestamp"):
+    _StrictLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _StrictLoader.refuse_tag)
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
+_StrictLoader.add_constructor("tag:yaml.org,2002:float", _StrictLoader.construct_yaml_float)
+# an unquoted 2024-01-01 is the string it looks like (YAML 1.2, JSON), not a datetime.date
+_StrictLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
+def _check_alias_expansion(root: yaml.Node, source: str) -> None:
+    """Refuse a document whose aliases add more than :data:`MAX_ALIAS_VALUES` values.
+
+    Counts, for every node, the values it stands for once every alias is expanded (memoised per
+    node, so the count costs one visit of each distinct node, however large the expansion).
+    """
+    expanded: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in expanded:
+            continue
+        children = _children(node)
+        if done or not children:
+            expanded[id(node)] = 1 + sum(expanded[id(c)] for c in children)
+            continue
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in expanded)
+    total, distinct = expanded[id(root)], len(expanded)
+    if total - distinct > MAX_ALIAS_VALUES:
+        raise SynthError(f"{source}: YAML aliases expand the document to {total} values (the file "
+                         f"spells out {distinct}); synth allows at most {MAX_ALIAS_VALUES} more "
+                         "through aliases (is this a 'billion laughs' file?)")
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
 
 
 # YAML 1.1 (PyYAML) reads '1e3' and '2.5e-3' without a dot before the exponent as strings; people
@@ -340,7 +593,15 @@ def _load_json(text: str, source: str) -> Any:
             out[key] = value
         return out
 
-    return json.loads(text, object_pairs_hook=pairs)
+    def number(text: str) -> Any:
+        return _HugeNumber(text) if len(text) > MAX_DIGITS else int(text)
+
+    # the hook costs a call per integer: only a text with a long run of digits needs it
+    long_digits = _LONG_DIGITS.search(text) is not None
+    return json.loads(text, object_pairs_hook=pairs, parse_int=number if long_digits else None)
+
+
+_LONG_DIGITS = re.compile(f"[0-9]{{{MAX_DIGITS + 1}}}")
 
 
 def dumps_json(data: Any, **kwargs: Any) -> str:
@@ -349,14 +610,15 @@ def dumps_json(data: Any, **kwargs: Any) -> str:
     Inputs are checked to be finite, but a derived figure can still be infinite (an ``algbw`` of a
     zero-time schedule); JSON has no spelling for it, and ``Infinity`` breaks every strict reader.
     """
-    return json.dumps(_finite_or_null(data), allow_nan=False, **kwargs)
+    return json.dumps(finite_or_null(data), allow_nan=False, **kwargs)
 
 
-def _finite_or_null(value: Any) -> Any:
+def finite_or_null(value: Any) -> Any:
+    """``value`` with every non-finite float (in lists, tuples and dicts) replaced by None."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: _finite_or_null(v) for k, v in value.items()}
+        return {k: finite_or_null(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite_or_null(v) for v in value]
+        return [finite_or_null(v) for v in value]
     return value

@@ -40,6 +40,10 @@ MAX_LINKS = 2**18
 """The most directed point-to-point links a topology may have (fully_connected:512 has 261,632):
 building 2^20 of them took 8 s here before any solving started. Switches scale past this."""
 
+MAX_CLASSES = 1024
+"""The most link classes a topology or calibration file may name. Real machines have a handful
+(NVLink, NVSwitch, PCIe, a NIC); a file with 300,000 took 12 s to read before anything ran."""
+
 MAX_PARALLEL = 1024
 """The most parallel links (``count``) or lanes one link or port may bundle."""
 
@@ -263,6 +267,25 @@ class Topology:
                     found = Channel(src, dst, switch.alpha_us, resources, via=switch.name)
         cache[key] = found
         return found
+
+    def pair_bound(self) -> int:
+        """An upper bound on the ordered rank pairs one hop apart, counted without listing them.
+
+        A switch joins every pair of ranks on ports that reach each other, so a 16,384-port switch
+        has 2.7 * 10^8 pairs: code that walks pairs (sketches, graphs) checks this bound first,
+        in time linear in the ports.
+        """
+        total = len(self.links)
+        for switch in self.switches:
+            on_switch = sum(len(p.ranks) for p in switch.ports)
+            in_domain: dict[int, int] = {}
+            for p in switch.ports:
+                if p.domain >= 0:
+                    in_domain[p.domain] = in_domain.get(p.domain, 0) + len(p.ranks)
+            for p in switch.ports:
+                unreachable = len(p.ranks) if p.domain < 0 else in_domain[p.domain]
+                total += len(p.ranks) * (on_switch - unreachable)
+        return total
 
     def has_channel(self, src: int, dst: int) -> bool:
         return self.channel(src, dst) is not None

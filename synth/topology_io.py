@@ -13,14 +13,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-import networkx as nx
-
 from . import builders
 from .errors import SynthError, unknown_name
 from .files import load_yaml, parse_data, read_data
 from .groups import GROUP_NAME, concurrent_group, induced, parse_group, spec_of_label
+from .schema import validate
 from .topology import (
+    MAX_CLASSES,
     MAX_PARALLEL,
     MAX_RANKS,
     Link,
@@ -35,7 +34,10 @@ from .topology import (
 
 _RANK = {"type": "integer", "minimum": 0}
 _RANKS = {"type": "array", "items": _RANK, "minItems": 1}
-_NAME = {"type": "string", "pattern": "^[A-Za-z0-9_.@-]+$"}
+_NAME = {"type": "string", "pattern": "^[A-Za-z0-9_.@-]+$", "maxLength": 100}
+"""A topology, switch, port or NIC name: it becomes part of file names (at most 255 bytes) and of
+resource keys, so it is short and plain."""
+_CLASS = {"type": "string", "minLength": 1, "maxLength": 100}
 
 TOPOLOGY_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -44,13 +46,16 @@ TOPOLOGY_SCHEMA: dict[str, Any] = {
     "properties": {
         "name": _NAME,
         "aliases": {"type": "array", "items": _NAME},
-        "description": {"type": "string"},
-        "sources": {"type": "array", "items": {"type": "string"}},
+        "description": {"type": "string", "maxLength": 100_000},
+        "sources": {"type": "array", "items": {"type": "string", "maxLength": 10_000},
+                    "maxItems": 1000},
         "ranks": {"type": "integer", "minimum": 1, "maximum": MAX_RANKS},
         "nodes": {"type": "array", "items": _RANKS, "minItems": 1},
         "link_classes": {
             "type": "object",
             "minProperties": 1,
+            "maxProperties": MAX_CLASSES,
+            "propertyNames": _CLASS,
             "additionalProperties": {
                 "type": "object",
                 "required": ["alpha_us"],
@@ -59,7 +64,7 @@ TOPOLOGY_SCHEMA: dict[str, Any] = {
                     "alpha_us": {"type": "number", "minimum": 0},
                     "bandwidth_GBps": {"type": "number", "exclusiveMinimum": 0},
                     "beta_us_per_mb": {"type": "number", "exclusiveMinimum": 0},
-                    "note": {"type": "string"},
+                    "note": {"type": "string", "maxLength": 10_000},
                 },
                 "oneOf": [{"required": ["bandwidth_GBps"]}, {"required": ["beta_us_per_mb"]}],
             },
@@ -74,7 +79,7 @@ TOPOLOGY_SCHEMA: dict[str, Any] = {
                     "between": {"type": "array", "items": _RANK, "minItems": 2, "maxItems": 2},
                     "src": _RANK,
                     "dst": _RANK,
-                    "class": {"type": "string"},
+                    "class": _CLASS,
                     "count": {"type": "integer", "minimum": 1, "maximum": MAX_PARALLEL},
                 },
                 "oneOf": [{"required": ["between"]}, {"required": ["src", "dst"]}],
@@ -88,7 +93,7 @@ TOPOLOGY_SCHEMA: dict[str, Any] = {
                 "additionalProperties": False,
                 "properties": {
                     "name": _NAME,
-                    "class": {"type": "string"},
+                    "class": _CLASS,
                     "ports": {
                         "oneOf": [
                             {"const": "per_rank"},
@@ -110,7 +115,7 @@ TOPOLOGY_SCHEMA: dict[str, Any] = {
                 "type": "object",
                 "required": ["name", "ranks", "class"],
                 "additionalProperties": False,
-                "properties": {"name": _NAME, "ranks": _RANKS, "class": {"type": "string"}},
+                "properties": {"name": _NAME, "ranks": _RANKS, "class": _CLASS},
             },
         },
         "meta": {"type": "object"},
@@ -120,19 +125,17 @@ TOPOLOGY_SCHEMA: dict[str, Any] = {
 
 def parse_topology(data: Any, source: str) -> Topology:
     """Validate plain data (a parsed file) and build the Topology; ``source`` names it in errors."""
-    validator = jsonschema.Draft202012Validator(TOPOLOGY_SCHEMA)
-    errors = sorted(validator.iter_errors(data), key=lambda e: (list(e.path), e.message))
-    if errors:
-        err = errors[0]
-        field = ".".join(str(p) for p in err.path) or "(top level)"
-        raise SynthError(f"{source}: field '{field}': {_schema_message(err)}")
+    validate(data, TOPOLOGY_SCHEMA, source)
     n = data["ranks"]
     classes = data["link_classes"]
 
     def klass(name: str, where: str) -> tuple[float, float]:
         if name not in classes:
+            defined = sorted(map(str, classes))
+            shown = ", ".join(defined[:10]) + (f", ... ({len(defined)} in all)"
+                                               if len(defined) > 10 else "")
             raise SynthError(f"{source}: field '{where}': link class '{name}' is not defined in "
-                             f"link_classes (defined: {', '.join(sorted(classes))})")
+                             f"link_classes (defined: {shown})")
         c = classes[name]
         beta = c["beta_us_per_mb"] if "beta_us_per_mb" in c else beta_from_bandwidth(c["bandwidth_GBps"])
         check_link_figures(float(c["alpha_us"]), float(beta), f"{source}: field 'link_classes.{name}'")
@@ -144,8 +147,15 @@ def parse_topology(data: Any, source: str) -> Topology:
                 raise SynthError(f"{source}: field '{where}': rank {r} is out of range "
                                  f"(the topology has ranks 0..{n - 1})")
         if len(set(ranks)) != len(ranks):
-            raise SynthError(f"{source}: field '{where}': a rank is listed twice")
+            twice = next(r for i, r in enumerate(ranks) if r in ranks[:i])
+            raise SynthError(f"{source}: field '{where}': rank {twice} is listed twice")
         return tuple(ranks)
+
+    def unique_name(names: set[str], name: str, what: str, where: str) -> None:
+        if name in names:
+            raise SynthError(f"{source}: field '{where}': {what} is declared twice; names must be "
+                             "unique (they key the bandwidth each one carries)")
+        names.add(name)
 
     check_size(source, n, sum(1 if "src" in spec else 2 for spec in data.get("links", [])))
     links: dict[tuple[int, int], Link] = {}
@@ -153,6 +163,9 @@ def parse_topology(data: Any, source: str) -> Topology:
         where = f"links.{i}"
         alpha, beta = klass(spec["class"], f"{where}.class")
         a, b = spec["between"] if "between" in spec else (spec["src"], spec["dst"])
+        if a == b:
+            raise SynthError(f"{source}: field '{where}': the link joins rank {a} to itself; a "
+                             "link joins two different ranks")
         check_ranks([a, b], where)
         pairs = [(a, b), (b, a)] if "between" in spec else [(a, b)]
         for src, dst in pairs:
@@ -162,23 +175,32 @@ def parse_topology(data: Any, source: str) -> Topology:
             links[(src, dst)] = Link(src, dst, alpha, beta, spec.get("count", 1), spec["class"])
 
     switches = []
+    switch_names: set[str] = set()
     for i, spec in enumerate(data.get("switches", [])):
         where = f"switches.{i}"
+        unique_name(switch_names, spec["name"], f"switch '{spec['name']}'", f"{where}.name")
         alpha, beta = klass(spec["class"], f"{where}.class")
         lanes = spec.get("lanes", 1)
-        raw = ([{"ranks": [r]} for r in range(n)] if spec["ports"] == "per_rank" else spec["ports"])
-        ports, seen = [], set()
-        for j, p in enumerate(raw):
-            ranks = check_ranks(p["ranks"], f"{where}.ports.{j}.ranks")
-            if seen & set(ranks):
-                raise SynthError(f"{source}: field '{where}.ports.{j}': rank "
-                                 f"{min(seen & set(ranks))} is on two ports of one switch")
-            seen |= set(ranks)
-            ports.append(Port(p.get("name", f"p{j}"), ranks, beta, p.get("lanes", lanes)))
+        if spec["ports"] == "per_rank":  # one port per rank, named p<rank>: nothing to check
+            ports = [Port(f"p{r}", (r,), beta, lanes) for r in range(n)]
+        else:
+            ports, seen, port_names = [], set(), set()
+            for j, p in enumerate(spec["ports"]):
+                ranks = check_ranks(p["ranks"], f"{where}.ports.{j}.ranks")
+                if seen & set(ranks):
+                    raise SynthError(f"{source}: field '{where}.ports.{j}': rank "
+                                     f"{min(seen & set(ranks))} is on two ports of one switch")
+                seen |= set(ranks)
+                name = p.get("name", f"p{j}")
+                unique_name(port_names, name, f"port '{name}' of switch '{spec['name']}'",
+                            f"{where}.ports.{j}")
+                ports.append(Port(name, ranks, beta, p.get("lanes", lanes)))
         switches.append(Switch(spec["name"], alpha, tuple(ports), spec["class"]))
 
     nics = []
+    nic_names: set[str] = set()
     for i, spec in enumerate(data.get("nics", [])):
+        unique_name(nic_names, spec["name"], f"NIC '{spec['name']}'", f"nics.{i}.name")
         alpha, beta = klass(spec["class"], f"nics.{i}.class")
         nics.append(Nic(spec["name"], check_ranks(spec["ranks"], f"nics.{i}.ranks"), alpha, beta,
                         spec["class"]))
@@ -196,31 +218,46 @@ def parse_topology(data: Any, source: str) -> Topology:
     return topo
 
 
-def _schema_message(err: jsonschema.ValidationError) -> str:
-    """jsonschema's message, phrased for a person where the default is cryptic."""
-    if err.validator == "exclusiveMinimum":
-        return f"must be greater than {err.validator_value}, got {err.instance}"
-    if err.validator == "oneOf" and isinstance(err.instance, dict):
-        return "expected exactly one of the alternatives " + " / ".join(
-            "+".join(s.get("required", [])) or "a list" for s in err.validator_value)
-    if err.validator == "additionalProperties":
-        return err.message.replace("Additional properties are not allowed", "unknown field(s)")
-    return err.message
-
-
 def check_connected(topo: Topology, source: str) -> None:
-    """Every rank must reach every other rank (possibly through switches)."""
+    """Every rank must reach every other rank (possibly through switches).
+
+    The reach is that of :meth:`Topology.physical_graph` (rank -> out-port -> switch -> in-port ->
+    rank, and the links), decided by SciPy's strongly-connected components on a sparse matrix. On
+    3,000 switches of 64 ports each (192,000 ports), measured side by side on a loaded two-core
+    machine: 0.5-0.8 s here, 25 s for networkx on the physical graph (33-51x).
+    """
     if topo.num_ranks == 1:
         return
-    g = topo.physical_graph()
-    comps = list(nx.strongly_connected_components(g))
-    rank_comp = [frozenset(r for r in c if isinstance(r, int)) for c in comps]
-    rank_comp = [c for c in rank_comp if c]
-    if len(rank_comp) > 1:
-        rank_comp.sort(key=lambda c: min(c))
-        a, b = rank_comp[0], rank_comp[1]
+    import numpy as np
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    n = topo.num_ranks
+    src: list[int] = [lk.src for lk in topo.links]
+    dst: list[int] = [lk.dst for lk in topo.links]
+    vertex = n
+    for switch in topo.switches:
+        hub = vertex
+        vertex += 1
+        for port in switch.ports:
+            out_v, in_v = vertex, vertex + 1
+            vertex += 2
+            src += [out_v, hub]
+            dst += [hub, in_v]
+            for r in port.ranks:
+                src += [r, in_v]
+                dst += [out_v, r]
+    graph = coo_matrix((np.ones(len(src), dtype=np.int8), (src, dst)), shape=(vertex, vertex))
+    _, labels = connected_components(graph, directed=True, connection="strong")
+    rank_labels = labels[:n]
+    if len(set(rank_labels.tolist())) > 1:
+        comps: dict[int, list[int]] = {}
+        for r, label in enumerate(rank_labels.tolist()):
+            comps.setdefault(label, []).append(r)
+        ordered = sorted(comps.values(), key=min)
+        a, b = frozenset(ordered[0]), frozenset(ordered[1])
         raise SynthError(f"{source}: the topology is disconnected: ranks {_short(a)} and ranks "
-                         f"{_short(b)} cannot reach each other ({len(rank_comp)} components)")
+                         f"{_short(b)} cannot reach each other ({len(ordered)} components)")
 
 
 def _short(ranks: frozenset[int]) -> str:

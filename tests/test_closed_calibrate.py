@@ -309,7 +309,7 @@ def test_parser_reads_rows_without_a_header_positionally():
     ("1024 256 fp32 6.2 0.1 0.1\n", "before any nccom-test command"),
     ("nccom-test allg\n1024 256 fp32 6.2 0.1 0.1\n", "need -r RANKS"),
     ("nccom-test -r 4 allg\nsize(B) count(elems) type algbw(GB/s)\n", "without a time column"),
-    ("nccom-test -r 4 allg\n1024 256 fp32 -1 0.1 0.1\n", "time must be positive"),
+    ("nccom-test -r 4 allg\n1024 256 fp32 -1 0.1 0.1\n", "time -1 µs is outside"),
     ("nccom-test -r 4 allg\n1024 256 fp32 x 0.1 0.1\n", "cannot read row"),
     ("nccom-test -r 6 -N 4 allg\n1024 256 fp32 5 0.1 0.1\n", "split evenly"),
 ])

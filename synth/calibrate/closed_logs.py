@@ -31,7 +31,6 @@ A record's link class is resolved against the closed-stack model of the topology
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -41,7 +40,8 @@ from typing import Any
 from ..closed.cost import CostModel
 from ..closed.mesh import Mesh
 from ..errors import SynthError
-from ..files import read_input
+from ..files import parse_data, read_input
+from .nccl_tests import check_time
 
 OPS = {
     "allr": "all_reduce", "all_reduce": "all_reduce", "allreduce": "all_reduce",
@@ -51,6 +51,10 @@ OPS = {
     "all2all": "all_to_all", "a2a": "all_to_all", "permute": "permute",
 }
 TIMINGS_FORMAT = "synth-timings/1"
+
+MAX_RANKS_IN_LOG = 1 << 20
+"""Ranks (and nodes) a command line may name; more is not a machine, and the count becomes a
+topology size."""
 
 
 @dataclass
@@ -146,13 +150,14 @@ def _read_row(nums: list[str], columns: dict[str, int] | None, line: str,
         i_bus = columns.get("busbw(GB/s)")
         i_alg = columns.get("algorithm")
     try:
-        size = int(nums[0])
+        size = _int(nums[0], where, "size")
         time_us = float(nums[i_time])
         busbw = float(nums[i_bus]) if i_bus is not None and len(nums) > i_bus else None
     except (ValueError, IndexError):
-        raise SynthError(f"{where}: cannot read row '{line}'") from None
-    if not math.isfinite(time_us) or time_us <= 0:
-        raise SynthError(f"{where}: time must be positive")
+        raise SynthError(f"{where}: cannot read row '{_cut(line)}'") from None
+    check_time(time_us, where)
+    if busbw is not None and not math.isfinite(busbw):
+        busbw = None
     algorithm = nums[i_alg] if i_alg is not None and len(nums) > i_alg else ""
     return size, time_us, busbw, algorithm
 
@@ -166,11 +171,11 @@ def _parse_command(line: str, where: str) -> tuple[str, int, int]:
     while i < len(tokens):
         t = tokens[i]
         if t in ("-r", "--nworkers", "--ranks") and i + 1 < len(tokens):
-            ranks = _int(tokens[i + 1], where)
+            ranks = _int(tokens[i + 1], where, "rank count", MAX_RANKS_IN_LOG)
             i += 2
             continue
         if t in ("-N", "--nnodes", "--nodes") and i + 1 < len(tokens):
-            nodes = _int(tokens[i + 1], where)
+            nodes = _int(tokens[i + 1], where, "node count", MAX_RANKS_IN_LOG)
             i += 2
             continue
         if t.startswith("-"):
@@ -181,17 +186,27 @@ def _parse_command(line: str, where: str) -> tuple[str, int, int]:
             op = OPS[t.lower()]
         i += 1
     if ranks is None or op is None:
-        raise SynthError(f"{where}: cannot read the nccom-test command '{line}' (need -r RANKS and "
-                         f"an operation: {', '.join(sorted(set(OPS)))})")
+        raise SynthError(f"{where}: cannot read the nccom-test command '{_cut(line)}' (need -r RANKS "
+                         f"and an operation: {', '.join(sorted(set(OPS)))})")
+    if ranks < 1:
+        raise SynthError(f"{where}: -r {ranks}: a run needs at least 1 rank")
     if nodes < 1 or ranks % nodes:
         raise SynthError(f"{where}: {ranks} ranks do not split evenly over {nodes} nodes")
     return op, ranks, nodes
 
 
-def _int(text: str, where: str) -> int:
+def _int(text: str, where: str, what: str = "number", most: int = 2**64 - 1) -> int:
+    """A whole number of a log line, at most ``most`` (digits are counted before ``int()``, which
+    refuses thousands of them with a ValueError of its own)."""
     if not re.fullmatch(r"[0-9]+", text):
-        raise SynthError(f"{where}: expected a whole number, got '{text}'")
+        raise SynthError(f"{where}: expected a whole number, got '{_cut(text)}'")
+    if len(text) > 20 or int(text) > most:
+        raise SynthError(f"{where}: {what} {_cut(text)} is too large (at most {most})")
     return int(text)
+
+
+def _cut(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _class_for(mesh: Mesh, model: CostModel, nodes: int, per_node: int, where: str) -> str:
@@ -218,18 +233,22 @@ def _class_for(mesh: Mesh, model: CostModel, nodes: int, per_node: int, where: s
 def parse_timings(data: Any, source: str, mesh: Mesh, model: CostModel) -> list[Record]:
     if not isinstance(data, dict) or data.get("format") != TIMINGS_FORMAT:
         raise SynthError(f"{source}: not a timing file (expected \"format\": \"{TIMINGS_FORMAT}\")")
+    records = data.get("records", [])
+    if not isinstance(records, list):
+        raise SynthError(f"{source}: 'records' must be a list of timing records")
     out = []
-    for i, r in enumerate(data.get("records", [])):
+    for i, r in enumerate(records):
         where = f"{source}: records.{i}"
         try:
-            t = float(r["time_us"])
-            if t <= 0:
-                raise ValueError("time_us must be positive")
+            if not isinstance(r, dict):
+                raise TypeError(f"a record is an object, got {r!r:.60}")
+            t = _number(r["time_us"], "time_us")
+            check_time(t, "time_us")
             if r.get("launch"):
                 out.append(Record("launch", t, line=where))
             elif "transform" in r:
                 out.append(Record("transform", t, primitive=str(r["transform"]),
-                                  nbytes=int(r["bytes"]), line=where))
+                                  nbytes=_whole(r["bytes"], "bytes", 0), line=where))
             else:
                 prim = OPS.get(str(r["primitive"]).lower())
                 if prim is None:
@@ -240,13 +259,14 @@ def parse_timings(data: Any, source: str, mesh: Mesh, model: CostModel) -> list[
                     prim_key = model.group_key(prim, axes)
                     group, cls = prim_key[1], prim_key[2]
                 else:
-                    group = (int(r["group"][0]), int(r["group"][1]))
+                    if not isinstance(r["group"], list) or len(r["group"]) != 2:
+                        raise ValueError("group must be [nodes, ranks per node]")
+                    group = (_whole(r["group"][0], "group nodes", 1),
+                             _whole(r["group"][1], "group ranks per node", 1))
                     cls = str(r["link_class"])
-                calls = int(r.get("calls", 1))
-                if calls < 1:
-                    raise ValueError("calls must be at least 1")
-                out.append(Record("call", t, prim, group, cls, int(r["bytes"]), calls, None, where,
-                                  where, axes))
+                calls = _whole(r.get("calls", 1), "calls", 1)
+                out.append(Record("call", t, prim, group, cls, _whole(r["bytes"], "bytes", 0), calls,
+                                  None, where, where, axes))
         except SynthError as exc:
             raise SynthError(f"{where}: {exc.message}") from None
         except (KeyError, TypeError, ValueError, IndexError) as exc:
@@ -256,16 +276,28 @@ def parse_timings(data: Any, source: str, mesh: Mesh, model: CostModel) -> list[
     return out
 
 
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{what} must be a number, got {value!r:.60}")
+    return float(value)
+
+
+def _whole(value: Any, what: str, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be a whole number, got {value!r:.60}")
+    if value < least or (value > MAX_RANKS_IN_LOG and what.startswith("group")):
+        raise ValueError(f"{what} must be at least {least}"
+                         + (f" and at most {MAX_RANKS_IN_LOG}" if what.startswith("group") else "")
+                         + f", got {value}")
+    return value
+
+
 def read_log(path: str | Path, mesh: Mesh, model: CostModel) -> list[Record]:
     p = Path(path)
     text = read_input(p, "log file")
     stripped = text.lstrip()
     if stripped.startswith("{"):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SynthError(f"{p}: not valid JSON: {exc}") from None
-        return parse_timings(data, str(p), mesh, model)
+        return parse_timings(parse_data(text, str(p), "json"), str(p), mesh, model)
     return parse_nccom(text, str(p), mesh, model)
 
 
@@ -274,13 +306,13 @@ def nodes_in_log(log: str | Path) -> int:
     p = Path(log)
     text = read_input(p, "log file")
     if text.lstrip().startswith("{"):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SynthError(f"{p}: not valid JSON: {exc}") from None
+        data = parse_data(text, str(p), "json")
         recs = data.get("records", []) if isinstance(data, dict) else []
-        groups = [r.get("group") for r in recs if isinstance(r, dict) and r.get("group")]
-        return max([int(g[0]) for g in groups if isinstance(g, list) and g] + [1])
+        groups = [r.get("group") for r in recs if isinstance(r, dict)] if isinstance(recs, list) \
+            else []
+        # a malformed group is reported, with its record, by parse_timings
+        return max([g[0] for g in groups if isinstance(g, list) and g and isinstance(g[0], int)
+                    and not isinstance(g[0], bool) and 1 <= g[0] <= MAX_RANKS_IN_LOG] + [1])
     most = 1
     for lineno, line in enumerate(text.splitlines(), 1):
         s = line.strip()

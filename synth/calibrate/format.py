@@ -31,9 +31,20 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SynthError, number_field
-from ..topology import Port, Switch, Topology, beta_from_bandwidth, check_link_figures
+from ..schema import field_name, short
+from ..topology import (
+    MAX_CLASSES,
+    Port,
+    Switch,
+    Topology,
+    beta_from_bandwidth,
+    check_link_figures,
+)
 
 FORMAT = "synth-calibration/1"
+
+_MAPPED = ("protocols", "instance_overhead_us", "program")
+"""The sections :meth:`Calibration.get` exposes to the protocol and program models."""
 
 
 @dataclass(frozen=True)
@@ -76,13 +87,26 @@ class Calibration:
     """Floors of the timed program model (``launch_us``, ``step_us``; :mod:`synth.timing.program`)."""
 
     def get(self, key: str, default: Any = None) -> Any:
-        """Mapping-style access for :mod:`synth.timing.protocol` (``protocols``, ``instance_overhead_us``)
+        """Mapping-style access for `synth.timing.protocol` (``protocols``, ``instance_overhead_us``)
         and :mod:`synth.timing.program` (``program``)."""
-        value = (getattr(self, key, None) if key in ("protocols", "instance_overhead_us", "program")
-                 else None)
+        value = (getattr(self, key, None) if key in _MAPPED else None)
         return default if value is None else value
 
+    def __getitem__(self, key: str) -> Any:
+        """``calibration[key]`` as :meth:`get` (readers index the sections they found with ``get``;
+        before this, a calibration with ``instance_overhead_us`` crashed ``solve``)."""
+        value = self.get(key)
+        if value is None:
+            raise KeyError(key)
+        return value
+
     def to_json(self) -> dict[str, Any]:
+        """The file form. A figure that is not finite (a fit statistic of a degenerate log) is
+        written as ``null``: JSON has no spelling for it, and the reader refuses ``NaN``. The result
+        is checked to read back (:func:`check_readable`), so ``synth calibrate`` never writes a
+        file that ``--calibration`` then refuses."""
+        from ..files import finite_or_null
+
         data: dict[str, Any] = {"format": FORMAT, "kind": self.kind, "topology": self.topology,
                                 "link_classes": {k: v.to_dict() for k, v in sorted(self.classes.items())}}
         for key in ("launch", "protocols", "instance_overhead_us", "model", "fit", "nccl_model",
@@ -92,38 +116,123 @@ class Calibration:
                 data[key] = value
         if self.terms:
             data["terms"] = self.terms
+        data = finite_or_null(data)
+        check_readable(data, self.source or "calibration")
         return data
 
     @staticmethod
     def from_json(data: Any, source: str = "calibration") -> Calibration:
         if not isinstance(data, Mapping):
             raise SynthError(f"{source}: a calibration file is a JSON object")
-        terms = list(data.get("terms") or []) if data.get("format") == FORMAT else []
+        terms = data.get("terms") or [] if data.get("format") == FORMAT else []
+        if not isinstance(terms, list):
+            raise SynthError(f"{source}: 'terms' must be a list of closed-stack terms, got "
+                             f"{short(terms)}")
         if not ("link_classes" in data or terms or "protocols" in data or "nccl_model" in data
                 or "program" in data):
             raise SynthError(f"{source}: not a synth calibration (expected 'link_classes', "
                              f"'protocols', 'program' or closed-stack 'terms' with \"format\": "
                              f"\"{FORMAT}\"; make one with `synth calibrate`)")
         program = data.get("program")
-        if program is not None and not isinstance(program, Mapping):
-            raise SynthError(f"{source}: 'program' must be an object with launch_us / step_us")
+        _check_program(program, source)
         classes_in = data.get("link_classes") or {}
         if not isinstance(classes_in, Mapping):
             raise SynthError(f"{source}: 'link_classes' must map a class name to its α/β")
-        classes = {str(k): _class_params(v, f"{source}: link_classes.{k}")
-                   for k, v in sorted(classes_in.items())}
+        if len(classes_in) > MAX_CLASSES:
+            raise SynthError(f"{source}: 'link_classes' names {len(classes_in)} classes; synth "
+                             f"reads at most {MAX_CLASSES} (MAX_CLASSES)")
+        classes = {str(k): _class_params(v, f"{source}: link_classes.{field_name([k])}")
+                   for k, v in sorted(classes_in.items(), key=lambda kv: str(kv[0]))}
         protocols = data.get("protocols")
-        if protocols is not None and not isinstance(protocols, Mapping):
-            raise SynthError(f"{source}: 'protocols' must map a protocol name to its parameters")
+        _check_protocols(protocols, source)
+        for key in ("launch", "model", "fit"):
+            if data.get(key) is not None and not isinstance(data[key], Mapping):
+                raise SynthError(f"{source}: '{key}' must be an object, got {short(data[key])}")
+        raw_terms = data.get("terms")
+        if raw_terms is not None and not isinstance(raw_terms, list):
+            raise SynthError(f"{source}: 'terms' must be a list of closed-stack terms, got "
+                             f"{short(raw_terms)}")
+        for i, term in enumerate(terms):
+            _check_term(term, f"{source}: terms.{i}")
         overhead = data.get("instance_overhead_us")
         return Calibration(classes, data.get("launch"), str(data.get("topology", "")),
                            str(data.get("kind", "")), data.get("model"), data.get("fit"), source,
                            dict(protocols) if protocols is not None else None,
                            None if overhead is None else _number(overhead, f"{source}: "
                                                                  "instance_overhead_us", True),
-                           [dict(t) for t in terms if isinstance(t, Mapping)],
+                           [dict(t) for t in terms],
                            nccl_model=_nccl_section(data.get("nccl_model"), source),
                            program=dict(program) if program is not None else None)
+
+
+def check_readable(data: Mapping[str, Any], source: str) -> None:
+    """Raise a SynthError when ``data`` (a calibration about to be written) would not read back:
+    the writer's side of :meth:`Calibration.from_json`, so a fit that produced an unusable figure
+    (a bandwidth of 10^-9 GB/s, a negative latency) fails in ``synth calibrate``, naming it,
+    instead of in every later ``--calibration``."""
+    try:
+        Calibration.from_json(data, source)
+    except SynthError as exc:
+        raise SynthError(f"not writing the calibration: it would not read back ({exc.message})") \
+            from None
+
+
+PROTOCOL_FIGURES = ("efficiency", "launch_us", "hop_intra_us", "hop_inter_us", "channel_GBps")
+"""The figures :func:`synth.timing.protocol.model_with_calibration` reads from ``protocols.<P>`` (its
+``_CALIBRATABLE``; a test keeps the two equal). Named here because :mod:`synth.timing.protocol` imports
+this module: checking through it would be an import cycle."""
+
+
+def _check_protocols(section: Any, source: str) -> None:
+    """The ``protocols`` section: protocol name -> object whose figures are numbers >= 0 (> 0 for
+    ``efficiency`` and ``channel_GBps``; ``efficiency`` at most 1), as the protocol model reads
+    them. Other keys (``source``, fit statistics) travel along unread."""
+    if section is None:
+        return
+    if not isinstance(section, Mapping):
+        raise SynthError(f"{source}: 'protocols' must map a protocol name to its parameters")
+    for name, entry in section.items():
+        where = f"{source}: protocols.{field_name([name])}"
+        if not isinstance(entry, Mapping):
+            raise SynthError(f"{where} must be an object, got {short(entry)}")
+        for key in PROTOCOL_FIGURES:
+            if entry.get(key) is not None:
+                value = number_field(entry[key], f"{where}.{key}",
+                                     allow_zero=key not in ("efficiency", "channel_GBps"))
+                if key == "efficiency" and value > 1:
+                    raise SynthError(f"{where}.efficiency must be at most 1, got {value}")
+
+
+def _check_program(section: Any, source: str) -> None:
+    """``program``: ``launch_us`` (a number, or one per protocol) and ``step_us``, each >= 0."""
+    if section is None:
+        return
+    if not isinstance(section, Mapping):
+        raise SynthError(f"{source}: 'program' must be an object with launch_us / step_us")
+    launch = section.get("launch_us")
+    if isinstance(launch, Mapping):
+        for proto, value in launch.items():
+            number_field(value, f"{source}: program.launch_us.{field_name([proto])}",
+                         allow_zero=True)
+    elif launch is not None:
+        number_field(launch, f"{source}: program.launch_us", allow_zero=True)
+    if section.get("step_us") is not None:
+        number_field(section["step_us"], f"{source}: program.step_us", allow_zero=True)
+
+
+def _check_term(term: Any, where: str) -> None:
+    """A closed-stack term: ``{primitive, group: [nodes, per_node], link_class, alpha_us,
+    beta_us_per_mb}`` (:func:`_closed_term_ratios` reads these)."""
+    if not isinstance(term, Mapping):
+        raise SynthError(f"{where}: a term is an object, got {short(term)}")
+    group = term.get("group")
+    if not (isinstance(term.get("primitive"), str) and isinstance(term.get("link_class"), str)
+            and isinstance(group, list) and len(group) == 2
+            and all(isinstance(g, int) and not isinstance(g, bool) and g >= 1 for g in group)):
+        raise SynthError(f"{where}: a term needs 'primitive' and 'link_class' (strings) and "
+                         "'group' ([nodes, ranks per node], whole numbers >= 1)")
+    for key in ("alpha_us", "beta_us_per_mb"):
+        number_field(term.get(key), f"{where}.{key}", allow_zero=True)
 
 
 def _nccl_section(section: Any, source: str) -> dict[str, Any] | None:
@@ -148,7 +257,8 @@ def _class_params(entry: Any, where: str) -> ClassParams:
     # the same sanity range as a topology's link classes (a figure left out is not checked)
     check_link_figures(0.0 if alpha is None else alpha, 1.0 if beta is None else beta, where)
     return ClassParams(alpha, beta, str(entry.get("source", "given")),
-                       entry.get("alpha_stderr_pct"), entry.get("beta_stderr_pct"))
+                       _number(entry.get("alpha_stderr_pct"), f"{where}.alpha_stderr_pct", True),
+                       _number(entry.get("beta_stderr_pct"), f"{where}.beta_stderr_pct", True))
 
 
 def _number(value: Any, where: str, allow_zero: bool) -> float | None:
@@ -199,8 +309,14 @@ def class_overrides(topology: Topology, calibration: Calibration) -> tuple[dict[
     """The per-class figures that apply to ``topology``, and notes on what did not apply."""
     have = set(topology_classes(topology))
     out = {k: v for k, v in calibration.classes.items() if k in have}
-    notes = [f"link class '{k}' is not in '{topology.name}' (it has {', '.join(sorted(have))}); "
-             "ignored" for k in calibration.classes if k not in have]
+    absent = [k for k in calibration.classes if k not in have]
+    notes = []
+    if absent:
+        named = ", ".join(f"'{short(k)[1:-1]}'" for k in absent[:5]) + \
+            (f" and {len(absent) - 5} more" if len(absent) > 5 else "")
+        notes.append(f"link class{'es' if len(absent) > 1 else ''} {named} "
+                     f"{'are' if len(absent) > 1 else 'is'} not in '{topology.name}' (it has "
+                     f"{', '.join(sorted(have))}); ignored")
     if calibration.terms:
         scaled, more = _closed_term_ratios(topology, calibration)
         notes += more
@@ -267,9 +383,8 @@ def apply_calibration(topology: Topology, calibration: Calibration | Mapping[str
     """``topology`` with every calibrated class's α and per-link/lane β replaced."""
     cal = load_calibration(calibration)
     overrides, notes = class_overrides(topology, cal)
-    for note in notes:
-        if note not in cal.notes:
-            cal.notes.append(note)
+    known = set(cal.notes)
+    cal.notes.extend(note for note in notes if note not in known)
     if not overrides:
         return topology
 

@@ -30,6 +30,22 @@ BUS_FACTOR = {"allgather": lambda n: (n - 1) / n, "reducescatter": lambda n: (n 
               "allreduce": lambda n: 2 * (n - 1) / n, "alltoall": lambda n: (n - 1) / n}
 """busbw = algbw × factor (nccl-tests' *GetBw)."""
 
+TIME_RANGE_US = (1e-3, 1e9)
+"""Times a measurement may report, in µs: a nanosecond (no collective call is faster) to a quarter
+of an hour. Outside it a figure is a typo or a unit slip, and a fit over it breaks (a least-squares
+solve over 10^-320 does not converge; a 10^400 is infinite)."""
+
+def check_time(time_us: float, where: str) -> None:
+    """A measured time must be a number of µs within :data:`TIME_RANGE_US`."""
+    lo, hi = TIME_RANGE_US
+    if not (math.isfinite(time_us) and lo <= time_us <= hi):
+        raise SynthError(f"{where}: time {time_us:g} µs is outside {lo:g}..{hi:g} µs "
+                         "(TIME_RANGE_US); is it in µs?")
+
+
+MAX_RANK = 1 << 20
+"""The largest rank number a ``# Rank`` line may carry: ranks become a topology size."""
+
 _PROG_RE = re.compile(r"\b([a-z_]+?)_perf(?:_mpi)?\b")
 _RANK_RE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)")
 _TS_RE = re.compile(r"^\d{1,4}[-/:.]\d{1,2}[-/:.]\d{1,4}")
@@ -104,6 +120,9 @@ def parse_nccl_tests(text: str, source: str = "log") -> list[Run]:
             m = _RANK_RE.match(line)
             if m:
                 run = start(lineno) if cur is None else cur
+                if len(m.group(1)) > 7 or int(m.group(1)) > MAX_RANK:
+                    raise SynthError(f"{where}: rank {m.group(1)[:12]}... is larger than "
+                                     f"{MAX_RANK}: not a rank of a real run")
                 run.hosts[int(m.group(1))] = m.group(2)
                 continue
             header = _column_header(body)
@@ -186,10 +205,10 @@ def _read_row(run: Run, columns: list[str], tokens: list[str], lineno: int, wher
         raise SynthError(f"{where}: row has {len(tokens)} fields, the header names {len(columns)}: "
                          f"'{' '.join(tokens)}'")
     vals = tokens[len(tokens) - len(tail):]
-    try:
-        size = int(head[0])
-    except ValueError:
-        raise SynthError(f"{where}: cannot read size '{head[0]}'") from None
+    if len(head[0]) > 20 or int(head[0]) > 2**64 - 1:
+        raise SynthError(f"{where}: size {head[0][:24]}{'...' if len(head[0]) > 24 else ''} is "
+                         "larger than 2^64 bytes")
+    size = int(head[0])
     dtype = head[2] if len(head) > 2 else "?"
     if run.collective == "unsupported":
         run.skip("unsupported collective")
@@ -211,8 +230,7 @@ def _read_row(run: Run, columns: list[str], tokens: list[str], lineno: int, wher
         if wrong:
             run.skip("#wrong > 0 (nccl-tests found wrong results)")
             continue
-        if not t > 0 or not math.isfinite(t):
-            raise SynthError(f"{where}: time must be positive, got '{values.get('time')}'")
+        check_time(t, where)
         run.rows.append(Row(size, t, _num(values.get("algbw"), where, "algbw"),
                             _num(values.get("busbw"), where, "busbw"), placement, dtype, lineno))
 

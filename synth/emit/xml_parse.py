@@ -132,12 +132,31 @@ _OPEN = re.compile(
     r"(?P<sp> ?)(?P<end>/?>)")
 _CLOSE = re.compile(r"</(?P<name>" + _NAME_RE + r")>")
 _NAME_FULL = re.compile(_NAME_RE)
+_CLOSE_NAME = re.compile(r"[A-Za-z0-9_.:-]*")
 _GPU_ID = re.compile(r' id="([^"]*)"')
 _INT = re.compile(r"0|-?[1-9][0-9]*")
 
 
+MAX_DEPTH = 32
+"""Element nesting the lexical pass accepts. MSCCL-IR nests four deep (algo, gpu, tb, step); unknown
+elements may wrap others, but a file nested deeper than this is not an algorithm file."""
+
+
 def _line(text: str, pos: int) -> int:
     return text.count("\n", 0, pos) + 1
+
+
+def _found(text: str, i: int) -> str:
+    """What stands at ``text[i]``, for "expected X, found Y": a character, or the file's end."""
+    if i >= len(text):
+        return "the end of the file (is it truncated?)"
+    c = text[i]
+    return {"\n": "a line break", "\r": "a line break", "\t": "a TAB", " ": "a space"}.get(c, repr(c))
+
+
+def _cut(value: str, limit: int = 40) -> str:
+    """An attribute value or name for a message: at most ``limit`` characters."""
+    return value if len(value) <= limit else f"{value[:limit]}... ({len(value)} characters)"
 
 
 def _diagnose_tag(text: str, pos: int, source: str) -> XmlFormatError:
@@ -153,12 +172,16 @@ def _diagnose_tag(text: str, pos: int, source: str) -> XmlFormatError:
     while j < n and text[j] not in ' >/\n\r\t="\'<':
         j += 1
     name = text[i:j]
+    if not name:
+        return fail("A2", f"expected an element name after '<', found {_found(text, j)}")
     if not _NAME_FULL.fullmatch(name):
-        return fail("A2", f"invalid element name '{name[:40]}'")
+        return fail("A3" if len(name) > 254 else "A2", f"invalid element name '{_cut(name)}'")
     i = j
     while True:
         if i >= n:
-            return fail("A2", f"unterminated start tag <{name}")
+            return XmlFormatError(source, _line(text, n), "A2",
+                                  f"expected '>' to end the start tag <{name}> begun on line {line}, "
+                                  f"found {_found(text, n)}")
         c = text[i]
         if c == ">":
             break
@@ -185,26 +208,29 @@ def _diagnose_tag(text: str, pos: int, source: str) -> XmlFormatError:
             k += 1
         key = text[i:k]
         if not key:
-            return fail("A2", f"expected an attribute name in <{name}>, got '{text[k:k + 1]}'")
+            return fail("A2", f"expected an attribute name in <{name}>, found {_found(text, k)}")
         if not _NAME_FULL.fullmatch(key):
             return fail("A3" if len(key) > 254 else "A2",
-                        f"invalid attribute name '{key[:40]}' in <{name}>")
+                        f"invalid attribute name '{_cut(key)}' in <{name}>")
         if k >= n or text[k] != "=":
             rest = text[k:k + 3]
             if rest[:1] in (" ", "\t") and "=" in rest:
                 return fail("A2", f"no whitespace is allowed around '=' (attribute '{key}')")
-            return fail("A2", f"attribute '{key}' of <{name}> has no value")
+            return fail("A2", f"expected '=' and a value after attribute '{key}' of <{name}>, "
+                              f"found {_found(text, k)}")
         k += 1
         q = text[k] if k < n else ""
         if q == "'":
             return fail("A2", f"attribute '{key}': values must be in double quotes (the runtime reads "
                               "a value up to the next '\"')")
         if q != '"':
-            return fail("A2", f"attribute '{key}': no whitespace after '=' and the value must be "
-                              "double-quoted")
+            return fail("A2", f"expected '\"' to open the value of attribute '{key}' of <{name}> "
+                              f"(no whitespace after '='), found {_found(text, k)}")
         close = text.find('"', k + 1)
         if close < 0:
-            return fail("A2", f"unterminated value of attribute '{key}'")
+            return XmlFormatError(source, _line(text, n), "A2",
+                                  f"expected '\"' to close the value of attribute '{key}' of "
+                                  f"<{name}> (line {line}), found {_found(text, n)}")
         value = text[k + 1:close]
         if len(value) > MAX_STR_LEN:
             return fail("A3", f"value of '{key}' is {len(value)} characters (max {MAX_STR_LEN}, "
@@ -247,7 +273,9 @@ def check_lexical(text: str, source: str = "<xml>", profile: str = "exec") -> No
         if text.startswith("<!--", pos):
             end = text.find("-->", pos + 4)
             if end < 0:
-                raise XmlFormatError(source, _line(text, pos), "A2", "unterminated comment")
+                raise XmlFormatError(source, _line(text, n), "A2",
+                                     f"expected '-->' to close the comment opened on line "
+                                     f"{_line(text, pos)}, found {_found(text, n)}")
             pos = end + 3
             continue
         if text.startswith("<?", pos):
@@ -260,8 +288,16 @@ def check_lexical(text: str, source: str = "<xml>", profile: str = "exec") -> No
         if text.startswith("</", pos):
             m = _CLOSE.match(text, pos)
             if m is None:
+                want = f"</{stack[-1][0]}>" if stack else "a start tag"
+                end = text.find(">", pos)
+                if end >= 0 and "\n" not in text[pos:end]:
+                    got = repr(_cut(text[pos:end + 1]))
+                else:
+                    stop = _CLOSE_NAME.match(text, pos + 2).end()
+                    got = f"{_cut(text[pos:stop])!r} and then {_found(text, stop)}"
                 raise XmlFormatError(source, _line(text, pos), "A2",
-                                     "end tag must be exactly </name> (no space before '>')")
+                                     f"expected {want} (an end tag is exactly </name>, no space "
+                                     f"before '>'), found {got}")
             name = m["name"]
             if not stack or stack[-1][0] != name:
                 expected = f"</{stack[-1][0]}>" if stack else "no end tag"
@@ -308,11 +344,17 @@ def check_lexical(text: str, source: str = "<xml>", profile: str = "exec") -> No
                                           or (depth == 3 and name == "step")):
                 cur_gpu[1] += 1
         if m["end"] == ">":
+            if len(stack) >= MAX_DEPTH:
+                raise XmlFormatError(source, _line(text, pos), "A2",
+                                     f"<{name}> is nested {len(stack) + 1} elements deep; "
+                                     f"MSCCL-IR nests 4 (algo, gpu, tb, step), synth reads at most "
+                                     f"{MAX_DEPTH}")
             stack.append([name, 0, pos])
         pos = m.end()
     if stack:
-        raise XmlFormatError(source, _line(text, stack[-1][2]), "A2", f"<{stack[-1][0]}> is never "
-                             "closed")
+        raise XmlFormatError(source, _line(text, n), "A2",
+                             f"expected </{stack[-1][0]}> to close <{stack[-1][0]}> opened on line "
+                             f"{_line(text, stack[-1][2])}, found {_found(text, n)}")
     if not root_seen:
         raise XmlFormatError(source, None, "A1", "no <algo> element")
     for gid, count, gpos in gpu_nodes:
@@ -379,9 +421,12 @@ def parse_program(text: str, source: str = "<xml>", profile: str = "exec") -> Pr
                 raise fail(el, "A5", f"<{el.tag}> lacks required attribute '{key}'")
             return default
         if not _INT.fullmatch(v):
-            raise fail(el, "A4", f"attribute {key}=\"{v}\" of <{el.tag}> must be a plain decimal "
-                                 "integer (the runtime's strtol honours 0/0x prefixes and reads junk "
-                                 "as 0)")
+            raise fail(el, "A4", f"attribute {key}=\"{_cut(v)}\" of <{el.tag}> must be a plain "
+                                 "decimal integer (the runtime's strtol honours 0/0x prefixes and "
+                                 "reads junk as 0)")
+        if len(v) > 20:
+            raise fail(el, "A4", f"attribute {key}=\"{_cut(v)}\" of <{el.tag}> does not fit in 64 "
+                                 "bits")
         n = int(v)
         if not -(1 << 63) <= n < (1 << 63):
             raise fail(el, "A4", f"attribute {key}=\"{v}\" of <{el.tag}> does not fit in 64 bits")
@@ -561,13 +606,27 @@ def lint_program(program: Program, profile: str | None = "exec") -> list[str]:
         warn.append("[B6] LEGACY refuses in-place alltoall")
     # ---- <gpu> (C1, C2)
     ids = [g.id for g in p.gpus]
-    if len(ids) != N or set(ids) != set(range(N)):
-        missing = sorted(set(range(N)) - set(ids))
-        dup = sorted({i for i in ids if ids.count(i) > 1}) if len(ids) != len(set(ids)) else []
-        extra = sorted(i for i in set(ids) if not 0 <= i < N)
-        raise _err("gpu_ids", "C1", f"need exactly one <gpu> per rank 0..{N - 1}: missing {missing}, "
-                                    f"duplicated {dup}, out of range {extra}",
-                   rank=(missing + dup + extra + [None])[0])
+    have = set(ids)
+    if len(ids) != N or len(have) != N or min(have, default=0) < 0 or max(have, default=0) >= N:
+        # the first few of each kind: ngpus may be 10^12, so never build range(N)
+        missing: list[int] = []
+        i = 0
+        while len(missing) < 8 and i < N:
+            if i not in have:
+                missing.append(i)
+            i += 1
+        counts: dict[int, int] = defaultdict(int)
+        for i in ids:
+            counts[i] += 1
+        dup = sorted(i for i, c in counts.items() if c > 1)
+        extra = sorted(i for i in have if not 0 <= i < N)
+
+        def few(xs: list[int]) -> str:
+            return "[" + ", ".join(map(str, xs[:8])) + (", ...]" if len(xs) > 8 else "]")
+
+        raise _err("gpu_ids", "C1", f"need exactly one <gpu> per rank 0..{N - 1}: missing "
+                                    f"{few(missing)}, duplicated {few(dup)}, out of range "
+                                    f"{few(extra)}", rank=(missing + dup + extra + [None])[0])
     if ids != sorted(ids):
         warn.append("[C1] <gpu> elements are not in ascending id order (VERIFIER requires it)")
     phys_i, phys_o = physical_chunks(p.coll, N, C)

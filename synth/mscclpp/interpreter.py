@@ -104,6 +104,10 @@ class Interpreter:
         self.cells: dict[tuple[int, str, int], _Cell] = {}
         self.chanq: dict[tuple, deque] = {}
         self.semq: dict[tuple[int, int], deque] = {}
+        """Releases not yet acquired, per (rank, semaphore), with the releaser's clocks."""
+        self.sem_left: dict[tuple[int, int], int] = {}
+        """Acquires each semaphore's ``init_value`` still lets through (they order nothing). A
+        count, not a queue of tokens: an init_value of 10^12 is one integer here."""
         self.barriers: dict[tuple[int, int], list[int]] = {}
         self.released: set[int] = set()  # threads let through a barrier they arrived at
         self.waiting: dict[tuple, list[int]] = {}
@@ -258,15 +262,16 @@ class Interpreter:
             return []
         if op.kind == "sem_acquire":
             for s in op.ids:
-                q = self.semq.setdefault((rank, s), deque([None] * self.plan.gpus[rank].semaphores[s]))
-                if not q:
+                if not self._sem_initial(rank, s) and not self.semq.get((rank, s)):
                     return self._block(t, ("sem", rank, s), f"a release of semaphore {s}")
             self._tick(t)
             for s in op.ids:
+                if self.sem_left[(rank, s)]:  # the initial value goes first, as a counter's would
+                    self.sem_left[(rank, s)] -= 1
+                    continue
                 got = self.semq[(rank, s)].popleft()
-                if got is not None:
-                    np.maximum(self.vis[t], got[0], out=self.vis[t])
-                    np.maximum(self.exe[t], got[1], out=self.exe[t])
+                np.maximum(self.vis[t], got[0], out=self.vis[t])
+                np.maximum(self.exe[t], got[1], out=self.exe[t])
             return []
         if op.kind == "barrier":
             return self._barrier(t, rank, op)
@@ -290,11 +295,18 @@ class Interpreter:
         if op.kind == "sem_release":
             woken: list[int] = []
             for s in op.ids:
-                q = self.semq.setdefault((rank, s), deque([None] * self.plan.gpus[rank].semaphores[s]))
-                q.append((self.vis[t].copy(), self.exe[t].copy()))
+                self.semq.setdefault((rank, s), deque()).append((self.vis[t].copy(),
+                                                                 self.exe[t].copy()))
                 woken += self._wake(("sem", rank, s))
             return woken
         return []  # nop
+
+    def _sem_initial(self, rank: int, s: int) -> int:
+        """Acquires of semaphore ``s`` of ``rank`` its initial value still lets through."""
+        key = (rank, s)
+        if key not in self.sem_left:
+            self.sem_left[key] = self.plan.gpus[rank].semaphores[s]
+        return self.sem_left[key]
 
     def _signal(self, t: int, rank: int, chans: tuple[Chan, ...], relaxed: bool) -> list[int]:
         woken: list[int] = []

@@ -18,19 +18,21 @@ writes them down. What this module resolves, so that the interpreter never looks
 * ``tbg_info`` splits every buffer range of an op between the blocks of a group
   (``ExecutionPlan::Impl::calcOffset``): cells are chunk parts, ``parts`` per chunk.
 
-Malformed JSON (missing keys, wrong types) is an input error (exit 2); a well-formed plan that the
-executor would reject or that breaks a rule is a :class:`~synth.errors.VerificationError` (exit 1)
-naming the rank, threadblock and operation.
+Malformed JSON (missing keys, wrong types, a count written ``1.5`` or ``"1"``) is an input error
+(exit 2); a well-formed plan that the executor would reject or that breaks a rule is a
+:class:`~synth.errors.VerificationError` (exit 1) naming the rank, threadblock and operation. Sizes
+the verifier would have to materialise (chunks times ``tbg_info`` parts, :data:`MAX_CELLS`) are
+bounded here, so a plan declaring 10^12 chunks is refused at once instead of filling memory.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from math import lcm
 from typing import Any
 
 from ..errors import SynthError, VerificationError
+from ..schema import short
 
 # execution_common.hpp limits
 MAX_OPERATION = 64
@@ -39,6 +41,16 @@ MAX_CHANNEL_PER_OPERATION = 8
 MAX_LOCAL_BUFFER_PER_OPERATION = 2
 MAX_DEVICE_SYNCERS = 16
 MAX_DEVICE_SEMAPHORES = 16
+
+MAX_CELLS = 2**22
+"""The most buffer cells (chunks x ``tbg_info`` parts, summed over the ranks' input, output and
+scratch buffers) the verifier holds: about 4 million, a few hundred megabytes of symbolic state.
+The shipped and upstream plans use at most thousands."""
+
+MAX_PARTS = 4096
+"""The most parts a chunk may be split into: the least common multiple of every ``tbg_size``.
+Group sizes are block counts (a few dozen), but the multiple of ten distinct primes near 1000 is
+10^29."""
 
 BUFFERS = ("i", "o", "s")
 CHANNEL_TYPES = ("memory", "port", "switch")
@@ -149,17 +161,44 @@ def _bad(reason: str, where: Where | str, message: str) -> VerificationError:
 
 
 def load_plan(text: str, source: str = "plan") -> Plan:
-    """Parse and resolve a plan; see the module docstring for what is checked here."""
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise SynthError(f"{source}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    """Parse and resolve a plan; see the module docstring for what is checked here.
+
+    The JSON is read by :func:`synth.files.parse_data` (duplicate keys, non-finite numbers, numbers
+    past 2^64, deep nesting: one-line errors); a field missing or of the wrong kind anywhere below
+    is reported as "not an MSCCL++ execution plan" with the field.
+    """
+    from ..files import parse_data
+
+    obj = parse_data(text, source, "json")
     try:
         return _Parser(obj, source).plan()
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
-        if isinstance(e, VerificationError):
-            raise
-        raise _malformed(source, f"{type(e).__name__}: {e}") from None
+    except KeyError as e:
+        raise _malformed(source, f"a required field {short(e.args[0])} is missing") from None
+    except (TypeError, ValueError, IndexError, AttributeError) as e:
+        text = " ".join(str(e).split())
+        raise _malformed(source, text if len(text) <= 200 else text[:197] + "...") from None
+
+
+def _int(value: Any, what: str, lo: int | None = None) -> int:
+    """A whole number of the plan (JSON ``2``, not ``2.0``, ``"2"`` or ``true``), at least ``lo``;
+    anything else is a TypeError/ValueError that :func:`load_plan` reports as malformed."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"'{what}' must be a whole number, got {short(value)}")
+    if lo is not None and value < lo:
+        raise ValueError(f"'{what}' must be at least {lo}, got {value}")
+    return value
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise TypeError(f"'{what}' must be a list, got {short(value)}")
+    return value
+
+
+def _obj(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"'{what}' must be an object, got {short(value)}")
+    return value
 
 
 class _Parser:
@@ -169,14 +208,20 @@ class _Parser:
         self.obj = obj
         self.source = source
         self.protocol = str(obj.get("protocol"))
-        self.gpus_json: list[dict[str, Any]] = obj["gpus"]
+        self.gpus_json: list[dict[str, Any]] = [_obj(g, "gpus[]") for g in obj["gpus"]]
         self.n = len(self.gpus_json)
         self.parts = 1
         for g in self.gpus_json:
-            for tb in g["threadblocks"]:
-                for op in _flatten(tb["ops"]):
+            for tb in _list(g["threadblocks"], "threadblocks"):
+                for op in _flatten(_list(_obj(tb, "threadblocks[]")["ops"], "ops")):
                     if "tbg_info" in op:
-                        self.parts = lcm(self.parts, int(op["tbg_info"]["tbg_size"]))
+                        info = _obj(op["tbg_info"], "tbg_info")
+                        self.parts = lcm(self.parts, _int(info["tbg_size"], "tbg_size", 1))
+                        if self.parts > MAX_PARTS:
+                            raise SynthError(
+                                f"{source}: the tbg_info group sizes split every chunk into "
+                                f"{self.parts} or more parts (their least common multiple); the "
+                                f"verifier handles at most {MAX_PARTS} (MAX_PARTS)")
 
     def plan(self) -> Plan:
         o = self.obj
@@ -184,16 +229,25 @@ class _Parser:
         if protocol not in ("Simple", "LL"):
             raise _bad("unsupported", "plan", f"protocol '{protocol}' (the executor knows Simple, LL)")
         for r, g in enumerate(self.gpus_json):
-            if int(g["id"]) != r:
+            if _int(g["id"], "id", 0) != r:
                 raise _bad("unsupported", f"gpus[{r}]", f"id {g['id']} (the executor reads gpus[rank] "
                            "and requires id == rank)")
-        self.chunks = [{b: int(g[k]) for b, k in (("i", "input_chunks"), ("o", "output_chunks"),
-                                                  ("s", "scratch_chunks"))} for g in self.gpus_json]
+        self.chunks = [{b: _int(g[k], k, 0) for b, k in (("i", "input_chunks"),
+                                                         ("o", "output_chunks"),
+                                                         ("s", "scratch_chunks"))}
+                       for g in self.gpus_json]
+        cells = sum(c["i"] + c["o"] + 2 * c["s"] for c in self.chunks) * self.parts
+        if cells > MAX_CELLS:
+            raise SynthError(f"{self.source}: the buffers hold {cells} cells in all (chunks x "
+                             f"{self.parts} part(s) per chunk, scratch counted twice for LL "
+                             f"packets); the verifier handles at most {MAX_CELLS} (MAX_CELLS)")
         self.channels = [self._channels(r, g) for r, g in enumerate(self.gpus_json)]
         gpus = tuple(self._gpu(r, g) for r, g in enumerate(self.gpus_json))
         return Plan(name=str(o["name"]), collective=str(o["collective"]), protocol=protocol,
-                    inplace=bool(o["inplace"]), min_message_size=int(o.get("min_message_size", 0)),
-                    max_message_size=int(o.get("max_message_size", 2**64 - 1)), parts=self.parts,
+                    inplace=_bool(o["inplace"], "inplace"),
+                    min_message_size=_int(o.get("min_message_size", 0), "min_message_size", 0),
+                    max_message_size=_int(o.get("max_message_size", 2**64 - 1), "max_message_size",
+                                          0), parts=self.parts,
                     gpus=gpus)
 
     # ---------------------------------------------------------------------------- per GPU
@@ -210,14 +264,14 @@ class _Parser:
                 if buf not in BUFFERS:
                     raise _bad("unsupported", f"rank {r}", f"switch channel buffer '{buf}'")
                 for group in ch["rank_groups"]:
-                    ranks = tuple(int(x) for x in group["ranks"])
+                    ranks = tuple(_int(x, "rank_groups.ranks[]", 0) for x in group["ranks"])
                     if r not in ranks or any(not 0 <= x < self.n for x in ranks):
                         raise _bad("channel", f"rank {r}", f"switch group {list(ranks)} must contain "
                                    f"rank {r} and only ranks 0..{self.n - 1}")
                     out[t].append((buf, ranks))
                 continue
             for peer in ch["connected_to"]:
-                peer = int(peer)
+                peer = _int(peer, "connected_to[]", 0)
                 if not 0 <= peer < self.n or peer == r:
                     raise _bad("channel", f"rank {r}", f"{t} channel to rank {peer}")
                 k = seen.get((t, peer), 0)
@@ -228,7 +282,7 @@ class _Parser:
     def _gpu(self, r: int, g: dict[str, Any]) -> Gpu:
         remote = []
         for rb in g["remote_buffers"]:
-            owner, buf = int(rb["rank"]), rb["type"]
+            owner, buf = _int(rb["rank"], "remote_buffers.rank", 0), rb["type"]
             types = tuple(rb["access_channel_types"])
             if buf not in BUFFERS or not 0 <= owner < self.n:
                 raise _bad("channel", f"rank {r}", f"remote buffer {rb}")
@@ -239,10 +293,11 @@ class _Parser:
                     raise _bad("channel", f"rank {r}", f"remote buffer '{buf}' of rank {owner} is "
                                f"accessed over {t} channels but rank {r} has no {t} channel to it")
             remote.append((owner, buf, types))
-        sems = tuple(int(s["init_value"]) for s in g.get("semaphores", []))
+        sems = tuple(_int(_obj(s, "semaphores[]")["init_value"], "init_value", 0)
+                     for s in _list(g.get("semaphores", []), "semaphores"))
         tbs_json = g["threadblocks"]
         for i, tb in enumerate(tbs_json):
-            if int(tb["id"]) != i:
+            if _int(tb["id"], "threadblocks.id", 0) != i:
                 raise _bad("unsupported", f"rank {r}", f"threadblocks[{i}] has id {tb['id']}")
         tbs = tuple(self._tb(r, tb, remote, len(sems)) for tb in tbs_json)
         return Gpu(rank=r, chunks=self.chunks[r], tbs=tbs, semaphores=sems,
@@ -251,7 +306,7 @@ class _Parser:
 
     def _tb(self, r: int, tb: dict[str, Any], remote: list[tuple[int, str, tuple[str, ...]]],
             nsems: int) -> tuple[Op, ...]:
-        tid = int(tb["id"])
+        tid = _int(tb["id"], "threadblocks.id", 0)
         chans: dict[str, list[Any]] = {"memory": [], "port": [], "switch": []}
         for ch in tb["channels"]:
             t = ch["channel_type"]
@@ -259,10 +314,10 @@ class _Parser:
                 raise _bad("unsupported", f"rank {r}, threadblock {tid}", f"channel type '{t}'")
             for cid in ch["channel_ids"]:
                 glob = self.channels[r][t]
-                if not 0 <= int(cid) < len(glob):
+                if not 0 <= _int(cid, "channel_ids[]", 0) < len(glob):
                     raise _bad("channel", f"rank {r}, threadblock {tid}",
                                f"{t} channel id {cid} but rank {r} has {len(glob)} {t} channels")
-                chans[t].append(glob[int(cid)])
+                chans[t].append(glob[cid])
         for t, lst in chans.items():
             if len(lst) > MAX_CHANNEL:
                 raise _bad("limit", f"rank {r}, threadblock {tid}",
@@ -273,10 +328,10 @@ class _Parser:
             if t not in rbufs:
                 raise _bad("unsupported", f"rank {r}, threadblock {tid}", f"remote access '{t}'")
             for bid in ref["remote_buffer_ids"]:
-                if not 0 <= int(bid) < len(remote) or t not in remote[int(bid)][2]:
+                if not 0 <= _int(bid, "remote_buffer_ids[]", 0) < len(remote) or t not in remote[bid][2]:
                     raise _bad("channel", f"rank {r}, threadblock {tid}",
                                f"remote buffer {bid} is not a {t}-accessible remote buffer of rank {r}")
-                rbufs[t].append(remote[int(bid)][:2])
+                rbufs[t].append(remote[bid][:2])
         ops: list[Op] = []
         flat = list(_flatten(tb["ops"]))
         if len(flat) > MAX_OPERATION:
@@ -286,15 +341,28 @@ class _Parser:
         for i, op in enumerate(flat):
             if op["name"] == "pipeline":
                 continue  # its inner ops follow it in the flattened list, executed once (see module doc)
-            ops.append(ctx.resolve(i, op))
+            try:
+                ops.append(ctx.resolve(i, op))
+            except KeyError as e:
+                raise _malformed(self.source, f"rank {r}, threadblock {tid}, op {i}: a required "
+                                 f"field {short(e.args[0])} is missing") from None
+            except (TypeError, ValueError, IndexError, AttributeError) as e:
+                raise _malformed(self.source, f"rank {r}, threadblock {tid}, op {i}: "
+                                 f"{' '.join(str(e).split())[:200]}") from None
         return tuple(ops)
+
+
+def _bool(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"'{what}' must be true or false, got {short(value)}")
+    return value
 
 
 def _flatten(ops: list[dict[str, Any]]):
     for op in ops:
-        yield op
+        yield _obj(op, "ops[]")
         if op.get("name") == "pipeline":
-            yield from op["ops"]
+            yield from (_obj(inner, "pipeline.ops[]") for inner in _list(op["ops"], "pipeline.ops"))
 
 
 class _OpContext:
@@ -311,6 +379,8 @@ class _OpContext:
 
     def resolve(self, i: int, op: dict[str, Any]) -> Op:
         name = op["name"]
+        if not isinstance(name, str):
+            raise TypeError(f"'name' must be a string, got {short(name)}")
         w = Where(self.rank, self.tb, i, name)
         if name not in OP_NAMES:
             raise _bad("unsupported", w, f"operation '{name}' is unknown to the executor "
@@ -318,8 +388,14 @@ class _OpContext:
         self.w = w
         self.op = op
         self.ctype = op.get("channel_type")
-        self.tbg = (int(op["tbg_info"]["tb_id"]), int(op["tbg_info"]["tbg_size"])) \
-            if "tbg_info" in op else (0, 1)
+        self.tbg = (0, 1)
+        if "tbg_info" in op:
+            size = _int(op["tbg_info"]["tbg_size"], "tbg_size", 1)
+            tb_id = _int(op["tbg_info"]["tb_id"], "tb_id", 0)
+            if tb_id >= size:
+                raise _bad("range", w, f"tbg_info tb_id {tb_id} is not in the group of {size} "
+                           "blocks (0..tbg_size-1)")
+            self.tbg = (tb_id, size)
         srcs = op.get("src_buff", [])
         dsts = op.get("dst_buff", [])
         if len(srcs) > MAX_LOCAL_BUFFER_PER_OPERATION + MAX_CHANNEL_PER_OPERATION or \
@@ -339,9 +415,9 @@ class _OpContext:
         out = []
         for cid in self.op.get("channel_ids", []):
             lst = self.chans[t]
-            if not 0 <= int(cid) < len(lst):
+            if not 0 <= _int(cid, "channel_ids[]", 0) < len(lst):
                 raise _bad("channel", self.w, f"{t} channel {cid} but the threadblock has {len(lst)}")
-            out.append(lst[int(cid)])
+            out.append(lst[cid])
         return tuple(out)
 
     def _cells(self, index: int, size: int) -> tuple[int, int]:
@@ -354,11 +430,9 @@ class _OpContext:
 
     def _access(self, ref: dict[str, Any], pkt: bool = False) -> list[Access]:
         """The cells a buffer reference names: one Access, or one per switch-group rank."""
-        index, size = int(ref["index"]), int(ref["size"])
-        if index < 0 or size < 1:
-            raise _bad("range", self.w, f"index {index}, size {size}")
+        index, size = _int(ref["index"], "index", 0), _int(ref["size"], "size", 1)
         if "switch_channel_id" in ref:
-            sid = int(ref["switch_channel_id"])
+            sid = _int(ref["switch_channel_id"], "switch_channel_id", 0)
             if not 0 <= sid < len(self.chans["switch"]):
                 raise _bad("channel", self.w, f"switch channel {sid} but the threadblock has "
                            f"{len(self.chans['switch'])}")
@@ -367,7 +441,7 @@ class _OpContext:
         elif "buffer_id" in ref:
             t = self.ctype
             lst = self.rbufs.get(t or "", [])
-            bid = int(ref["buffer_id"])
+            bid = _int(ref["buffer_id"], "buffer_id", 0)
             if not 0 <= bid < len(lst):
                 raise _bad("channel", self.w, f"remote buffer id {bid} but the threadblock has "
                            f"{len(lst)} {t} remote buffers")
@@ -447,7 +521,8 @@ class _OpContext:
         return self._mk("flush", chans=self._chan_list())
 
     def _barrier(self, *_: Any) -> Op:
-        bid, nb = int(self.op["barrier_id"]), int(self.op["num_threadblocks"])
+        bid = _int(self.op["barrier_id"], "barrier_id", 0)
+        nb = _int(self.op["num_threadblocks"], "num_threadblocks", 1)
         if not 0 <= bid < MAX_DEVICE_SYNCERS:
             raise _bad("limit", self.w, f"barrier id {bid} outside 0..{MAX_DEVICE_SYNCERS - 1}")
         if nb < 1:
@@ -455,7 +530,8 @@ class _OpContext:
         return self._mk("barrier", ids=(bid, nb))
 
     def _sem(self, kind: str) -> Op:
-        ids = tuple(int(x) for x in self.op["semaphore_ids"])
+        ids = tuple(_int(x, "semaphore_ids[]", 0) for x in _list(self.op["semaphore_ids"],
+                                                               "semaphore_ids"))
         if len(ids) > MAX_DEVICE_SEMAPHORES:
             raise _bad("limit", self.w, f"{len(ids)} semaphores in one operation > "
                        f"MAX_DEVICE_SEMAPHORES={MAX_DEVICE_SEMAPHORES}")

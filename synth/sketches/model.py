@@ -34,6 +34,12 @@ from typing import Any
 from ..errors import SynthError
 from ..topology import Topology
 
+MAX_PAIRS = 2**18
+"""The most rank pairs one hop apart a topology may have for a sketch that allows them all
+(switch:512 and fully_connected:512 have 261,632): each is a channel lookup here (seconds for
+this many) and variables in the MILP; a 16,384-port switch has 2.7 * 10^8 (tens of gigabytes, an
+hour) before any check could answer."""
+
 INTRANODE_MODES = ("all", "links")
 """``all``: every physical channel inside a node; ``links``: only the sketch's ``intranode_links``."""
 
@@ -44,18 +50,20 @@ ANY_SWITCH = "*"
 """Switch name in a :class:`SwitchPolicy` meaning every intra-node switch of the topology."""
 
 HINTS: dict[str, tuple[dict[str, Any], str]] = {
-    "time_limit_s": ({"type": "number", "exclusiveMinimum": 0},
+    # upper bounds: a week of solving, a route through every rank of the largest topology, a batch
+    # of every chunk synth can name; beyond them a figure is a typo that would overflow the solver
+    "time_limit_s": ({"type": "number", "exclusiveMinimum": 0, "maximum": 7 * 86400},
                      "wall-clock seconds the solver may spend on one stage before returning its best "
                      "schedule so far"),
     "mip_gap": ({"type": "number", "minimum": 0, "exclusiveMaximum": 1},
                 "relative MIP gap at which the solver may stop (0 = prove optimality)"),
-    "max_extra_hops": ({"type": "integer", "minimum": 0},
+    "max_extra_hops": ({"type": "integer", "minimum": 0, "maximum": 16_384},
                        "a chunk's route may be at most this many hops longer than its shortest path "
                        "over the allowed pairs (TACCL restricts routes to shortest-path sets: 0)"),
     "relay_own_first": ({"type": "boolean"},
                         "a relay sends its own chunks across nodes before the chunks it forwards "
                         "(TACCL's enforce_ordering)"),
-    "max_batch": ({"type": "integer", "minimum": 1},
+    "max_batch": ({"type": "integer", "minimum": 1, "maximum": 2**20},
                   "at most this many chunks travel together in one transfer (TACCL's contiguity "
                   "stage pays alpha once per batch)"),
 }
@@ -235,6 +243,15 @@ class _GlobalView:
 
     @staticmethod
     def build(sketch: Sketch, topology: Topology) -> _GlobalView:
+        if sketch.intranode == "all" or sketch.internode == "direct":
+            bound = topology.pair_bound()
+            if bound > MAX_PAIRS:
+                raise SynthError(
+                    f"sketch '{sketch.name}' on topology '{topology.name}': the topology has up to "
+                    f"{bound} rank pairs one hop apart (its switches join every pair of their "
+                    f"ranks) and a sketch is checked and encoded pair by pair; synth handles at "
+                    f"most {MAX_PAIRS} (MAX_PAIRS): restrict the pairs with intranode 'links' and "
+                    "internode 'relay'")
         local = local_indices(topology)
         nodes = topology.nodes or (tuple(topology.ranks),)
         pairs: set[tuple[int, int]] = set()

@@ -27,26 +27,28 @@ from __future__ import annotations
 
 from typing import Any
 
-import jsonschema
-
 from ..errors import SynthError
+from ..schema import validate
+from ..topology import MAX_RANKS
 from .model import HINTS, INTERNODE_MODES, INTRANODE_MODES, Relay, Sketch, SwitchPolicy
 
-_INDEX = {"type": "integer", "minimum": 0}
+# node-local indices and node counts are bounded by the largest topology (MAX_RANKS ranks): a
+# bigger number can fit no machine, and bounding it here keeps every later product small
+_INDEX = {"type": "integer", "minimum": 0, "maximum": MAX_RANKS - 1}
 _PAIR = {"type": "array", "items": _INDEX, "minItems": 2, "maxItems": 2}
-_PEERS = {"type": "integer", "minimum": 1}
+_PEERS = {"type": "integer", "minimum": 1, "maximum": MAX_RANKS}
+_SIZE = {"type": "integer", "minimum": 1, "maximum": MAX_RANKS}
 
 SKETCH_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["name", "topology", "nodes"],
     "additionalProperties": False,
     "properties": {
-        "name": {"type": "string", "pattern": "^[A-Za-z0-9_.@-]+$"},
-        "description": {"type": "string"},
-        "topology": {"type": "string", "pattern": "^[A-Za-z0-9_.@:-]+$"},
-        "nodes": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1,
-                  "uniqueItems": True},
-        "chunks_per_rank": {"type": "integer", "minimum": 1},
+        "name": {"type": "string", "pattern": "^[A-Za-z0-9_.@-]+$", "maxLength": 100},
+        "description": {"type": "string", "maxLength": 100_000},
+        "topology": {"type": "string", "pattern": "^[A-Za-z0-9_.@:-]+$", "maxLength": 200},
+        "nodes": {"type": "array", "items": _SIZE, "minItems": 1, "maxItems": 1024},
+        "chunks_per_rank": {"type": "integer", "minimum": 1, "maximum": 1024},
         "intranode": {
             "type": "object",
             "required": ["strategy"],
@@ -75,7 +77,7 @@ SKETCH_SCHEMA: dict[str, Any] = {
                         "properties": {
                             "sender": _INDEX,
                             "receiver": _INDEX,
-                            "carries": {"type": "array", "items": _INDEX, "uniqueItems": True},
+                            "carries": {"type": "array", "items": _INDEX},
                         },
                     },
                 },
@@ -91,7 +93,7 @@ SKETCH_SCHEMA: dict[str, Any] = {
                 "required": ["switch"],
                 "additionalProperties": False,
                 "properties": {
-                    "switch": {"type": "string", "minLength": 1},
+                    "switch": {"type": "string", "minLength": 1, "maxLength": 100},
                     "max_peers": _PEERS,
                     "min_peers": _PEERS,
                 },
@@ -99,7 +101,7 @@ SKETCH_SCHEMA: dict[str, Any] = {
             },
         },
         "symmetry": {"type": "array", "items": {
-            "type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2, "maxItems": 2}},
+            "type": "array", "items": _SIZE, "minItems": 2, "maxItems": 2}},
         "hints": {
             "type": "object",
             "additionalProperties": False,
@@ -111,15 +113,19 @@ SKETCH_SCHEMA: dict[str, Any] = {
 
 def parse_sketch(data: Any, source: str) -> Sketch:
     """Validate plain data (a parsed file) and build the Sketch; ``source`` names it in errors."""
-    validator = jsonschema.Draft202012Validator(SKETCH_SCHEMA)
-    errors = sorted(validator.iter_errors(data), key=lambda e: (list(e.path), e.message))
-    if errors:
-        err = errors[0]
-        where = ".".join(str(p) for p in err.path) or "(top level)"
-        raise SynthError(f"{source}: field '{where}': {_schema_message(err)}")
+    validate(data, SKETCH_SCHEMA, source, _explain)
 
     def fail(where: str, message: str) -> SynthError:
         return SynthError(f"{source}: field '{where}': {message}")
+
+    # listed twice: checked here with sets (jsonschema's uniqueItems is quadratic on values it
+    # cannot sort)
+    for where, values in [("nodes", data["nodes"])] + [
+            (f"internode.relays.{i}.carries", r.get("carries", []))
+            for i, r in enumerate(data.get("internode", {}).get("relays", []))]:
+        if len(set(values)) != len(values):
+            twice = next(v for i, v in enumerate(values) if v in values[:i])
+            raise fail(where, f"lists {twice} twice")
 
     intra = data.get("intranode", {"strategy": "all"})
     links = [tuple(p) for p in intra.get("links", [])]
@@ -180,18 +186,9 @@ def symmetry_problem(offset: int, group: int) -> str | None:
     return None
 
 
-def _schema_message(err: jsonschema.ValidationError) -> str:
-    """jsonschema's message, phrased for a person where the default is cryptic."""
-    path = list(err.path)
-    if err.validator == "additionalProperties":
-        known = sorted(err.schema.get("properties", {}))
-        return (err.message.replace("Additional properties are not allowed", "unknown field(s)")
-                + f"; known: {', '.join(known)}")
-    if err.validator == "enum":
-        return f"must be one of {', '.join(map(str, err.validator_value))}, got {err.instance!r}"
-    if err.validator in ("exclusiveMinimum", "exclusiveMaximum"):
-        side = "greater" if err.validator == "exclusiveMinimum" else "less"
-        return f"must be {side} than {err.validator_value}, got {err.instance}"
+def _explain(err: Any) -> str | None:
+    """The sketch's own rules (``if``/``then``/``else`` on the strategies), in its own words."""
+    path = list(err.absolute_path)
     if err.validator == "anyOf" and path and path[0] == "switches":
         return "a switch policy needs max_peers, min_peers or both"
     if err.validator == "anyOf" and path == ["intranode"]:
@@ -202,6 +199,4 @@ def _schema_message(err: jsonschema.ValidationError) -> str:
         return "strategy 'relay' needs a 'relays' list"
     if err.validator == "not" and path == ["internode"]:
         return "'relays' are only read with strategy 'relay'"
-    if err.validator == "uniqueItems":
-        return f"lists an entry twice: {err.instance}"
-    return err.message
+    return None

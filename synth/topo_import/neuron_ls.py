@@ -9,9 +9,9 @@ no EFA devices: their count and speed are taken from the instance family (assume
 
 from __future__ import annotations
 
-import json
-
 from ..errors import SynthError
+from ..files import parse_data
+from ..topology import MAX_RANKS
 from .machine import Machine
 
 FAMILIES = {
@@ -25,17 +25,16 @@ FAMILIES = {
 
 
 def parse_neuron_ls(text: str, source: str, family: str | None) -> Machine:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SynthError(f"{source}:{exc.lineno}: not valid JSON ({exc.msg}); expected the output "
-                         "of `neuron-ls --json-output`") from None
+    if not text.lstrip().startswith(("[", "{")):
+        raise SynthError(f"{source}:1: not valid JSON; expected the output of "
+                         "`neuron-ls --json-output`")
+    data = parse_data(text, source, "json")
     if not isinstance(data, list) or not data:
         raise SynthError(f"{source}: expected a non-empty JSON list of Neuron devices")
     devices = {}
     for i, d in enumerate(data):
-        if not isinstance(d, dict) or not isinstance(d.get("neuron_device"), int) \
-                or not isinstance(d.get("nc_count"), int) or d["nc_count"] < 1 \
+        if not isinstance(d, dict) or not _whole(d.get("neuron_device")) \
+                or not _whole(d.get("nc_count")) or d["nc_count"] < 1 \
                 or not isinstance(d.get("connected_to", []), list):
             raise SynthError(f"{source}: device entry {i} lacks an integer neuron_device, a "
                              "positive nc_count or a connected_to list")
@@ -49,11 +48,15 @@ def parse_neuron_ls(text: str, source: str, family: str | None) -> Machine:
     if len(cores) > 1:
         raise SynthError(f"{source}: devices with different core counts {sorted(cores)}")
     k = cores.pop()
+    if k * len(ids) > MAX_RANKS:  # before the k^2 core pairs per device are listed
+        raise SynthError(f"{source}: {len(ids)} device(s) x {k} core(s) is {k * len(ids)} ranks; "
+                         f"synth handles at most {MAX_RANKS} (MAX_RANKS)")
     m = Machine(source=source, fmt="neuron-ls", ranks=k * len(ids))
     m.read.append(f"{len(ids)} Neuron device(s) x {k} NeuronCore(s)")
     if family is None:
         family = "trn2" if any("logical_neuroncore_config" in d for d in devices.values()) or \
-            any(d.get("memory_size", 0) > 64 * 2**30 for d in devices.values()) else "trn1"
+            any(_whole(d.get("memory_size")) and d["memory_size"] > 64 * 2**30
+                for d in devices.values()) else "trn1"
         why = "logical_neuroncore_config / 96 GiB devices" if family == "trn2" else "32 GiB devices"
         m.inferred.append(f"family {family} (from {why}; --gpu trn1|trn2 overrides)")
     if family not in FAMILIES:
@@ -71,7 +74,7 @@ def parse_neuron_ls(text: str, source: str, family: str | None) -> Machine:
     pairs = set()
     for d in ids:
         for peer in devices[d].get("connected_to", []):
-            if not isinstance(peer, int) or peer not in devices or peer == d:
+            if not _whole(peer) or peer not in devices or peer == d:
                 raise SynthError(f"{source}: device {d} is connected_to {peer!r}, not another "
                                  "device of the list")
             pairs.add((min(d, peer), max(d, peer)))
@@ -91,3 +94,8 @@ def parse_neuron_ls(text: str, source: str, family: str | None) -> Machine:
     m.assumed.append(f"{len(m.nics)} EFA device(s) of {efa:g} Gbit/s, one per {per_efa} chip(s) "
                      f"(neuron-ls does not list them; {family} instance figures)")
     return m
+
+
+def _whole(value: object) -> bool:
+    """A JSON whole number (``true`` is not device 1)."""
+    return isinstance(value, int) and not isinstance(value, bool)
