@@ -255,10 +255,30 @@ def fake_torch() -> types.SimpleNamespace:
             widths[t.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
         return np.pad(t, widths, constant_values=value)
 
+    def tensor(data, device=None, dtype=None):
+        return np.asarray(data, dtype=dtype if dtype is not None else np.int64)
+
+    def index_copy(base, dim, index, source):
+        if dim != 0:
+            raise SynthError("the torch stand-in indexes dim 0 only")
+        if len(set(np.asarray(index).tolist())) != len(index):
+            raise SynthError("index_copy with a repeated index (the result would depend on order)")
+        out = np.array(base, copy=True)
+        out[np.asarray(index)] = source
+        return out
+
+    def index_add(base, dim, index, source):
+        if dim != 0:
+            raise SynthError("the torch stand-in indexes dim 0 only")
+        out = np.array(base, copy=True)
+        np.add.at(out, np.asarray(index), np.asarray(source, dtype=out.dtype))
+        return out
+
     functional = types.SimpleNamespace(pad=pad)
     nn = types.SimpleNamespace(functional=functional)
     return types.SimpleNamespace(cat=cat, permute=permute, split=split, minimum=np.minimum,
-                                 maximum=np.maximum, nn=nn, __name__="torch")
+                                 maximum=np.maximum, tensor=tensor, index_copy=index_copy,
+                                 index_add=index_add, nn=nn, __name__="torch")
 
 
 # ------------------------------------------------------------------------------------ jax
