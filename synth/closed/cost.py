@@ -30,7 +30,8 @@ A vendor call on a replica group costs
     intra-node all-gather and so on, each phase at its own bandwidth, α summed, one launch.
 * **memcopy** (``memcopy_GBps``, ``transform_us``): transforms that move data (transpose, concat,
   split, pad, unpad, row gathers, combine) read and write their bytes at memcopy bandwidth plus a
-  fixed cost; a reshape is free.
+  fixed cost; a row update (``put_rows``) moves only the rows it writes (done in place); a reshape
+  is free.
 
 Programs are timed by a small list-scheduling simulation: ops run in program order once their
 inputs are ready; calls over the same mesh axis serialise (they share links), calls over disjoint
@@ -472,7 +473,10 @@ def estimate(program: Program, model: CostModel, columns: int = 1) -> Estimate:
         else:
             prev_call_outs = None
             if op.kind in MOVING:
-                moved = sum(specs[v].nbytes for v in op.outs) * columns
+                # a row update writes its rows in place (XLA updates a scatter's operand in place
+                # when nothing reads it after, as in a lowered schedule's buffer): its rows' bytes
+                written = op.outs if op.kind != "put_rows" else op.ins[1:]
+                moved = sum(specs[v].nbytes for v in written) * columns
                 dt = model.memcopy_us(moved)
                 start = max(start, copy_free)
                 end = start + dt
