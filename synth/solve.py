@@ -27,6 +27,9 @@ from typing import Any
 from . import progress
 from .bounds import lower_bound
 from .calibrate.format import apply_calibration, load_calibration
+from .closed.cost import hardware_of
+from .closed.mesh import resolve_topology
+from .closed.strategies import COLLECTIVES as CLOSED_KINDS
 from .collectives import KINDS, Collective, load_collective
 from .emit import XmlOptions
 from .emit.xml_parse import parse_program
@@ -47,8 +50,9 @@ from .select.nccl import NcclComparison, compare_with_nccl
 from .select.ranges import INSTANCES
 from .select.scorers import deciding_scorer, lockstep_scorer
 from .sizes import DEFAULT_SIZES
+from .solve_closed import ClosedOutcome, platform_for, run_closed
 from .timing.nccl import calibration_of
-from .timing.program import program_times_us
+from .timing.program import not_a_gpu, program_times_us
 from .timing.protocol import RuntimeProfile, runtime_profile
 from .topology import Topology
 from .topology_io import load_group
@@ -82,7 +86,9 @@ class SolveRequest:
     proto: str = "Simple"
     """The protocol every file is compiled with (and the runtime column's, with or without XML)."""
     instances: int | None = None
-    format: str = "msccl"
+    format: str = "auto"
+    """``auto``: msccl where the ranks are GPUs, neuron on Trainium, jax on TPU
+    (:func:`resolve_format`); or msccl | mscclpp | neuron | jax."""
     calibration: str | None = None
     out_dir: Path = Path("out")
     max_memory: str | None = None
@@ -133,13 +139,45 @@ def checked(req: SolveRequest) -> SolveRequest:
     return replace(req, xml=xml)
 
 
-def run(req: SolveRequest) -> SolveOutcome:
-    """Solve one request, write its files (all or none) and return what was done."""
+TPU_PREFIXES = ("tpu_v5e_", "tpu_v5e:")
+FORMATS = ("auto", "msccl", "mscclpp", "neuron", "jax")
+CLOSED_FORMATS = ("neuron", "jax")
+
+
+def resolve_format(fmt: str, topology: Topology) -> str:
+    """``auto`` made concrete for ``topology`` (msccl on GPUs, neuron on Trainium, jax on TPU);
+    a closed format on GPU ranks is an input error (one line)."""
+    if fmt not in FORMATS:
+        from .errors import unknown_name
+        raise unknown_name("format", fmt, FORMATS)
+    why = not_a_gpu(topology)
+    if fmt == "auto":
+        if why is None:
+            return "msccl"
+        return "jax" if hardware_of(topology) == "tpu" else "neuron"
+    if fmt in CLOSED_FORMATS:
+        if why is None:
+            raise SynthError(f"--format {fmt} writes programs for Trainium/TPU; {topology.name}'s "
+                             "ranks are GPUs (use --format msccl or mscclpp)")
+        platform_for(topology, fmt)
+    return fmt
+
+
+def run(req: SolveRequest) -> SolveOutcome | ClosedOutcome:
+    """Solve one request, write its files (all or none) and return what was done: a
+    :class:`SolveOutcome`, or on Trainium/TPU formats a :class:`synth.solve_closed.ClosedOutcome`."""
     req = checked(req)
+    if req.topo.startswith(TPU_PREFIXES) and req.group is None and req.partition is None:
+        base, group = resolve_topology(req.topo, req.nodes), None  # TPU slices: synth.closed.mesh
+    else:
+        base, group = load_group(req.topo, req.nodes, req.group, req.partition)
+    topology = apply_calibration(base, req.calibration) if req.calibration else base
+    fmt = resolve_format(req.format, topology)
+    if fmt in CLOSED_FORMATS:
+        return run_closed_request(req, topology, group, fmt)
+    req = replace(req, format=fmt)
     xml = req.xml
     budget = Budget.of(req.max_memory, None if req.format == "mscclpp" else xml)
-    base, group = load_group(req.topo, req.nodes, req.group, req.partition)
-    topology = apply_calibration(base, req.calibration) if req.calibration else base
     if req.coll in KINDS:  # sized before the collective is built (10^9 chunks do not fit)
         check_request(req.coll, topology.num_ranks, req.chunks, budget)
     collective = load_collective(req.coll, topology.num_ranks, req.chunks or 1, req.root,
@@ -181,8 +219,36 @@ def run(req: SolveRequest) -> SolveOutcome:
                   if req.time_program and req.format == "msccl" and xml is not None else None)
     vs_nccl = compare_with_nccl(result, written.ranges, req.sizes, req.proto, req.instances or 1,
                                 nccl_cal, program_us)
+    why = not_a_gpu(topology)
+    if why is not None:
+        written.notes.append(f"no {topology.name} runtime loads MSCCL-IR: {why}; the program it "
+                             f"runs is --format {'jax' if hardware_of(topology) == 'tpu' else 'neuron'}"
+                             " (the default there)")
     commit(written, rank_files)
     return SolveOutcome(result, written, runtime, program_us, vs_nccl)
+
+
+def run_closed_request(req: SolveRequest, topology: Topology, group: Any, fmt: str) -> ClosedOutcome:
+    """The main job on Trainium/TPU: the encodings' verified schedules, then the closed-stack
+    driver (:func:`synth.solve_closed.run_closed`) ranks, proves and writes the program."""
+    if group is not None:
+        raise SynthError("--group applies to --format msccl/mscclpp (a neuron/jax program runs on "
+                         "the framework's own groups)")
+    if req.coll not in CLOSED_KINDS:
+        raise SynthError(f"closed stacks run {', '.join(CLOSED_KINDS)}; '{req.coll}' has no "
+                         f"{fmt} program (--format msccl writes its schedule)")
+    budget = Budget.of(req.max_memory, None)
+    check_request(req.coll, topology.num_ranks, req.chunks, budget)
+    collective = load_collective(req.coll, topology.num_ranks, req.chunks or 1, req.root,
+                                 bool(req.inplace))
+    out_dir = check_writable_dir(Path(req.out_dir))
+    with progress.phase(f"solving {collective.name} on {topology.name} ({req.encoding})"):
+        result = solve(topology, collective, encoding=req.encoding, algorithm=req.algorithm,
+                       sizes=req.sizes, time_limit_s=req.time_limit_s, chunks=req.chunks,
+                       extra=req.extra, budget=budget, nccl=False)
+        result.calibration = req.calibration
+        return run_closed(result, fmt, req.sizes, out_dir, req.calibration,
+                          calibration_tag(req.calibration))
 
 
 def solve(topology: Topology, collective: Collective, *, encoding: str = "auto",

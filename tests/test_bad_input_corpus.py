@@ -92,7 +92,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "solve_sketch": ("solve --topo dgx1 --coll allgather --encoding milp --sketch {f} --out {o}",
                      ".yaml"),
     "solve_neuron_calibration": ("solve --topo trn1_32 --coll allreduce --format neuron "
-                                 "--calibration {f} --out {o}", ".json"),
+                                 "--encoding baseline --calibration {f} --out {o}", ".json"),
     "topo_show": ("topo show {f}", ".yaml"),
     "sketch_show": ("sketch show {f}", ".yaml"),
     "sketch_check": ("sketch check {f}", ".yaml"),
@@ -360,7 +360,8 @@ def test_yaml_exponent_without_a_dot_is_a_number(tmp_path):
     (["--topo", "ring:" + "9" * 5000], "too large"),
     (["--topo", "ring:4", "--time-limit", "nan"], "positive number of seconds"),
     (["--topo", "ring:4", "--encoding", "smt", "--steps", "1000000000"], "MAX_STEPS"),
-    (["--topo", "trn1_32", "--format", "neuron", "--tensors", "1000000000"], "MAX_TENSORS"),
+    (["--topo", "trn1_32", "--format", "neuron", "--chunks", "1000000000"],
+     ("MAX_GLOBAL_CHUNKS", "use fewer --chunks")),
 ])
 def test_absurd_sizes_are_refused_at_once(tmp_path, args, needle):
     import time

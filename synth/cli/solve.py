@@ -5,7 +5,6 @@ Parse arguments, call the library, print; nothing else lives here.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -15,25 +14,25 @@ from rich.table import Table
 from .. import progress
 from ..bounds import lower_bound
 from ..calibrate.format import apply_calibration
-from ..closed import emit_closed_program, resolve_topology
 from ..collectives import KINDS, load_collective, make_collective
 from ..emit import XmlOptions
 from ..emit.interpreter import MODES, verify_program
 from ..emit.xml_parse import normalize_coll, parse_program
 from ..errors import SynthError
-from ..files import check_output_file, check_writable_dir, dumps_json, read_input
+from ..files import check_output_file, dumps_json, read_input
 from ..groups import concurrent, induced, parse_partition
 from ..mscclpp import is_plan_text, verify_plan_file
 from ..schedule import Schedule
 from ..select.candidates import cost_profile
 from ..sizes import DEFAULT_SIZES, format_size, parse_size, parse_sizes
 from ..solve import SolveRequest, run
+from ..solve_closed import ClosedOutcome
 from ..timing.program import program_model, program_time, sweep, write_trace
 from ..topology import Topology
 from ..topology_io import load_topology
 from ..verify import verify
 from .console import err, out
-from .solve_report import print_solve, solve_json
+from .solve_report import closed_json, print_closed, print_solve, solve_json
 
 
 @click.command()
@@ -83,16 +82,17 @@ from .solve_report import print_solve, solve_json
 @click.option("--min-bytes", default="0", show_default=True, help="XML minBytes (e.g. 1MB).")
 @click.option("--max-bytes", default="0", show_default=True,
               help="XML maxBytes, inclusive (legacy files get +1); 0 = unbounded.")
-@click.option("--format", "out_format", default="msccl", show_default=True,
-              type=click.Choice(["msccl", "mscclpp", "neuron", "jax"]),
-              help="msccl: schedule + MSCCL-IR XML; mscclpp: an MSCCL++ execution plan (JSON), "
-                   "verified by the plan interpreter (--proto Simple or LL); neuron/jax: a "
-                   "composed vendor-primitive program for torch-neuronx or JAX.")
+@click.option("--format", "out_format", default="auto", show_default=True,
+              type=click.Choice(["auto", "msccl", "mscclpp", "neuron", "jax"]),
+              help="auto: msccl where the ranks are GPUs, neuron on Trainium, jax on TPU. msccl: "
+                   "schedule + MSCCL-IR XML; mscclpp: an MSCCL++ execution plan (JSON), verified by "
+                   "the plan interpreter (--proto Simple or LL); neuron/jax: one torch-neuronx / JAX "
+                   "module running the fastest program per size range (synthesized schedules "
+                   "lowered to permutes, or compositions of the vendor's calls), each proven on a "
+                   "NumPy stand-in.")
 @click.option("--target", default=None, hidden=True,
               type=click.Choice(["msccl", "neuron", "jax"]),
               help="Deprecated alias of --format (kept for one release).")
-@click.option("--tensors", default=1, show_default=True, help="neuron/jax: tensors per call site.")
-@click.option("--bytes", "nbytes", default=None, help="neuron/jax: bytes per tensor (e.g. 64MB).")
 @click.option("--calibration", default=None, type=click.Path(),
               help="Calibration file from `synth calibrate`: msccl uses its measured α/β per link "
                    "class (`--format nccl-tests`); neuron/jax its closed-stack fit.")
@@ -121,14 +121,14 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
           time_limit: float | None, steps: int | None, rounds: int | None, least_steps: bool,
           engine: str | None, sketch: str | None, solver: str | None, want_xml: bool,
           xml_profile: str, proto: str, instances: int | None, max_threadblocks: int,
-          min_bytes: str, max_bytes: str, out_format: str, target: str | None, tensors: int,
-          nbytes: str | None, calibration: str | None, out_dir: str, max_memory: str | None,
+          min_bytes: str, max_bytes: str, out_format: str, target: str | None,
+          calibration: str | None, out_dir: str, max_memory: str | None,
           want_program: bool, winners_by: str, compete: bool, as_json: bool) -> None:
     """Synthesize verified schedules and write, per size range, the fastest, or leave the range
     to NCCL where NCCL is faster."""
     if target is not None:
         err.print("note: --target is deprecated; use --format (the same values)")
-        if out_format != "msccl" and out_format != target:
+        if out_format != "auto" and out_format != target:
             raise SynthError(f"--target {target} and --format {out_format} disagree: "
                              "--format alone says what to write")
         out_format = target
@@ -136,14 +136,6 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
         _solve_partition(click.get_current_context(), topo_spec, nodes, partition, coll_spec,
                          out_dir, as_json)
         return
-    if out_format in ("neuron", "jax"):
-        if group_spec is not None:
-            raise SynthError("--group applies to --format msccl/mscclpp (a neuron/jax program runs "
-                             "on the framework's own groups)")
-        _solve_closed(topo_spec, coll_spec, nodes, out_format, tensors, nbytes, calibration,
-                      out_dir, as_json)
-        return
-
     extra = {k: v for k, v in (("steps", steps), ("rounds", rounds), ("engine", engine),
                                ("sketch", sketch), ("solver", solver)) if v is not None}
     if least_steps:
@@ -160,6 +152,12 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
         time_program=want_program, winners_by=winners_by, nccl=compete)
     with progress.activate(console=err, quiet_on_terminal=as_json):
         done = run(request)
+    if isinstance(done, ClosedOutcome):
+        if as_json:
+            click.echo(dumps_json(closed_json(done), indent=2))
+            return
+        print_closed(done)
+        return
     if as_json:
         click.echo(dumps_json(solve_json(done, request.sizes), indent=2))
         return
@@ -215,35 +213,6 @@ def _with_calibration(topology: Topology, calibration: str | None) -> Topology:
     if calibration is None:
         return topology
     return apply_calibration(topology, calibration)
-
-
-def _solve_closed(topo_spec: str, coll_spec: str, nodes: int, target: str, tensors: int,
-                  nbytes: str | None, calibration: str | None, out_dir: str, as_json: bool) -> None:
-    """`solve --target neuron|jax`: rank strategies, prove the winner on the stand-in, write it."""
-    import time
-
-
-    if tensors < 1:
-        raise SynthError(f"--tensors must be at least 1, got {tensors}")
-    if calibration is not None and not Path(calibration).exists():
-        raise SynthError(f"calibration file '{calibration}' does not exist")
-    topology = resolve_topology(topo_spec, nodes)
-    size = parse_size(nbytes) if nbytes else None
-    target_dir = check_writable_dir(Path(out_dir))  # created when the program is written
-    start = time.perf_counter()
-    files = emit_closed_program(topology, coll_spec, target, target_dir, nbytes=size,
-                                tensors=tensors, calibration=calibration)
-    report = json.loads(files[1].read_text())
-    data = {"topology": topology.name, "collective": coll_spec, "ranks": topology.num_ranks,
-            "target": target, "verified": True, "solve_seconds": round(time.perf_counter() - start, 3),
-            "files": [str(f) for f in files], "strategy": report.get("winner", report)}
-    if as_json:
-        click.echo(dumps_json(data, indent=2))
-        return
-    out.print(f"[bold]{coll_spec}[/bold] on [bold]{topology.name}[/bold] for {target}: "
-              f"program proven on the NumPy stand-in of the vendor primitives")
-    for f in files:
-        out.print(f"wrote {f}")
 
 
 def _bytes(text: str) -> int:

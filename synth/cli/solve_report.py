@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from ..encodings import auto_reason
@@ -14,6 +15,7 @@ from ..outputs.layout import runtime_lines
 from ..outputs.report import ranges_table, served_sizes
 from ..sizes import format_size
 from ..solve import SolveOutcome
+from ..solve_closed import ClosedOutcome, geomean
 from ..timing.nccl import SOURCE
 from .console import out
 
@@ -215,3 +217,59 @@ def _candidates(done: SolveOutcome) -> None:
         table.add_row(c.name, span, str(c.report.steps), *(f"{at[z]:.1f}" for z in sizes),
                       f"{100 * c.score:.1f}")
     out.print(table)
+
+
+# ------------------------------------------------------------------ Trainium / TPU (closed stacks)
+def closed_json(done: ClosedOutcome) -> dict[str, Any]:
+    """What :func:`print_closed` prints, as one JSON object."""
+    result = done.result
+    return {
+        "topology": result.topology.name, "collective": result.collective.name,
+        "ranks": result.topology.num_ranks, "format": done.platform, "verified": True,
+        "solve_seconds": round(result.seconds, 3), "program_seconds": round(done.seconds, 3),
+        "candidates": done.candidates, "schedules": [c.name for c in result.candidates],
+        "vendor_call": done.vendor, "cost_model": done.cost_model,
+        "ranges": [r.to_dict() for r in done.ranges],
+        "sizes": [row.to_dict() for row in done.sizes],
+        "speedup_geomean": round(geomean([row.speedup for row in done.sizes]), 4),
+        "proven": done.proven, "files": [str(f) for f in done.files], "run": done.launch,
+        "notes": [*result.notes, *done.notes],
+    }
+
+
+def print_closed(done: ClosedOutcome) -> None:
+    """The program per size range on Trainium/TPU: strategy, predicted time, speed-up over the
+    runtime's own call; the stand-in proofs; the files and how to run them."""
+    result = done.result
+    runtime = "torch-neuronx" if done.platform == "neuron" else "JAX"
+    out.print(f"[bold]{result.collective.name}[/bold] on [bold]{result.topology.name}[/bold] "
+              f"({result.topology.num_ranks} ranks) for {runtime}: {len(result.candidates)} "
+              f"verified schedule(s) in {result.seconds:.2f} s; {done.candidates} programs "
+              f"(lowered schedules and compositions of the runtime's calls) priced, chosen and "
+              f"proven in {done.seconds:.2f} s")
+    gains = [row.speedup for row in done.sizes]
+    out.print(f"[bold]{geomean(gains):.2f}x the runtime's own call ({escape(done.vendor)}) over "
+              f"{len(gains)} sizes (geomean; worst {min(gains):.2f}x, best {max(gains):.2f}x), "
+              "by the closed-stack model[/bold]")
+    table = Table(title=f"size range -> strategy ({done.cost_model}; times at the range's largest "
+                        "size)")
+    for col in ("min bytes", "max bytes", "strategy", "from", "calls", "µs", "own call µs",
+                "speed-up"):
+        table.add_column(col, justify="left" if col in ("strategy", "from") else "right")
+    for r in done.ranges:
+        table.add_row(str(r.lo), str(r.hi), escape(r.strategy), r.origin, str(r.calls), _us(r.time_us),
+                      _us(r.vendor_us), f"{r.speedup:.2f}x")
+    out.print(table)
+    out.print("[dim]µs: synth.closed.cost, Neuron's calls priced by synth.closed.neuron (fitted to "
+              "public nccom-test runs: results/reality_trainium.md); every time is a model's "
+              "prediction.[/dim]")
+    for note in [*result.notes, *done.notes]:
+        out.print(f"[yellow]{escape(note)}[/yellow]")
+    for line in done.proven:
+        out.print(f"proven: {line}", markup=False)
+    for f in done.files:
+        out.print(f"wrote {f}")
+    if done.launch:
+        out.print("[bold]to run it:[/bold]")
+        for line in done.launch:
+            out.print(line, markup=False)

@@ -30,7 +30,8 @@ A vendor call on a replica group costs
     intra-node all-gather and so on, each phase at its own bandwidth, α summed, one launch.
 * **memcopy** (``memcopy_GBps``, ``transform_us``): transforms that move data (transpose, concat,
   split, pad, unpad, row gathers, combine) read and write their bytes at memcopy bandwidth plus a
-  fixed cost; a reshape is free.
+  fixed cost; a row update (``put_rows``) moves only the rows it writes (done in place); a reshape
+  is free.
 
 Programs are timed by a small list-scheduling simulation: ops run in program order once their
 inputs are ready; calls over the same mesh axis serialise (they share links), calls over disjoint
@@ -435,8 +436,12 @@ class Estimate:
 MOVING = ("transpose", "concat", "split", "pad", "unpad", "take_rows", "put_rows", "combine")
 
 
-def estimate(program: Program, model: CostModel) -> Estimate:
-    specs = program.specs()
+def estimate(program: Program, model: CostModel, columns: int = 1) -> Estimate:
+    """The program's time under ``model``; ``columns``: run on a trailing column axis of that width
+    (:mod:`synth.closed.columns`), every value ``columns`` times its unit bytes."""
+    specs = program.meta.get("specs")
+    if specs is None:  # kept: a unit program is priced at every size of a sweep
+        specs = program.meta["specs"] = program.specs()
     ready: dict[str, float] = {name: 0.0 for name, _ in program.inputs}
     axis_free: dict[str, float] = {}
     copy_free = 0.0
@@ -447,9 +452,9 @@ def estimate(program: Program, model: CostModel) -> Estimate:
     for op in program.ops:
         start = max((ready[v] for v in op.ins), default=0.0)
         if op.is_call:
-            nbytes = specs[op.ins[0]].nbytes
+            nbytes = specs[op.ins[0]].nbytes * columns
             if op.kind == "all_gather":
-                nbytes = specs[op.outs[0]].nbytes
+                nbytes = specs[op.outs[0]].nbytes * columns
             a, by = model.call_time(op.kind, op.axes, nbytes)
             _, _, src = model.call_terms(op.kind, op.axes)
             est.sources.add(src)
@@ -468,7 +473,10 @@ def estimate(program: Program, model: CostModel) -> Estimate:
         else:
             prev_call_outs = None
             if op.kind in MOVING:
-                moved = sum(specs[v].nbytes for v in op.outs)
+                # a row update writes its rows in place (XLA updates a scatter's operand in place
+                # when nothing reads it after, as in a lowered schedule's buffer): its rows' bytes
+                written = op.outs if op.kind != "put_rows" else op.ins[1:]
+                moved = sum(specs[v].nbytes for v in written) * columns
                 dt = model.memcopy_us(moved)
                 start = max(start, copy_free)
                 end = start + dt

@@ -113,7 +113,10 @@ class _Walk:
     """How the target writes a table (a JSON list, or a NumPy array of it)."""
     specs: dict[str, TensorSpec] = field(init=False)
     consts: dict[str, str] = field(default_factory=dict)
-    """Constant name -> its text, in the order the ops first used them."""
+    """Constant name -> its text, in the order the ops first used them (shared by the range
+    programs of one module)."""
+    columns: bool = False
+    """Every value has a trailing column axis of width ``C`` (:mod:`synth.closed.columns`)."""
 
     def __post_init__(self) -> None:
         self.specs = self.program.specs()
@@ -129,7 +132,16 @@ class _Walk:
         return name
 
     def ndim(self, op: Op) -> int:
-        return len(self.specs[op.ins[0]].shape)
+        return len(self.specs[op.ins[0]].shape) + self.columns
+
+    def shape(self, shape: Sequence[int]) -> str:
+        """A reshape's target, with the column axis when there is one."""
+        dims = [str(int(d)) for d in shape] + (["C"] if self.columns else [])
+        return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+
+    def order(self, order: Sequence[int]) -> str:
+        """A transpose's order, the column axis staying last."""
+        return repr(tuple(order) + ((len(order),) if self.columns else ()))
 
     def rank_rows(self, op: Op) -> str:
         """``take_rows``/``put_rows`` on Neuron: each rank's row of ``op.table``, by global rank."""
@@ -181,7 +193,7 @@ def _array_ops(mod: str, target: str) -> dict[str, Template]:
         return _pad_expr(mod, op.ins[0], w.ndim(op), op.dim, extra, target)
 
     return {
-        "reshape": lambda w, op: f"{op.ins[0]}.reshape({op.shape!r})",
+        "reshape": lambda w, op: f"{op.ins[0]}.reshape({w.shape(op.shape)})",
         "pad": pad,
         "unpad": lambda w, op: _slice_expr(op.ins[0], w.ndim(op), op.dim, op.length),
         "combine": lambda w, op: _combine(op.ins[0], op.ins[1], op.op, mod),
@@ -218,7 +230,7 @@ NEURON_OPS: dict[str, Template] = {
                                  f"groups={_xm_groups(w, op)})"),
     "all_to_all": _xm_all_to_all,
     "permute": _xm_permute,
-    "transpose": lambda w, op: f"torch.permute({op.ins[0]}, {op.order!r})",
+    "transpose": lambda w, op: f"torch.permute({op.ins[0]}, {w.order(op.order)})",
     "concat": lambda w, op: f"torch.cat([{', '.join(op.ins)}], dim={op.dim})",
     "split": lambda w, op: f"torch.split({op.ins[0]}, {list(op.sizes)!r}, dim={op.dim})",
     "take_rows": lambda w, op: f"{op.ins[0]}[{w.rank_rows(op)}[rank]]",
@@ -230,18 +242,20 @@ NEURON_OPS: dict[str, Template] = {
 
 _NEURON_PUT_ROWS = [
     "def _put_rows(base, val, rows, op):",
-    '    """Rows of val written (or combined) into base at rows; -1 drops the row."""',
+    '    """Rows of val written (or combined) into base at rows; -1 drops the row. One indexed',
+    "    copy or add (torch.index_copy / index_add); min and max row by row.\"\"\"",
+    "    keep = [j for j, i in enumerate(rows) if i >= 0]",
+    "    if not keep:",
+    "        return base",
+    "    src = val if len(keep) == len(rows) else val[keep]",
+    "    if op in ('copy', 'add'):",
+    "        dst = torch.tensor([rows[j] for j in keep], device=base.device)",
+    "        return (torch.index_copy if op == 'copy' else torch.index_add)(base, 0, dst, src)",
     "    parts = [base[i:i + 1] for i in range(base.shape[0])]",
-    "    for j, i in enumerate(rows):",
-    "        if i >= 0:",
-    "            new = val[j:j + 1]",
-    "            if op == 'add':",
-    "                new = parts[i] + new",
-    "            elif op == 'min':",
-    "                new = torch.minimum(parts[i], new)",
-    "            elif op == 'max':",
-    "                new = torch.maximum(parts[i], new)",
-    "            parts[i] = new",
+    "    for k, j in enumerate(keep):",
+    "        new = src[k:k + 1]",
+    "        pick = torch.minimum if op == 'min' else torch.maximum",
+    "        parts[rows[j]] = pick(parts[rows[j]], new)",
     "    return torch.cat(parts, dim=0)",
     "",
     "",
@@ -322,7 +336,7 @@ JAX_OPS: dict[str, Template] = {
                                  "tiled=True)"),
     "permute": lambda w, op: (f"lax.ppermute({op.ins[0]}, {_ax(op)}, "
                               f"perm={[tuple(p) for p in op.perm]!r})"),
-    "transpose": lambda w, op: f"jnp.transpose({op.ins[0]}, {op.order!r})",
+    "transpose": lambda w, op: f"jnp.transpose({op.ins[0]}, {w.order(op.order)})",
     "concat": lambda w, op: f"jnp.concatenate([{', '.join(op.ins)}], axis={op.dim})",
     "split": _jnp_split,
     "take_rows": _jnp_take_rows,
@@ -386,6 +400,270 @@ JAX = _Target("jax", ("import jax", "import jax.numpy as jnp", "import numpy as 
               JAX_OPS, _jax_module)
 
 _TARGETS = {t.name: t for t in (NEURON, JAX)}
+
+# ============================================================ size-generic modules (one per solve)
+@dataclass(frozen=True)
+class RangeProgram:
+    """One size range of a module: its inclusive byte range, its strategy's unit program
+    (:mod:`synth.closed.columns`) and the lines its function's docstring says."""
+
+    lo: int
+    hi: int
+    program: Program
+    unit: int
+    notes: tuple[str, ...] = ()
+
+
+_PAD_LAST = {"neuron": "torch.nn.functional.pad({v}, (0, {k}))",
+             "jax": "jnp.pad({v}, [(0, 0)] * ({v}.ndim - 1) + [(0, {k})])"}
+
+
+def _columns_code(kind: str, target: str) -> list[str]:
+    """``_to_columns`` / ``_from_columns`` / ``_nbytes`` of :mod:`synth.closed.columns`, in the
+    target's array module (the NumPy reference there is what tests compare with)."""
+    def pad(v: str, k: str) -> str:
+        return _PAD_LAST[target].format(v=v, k=k)
+
+    lines = ["def _to_columns(x, unit):",
+             '    """x as the (unit, C) matrix the range programs run on, and its shape."""',
+             "    shape = tuple(x.shape)",
+             "    t = x.reshape(-1)"]
+    if kind in ("reducescatter", "alltoall"):
+        lines += ["    width = -(-shape[0] // WORLD) * math.prod(shape[1:])",
+                  "    c = max(1, -(-width // (unit // WORLD)))",
+                  "    if WORLD * width > math.prod(shape):",
+                  f"        t = {pad('t', 'WORLD * width - math.prod(shape)')}",
+                  "    t = t.reshape(WORLD, width)",
+                  "    if unit // WORLD * c > width:",
+                  f"        t = {pad('t', 'unit // WORLD * c - width')}"]
+    else:
+        lines += ["    m = math.prod(shape)",
+                  "    c = max(1, -(-m // unit))",
+                  "    if unit * c > m:",
+                  f"        t = {pad('t', 'unit * c - m')}"]
+    lines += ["    return t.reshape(unit, c), shape", "", "",
+              "def _from_columns(y, shape):",
+              '    """A range program\'s (., C) result as the collective\'s output for ``shape``."""']
+    if kind == "allgather":
+        lines += ["    m = math.prod(shape)",
+                  "    return y.reshape(WORLD, -1)[:, :m].reshape((WORLD * shape[0],) + shape[1:])"]
+    elif kind == "allreduce":
+        lines += ["    return y.reshape(-1)[:math.prod(shape)].reshape(shape)"]
+    else:
+        lines += ["    rows = -(-shape[0] // WORLD)", "    width = rows * math.prod(shape[1:])"]
+        lines += (["    return y.reshape(-1)[:width].reshape((rows,) + shape[1:])"]
+                  if kind == "reducescatter" else
+                  ["    return y.reshape(WORLD, -1)[:, :width].reshape((WORLD * rows,) + shape[1:])"])
+    quoted = "WORLD * " if kind == "allgather" else ""
+    lines += ["", "",
+              "def _nbytes(x):",
+              '    """The size x\'s call is quoted by (nccl-tests: allgather\'s output, else the '
+              'buffer)."""',
+              f"    return {quoted}math.prod(tuple(x.shape)) * x.dtype.itemsize",
+              "", "",
+              "def _range_for(nbytes):",
+              '    """The program and unit of the range serving ``nbytes`` (below the first range: the '
+              'first;\n    above the last: the last; every program is correct at any size)."""',
+              "    for hi, program, unit in _PROGRAMS:",
+              "        if nbytes <= hi:",
+              "            return program, unit",
+              "    return _PROGRAMS[-1][1], _PROGRAMS[-1][2]",
+              "", ""]
+    return lines
+
+
+def _range_function(walk: _Walk, target: _Target, index: int, r: RangeProgram) -> list[str]:
+    program = r.program
+    body: list[str] = []
+    for op in program.ops:
+        template = target.ops.get(op.kind)
+        if template is None:
+            raise SynthError(f"cannot emit op '{op.kind}' for {target.name}")
+        code = template(walk, op)
+        body += [f"{', '.join(op.outs)} = {code}"] if isinstance(code, str) else code
+    args = "x0, rank" if target.name == "neuron" else "x0"
+    doc = [f"{program.name}: {r.lo}..{r.hi} bytes.", *r.notes]
+    return [f"def _range_{index}({args}):",
+            '    """' + "\n    ".join(doc) + '"""',
+            "    C = x0.shape[1]",
+            *(f"    {line}" for line in body),
+            f"    return {program.outputs[0]}", "", ""]
+
+
+_NEURON_MAIN = [
+    "def _test_tensor(rank, elements):",
+    '    """Rank ``rank``\'s test input: small integers, exact in float32 sums."""',
+    "    return ((torch.arange(elements, dtype=torch.float32) * 7 + rank * 13) % 251)",
+    "",
+    "",
+    "def _expected(rank, elements):",
+    '    """What this rank must get back, computed from every rank\'s test input."""',
+    "    xs = [_test_tensor(r, elements) for r in range(WORLD)]",
+    "    if COLLECTIVE == 'allgather':",
+    "        return torch.cat(xs)",
+    "    total = xs[0]",
+    "    for x in xs[1:]:",
+    "        total = total + x if REDUCE == 'add' else (torch.minimum(total, x) if REDUCE == 'min' "
+    "else torch.maximum(total, x))",
+    "    if COLLECTIVE == 'allreduce':",
+    "        return total",
+    "    rows = -(-elements // WORLD)",
+    "    if COLLECTIVE == 'reducescatter':",
+    "        total = torch.nn.functional.pad(total, (0, WORLD * rows - elements))",
+    "        return total[rank * rows:(rank + 1) * rows]",
+    "    padded = [torch.nn.functional.pad(x, (0, WORLD * rows - elements)) for x in xs]",
+    "    return torch.cat([x[rank * rows:(rank + 1) * rows] for x in padded])",
+    "",
+    "",
+    "def main(argv=None):",
+    '    """Under torchrun (one process per NeuronCore): run the collective at each message size',
+    "    given in bytes (default 1 MiB) on test tensors and check every rank's result.\"\"\"",
+    "    import sys",
+    "    import time",
+    "",
+    "    import torch.distributed as dist",
+    "    import torch_xla.distributed.xla_backend  # noqa: F401  (registers the 'xla' backend)",
+    "",
+    "    dist.init_process_group('xla')",
+    "    device = xm.xla_device()",
+    "    rank = xm.get_ordinal()",
+    "    for arg in (sys.argv[1:] if argv is None else argv) or ['1048576']:",
+    "        nbytes = int(arg)",
+    "        elements = max(1, (nbytes // WORLD if COLLECTIVE == 'allgather' else nbytes) // 4)",
+    "        x = _test_tensor(rank, elements).to(device)",
+    "        start = time.perf_counter()",
+    "        y = run([x])[0]",
+    "        xm.mark_step()",
+    "        xm.wait_device_ops()",
+    "        took = time.perf_counter() - start",
+    "        ok = torch.equal(y.cpu(), _expected(rank, elements))",
+    "        if rank == 0 or not ok:",
+    "            print(f'rank {rank}: {COLLECTIVE} of {nbytes} bytes: '",
+    "                  f'{\"correct\" if ok else \"WRONG\"} ({took * 1e3:.2f} ms, first call compiles)')",
+    "        if not ok:",
+    "            raise SystemExit(1)",
+    "",
+    "",
+    "if __name__ == '__main__':",
+    "    main()",
+    "",
+]
+
+_JAX_RANGE_DRIVER = [
+    "def make_mesh(devices=None):",
+    '    """The named mesh: the first WORLD devices, row-major over AXES."""',
+    "    devices = jax.devices() if devices is None else list(devices)",
+    "    if len(devices) < WORLD:",
+    "        raise ValueError(f'this program needs {WORLD} devices, found {len(devices)} (on CPU: '",
+    "                         f'XLA_FLAGS=--xla_force_host_platform_device_count={WORLD})')",
+    "    return Mesh(np.asarray(devices[:WORLD], dtype=object).reshape(MESH_SHAPE), AXES)",
+    "",
+    "",
+    "def _shard_map(f, mesh, in_specs, out_specs):",
+    "    if hasattr(jax, 'shard_map'):",
+    "        return jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,",
+    "                             check_vma=False)",
+    "    from jax.experimental.shard_map import shard_map",
+    "    return shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_rep=False)",
+    "",
+    "",
+    "def build(mesh=None, count=1):",
+    '    """The jitted global function of ``count`` tensors: global arrays (WORLD, *shape) in and out."""',
+    "    mesh = make_mesh() if mesh is None else mesh",
+    "    spec = PartitionSpec(AXES)",
+    "",
+    "    def per_device(*xs):",
+    "        return tuple(y[None] for y in body(*(x[0] for x in xs)))",
+    "",
+    "    return jax.jit(_shard_map(per_device, mesh, (spec,) * count, (spec,) * count))",
+    "",
+    "",
+    "def run(tensors, mesh=None):",
+    '    """The collective over the mesh for each tensor: tensors[i] has shape (WORLD, *shape_i)."""',
+    "    return list(build(mesh, len(tensors))(*tensors))",
+    "",
+    "",
+    "if __name__ == '__main__':",
+    "    import sys",
+    "",
+    "    nbytes = int(sys.argv[1]) if len(sys.argv) > 1 else 1 << 20",
+    "    elements = max(1, (nbytes // WORLD if COLLECTIVE == 'allgather' else nbytes) // 4)",
+    "    x = (np.arange(WORLD * elements, dtype=np.float32).reshape(WORLD, elements) * 7) % 251",
+    "    y = run([jnp.asarray(x)])[0]",
+    "    print(f'{COLLECTIVE} of {nbytes} bytes over {WORLD} devices: output {tuple(y.shape)}')",
+    "",
+]
+
+
+def emit_ranges(target: str, ranges: Sequence[RangeProgram], title: Sequence[str]) -> str:
+    """One module serving every message size: a function per range (its strategy's unit program
+    on a column axis) and ``run`` dispatching each tensor to its range by size (module docstring of
+    :mod:`synth.closed.columns`). ``title``: the docstring's first lines."""
+    if target not in _TARGETS:
+        raise unknown_name("target", target, TARGETS)
+    if not ranges:
+        raise SynthError("a module needs at least one size range")
+    tgt = _TARGETS[target]
+    first = ranges[0].program
+    kind, mesh = first.collective, first.mesh
+    consts: dict[str, str] = {}
+    functions: list[str] = []
+    helpers = False
+    for i, r in enumerate(ranges):
+        if r.program.collective != kind or r.program.mesh != mesh:
+            raise SynthError("every range of a module runs the same collective on the same mesh")
+        walk = _Walk(r.program, tgt.table, consts, columns=True)
+        functions += _range_function(walk, tgt, i, r)
+        helpers |= any(op.kind == "put_rows" for op in r.program.ops)
+    usage = ("Every rank (one process per NeuronCore, torch-neuronx) calls run(tensors) with its "
+             "own list of\ntensors of any shapes; each goes to the program of its size range. "
+             "Launched as a script\nunder torchrun it checks itself on test tensors (main)."
+             if target == "neuron" else
+             "run(tensors) takes global arrays of shape (WORLD, *shape), row r = rank r's tensor; "
+             "body() is\nthe per-device function under shard_map.")
+    lines = ['"""' + "\n".join(title), "", usage, '"""', "",
+             "import math", *tgt.imports,
+             f"COLLECTIVE = {kind!r}",
+             f"REDUCE = {first.reduce_op!r}",
+             f"WORLD = {mesh.size}",
+             f"AXES = {mesh.names!r}",
+             f"MESH_SHAPE = {mesh.shape!r}",
+             "RANGES = [  # (min bytes, max bytes, strategy), inclusive",
+             *(f"    ({r.lo}, {r.hi}, {r.program.name!r})," for r in ranges),
+             "]"]
+    lines += [f"{k} = {v}" for k, v in consts.items()]
+    lines += ["", ""]
+    if helpers and target == "neuron":
+        lines += _NEURON_PUT_ROWS
+    lines += functions
+    lines += ["_PROGRAMS = [  # (max bytes, function, unit elements)",
+              *(f"    ({r.hi}, _range_{i}, {r.unit})," for i, r in enumerate(ranges)), "]", "", ""]
+    lines += _columns_code(kind, target)
+    if target == "neuron":
+        lines += ["def run(tensors):",
+                  f'    """{kind} of each of this rank\'s tensors; call on every one of the '
+                  f'{mesh.size} ranks."""',
+                  "    rank = xm.get_ordinal()",
+                  "    results = []",
+                  "    for x in tensors:",
+                  "        program, unit = _range_for(_nbytes(x))",
+                  "        t, shape = _to_columns(x, unit)",
+                  "        results.append(_from_columns(program(t, rank), shape))",
+                  "    return results", "", "", *_NEURON_MAIN]
+    else:
+        lines += ["def body(*xs):",
+                  '    """Per-device function (inside shard_map over AXES): each tensor through its '
+                  'range\'s program."""',
+                  "    out = []",
+                  "    for x in xs:",
+                  "        program, unit = _range_for(_nbytes(x))",
+                  "        t, shape = _to_columns(x, unit)",
+                  "        out.append(_from_columns(program(t), shape))",
+                  "    return tuple(out)", "", "", *_JAX_RANGE_DRIVER]
+    return "\n".join(lines)
+
+
+
 TARGETS = tuple(_TARGETS)
 
 

@@ -187,7 +187,7 @@ def rank_strategies(topology: Topology, collective: str, platform: str = "neuron
     for plan in plans:
         try:
             if isinstance(plan, LoweredPlan):
-                prog = lower_schedule(plan.schedule, mesh, specs, reduce_op)
+                prog = lower_schedule(plan.schedule, mesh, specs, reduce_op, topology)
             else:
                 prog = build_program(plan, ctx, specs, reduce_op)
         except SynthError as exc:
@@ -261,7 +261,7 @@ def emit_closed_program(topology: Topology, collective_kind: str, target: str, o
     if shapes is not None and rank_shapes is None:
         specs = [TensorSpec(tuple(s), dtype) for s in shapes]
         if isinstance(best.plan, LoweredPlan):
-            program = lower_schedule(best.plan.schedule, ranking.mesh, specs, reduce_op)
+            program = lower_schedule(best.plan.schedule, ranking.mesh, specs, reduce_op, topology)
         else:
             program = build_program(best.plan, Context(ranking.mesh, topology), specs, reduce_op)
         problems = violations(program, target, topology)
@@ -283,7 +283,7 @@ def emit_closed_program(topology: Topology, collective_kind: str, target: str, o
         # small tensors of the same dtype (one per real tensor)
         small = [TensorSpec(PROVE_SMALL_SHAPE, spec.dtype) for _, spec in best.program.inputs]
         if isinstance(best.plan, LoweredPlan):
-            probe = lower_schedule(best.plan.schedule, ranking.mesh, small, reduce_op)
+            probe = lower_schedule(best.plan.schedule, ranking.mesh, small, reduce_op, topology)
         else:
             probe = build_program(best.plan, Context(ranking.mesh, topology), small, reduce_op)
         prove_module(emit(probe, target, note), probe, target, topology)

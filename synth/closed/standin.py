@@ -255,10 +255,30 @@ def fake_torch() -> types.SimpleNamespace:
             widths[t.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
         return np.pad(t, widths, constant_values=value)
 
+    def tensor(data, device=None, dtype=None):
+        return np.asarray(data, dtype=dtype if dtype is not None else np.int64)
+
+    def index_copy(base, dim, index, source):
+        if dim != 0:
+            raise SynthError("the torch stand-in indexes dim 0 only")
+        if len(set(np.asarray(index).tolist())) != len(index):
+            raise SynthError("index_copy with a repeated index (the result would depend on order)")
+        out = np.array(base, copy=True)
+        out[np.asarray(index)] = source
+        return out
+
+    def index_add(base, dim, index, source):
+        if dim != 0:
+            raise SynthError("the torch stand-in indexes dim 0 only")
+        out = np.array(base, copy=True)
+        np.add.at(out, np.asarray(index), np.asarray(source, dtype=out.dtype))
+        return out
+
     functional = types.SimpleNamespace(pad=pad)
     nn = types.SimpleNamespace(functional=functional)
     return types.SimpleNamespace(cat=cat, permute=permute, split=split, minimum=np.minimum,
-                                 maximum=np.maximum, nn=nn, __name__="torch")
+                                 maximum=np.maximum, tensor=tensor, index_copy=index_copy,
+                                 index_add=index_add, nn=nn, __name__="torch")
 
 
 # ------------------------------------------------------------------------------------ jax
@@ -360,30 +380,39 @@ def _ns(**kw: Any) -> types.SimpleNamespace:
     return types.SimpleNamespace(**kw)
 
 
+def neuron_fakes(xm: FakeXM, torch: types.SimpleNamespace) -> dict[str, Any]:
+    """The imports of a torch-neuronx module, answered by the stand-ins."""
+    core = _ns(xla_model=xm)
+    return {"torch": torch, "torch.nn": torch.nn, "torch.nn.functional": torch.nn.functional,
+            "torch_xla": _ns(core=core), "torch_xla.core": core, "torch_xla.core.xla_model": xm}
+
+
 def run_neuron_standin(source: str, inputs: Sequence[np.ndarray], *, neuron_rules: bool = True,
-                       topology=None) -> list[np.ndarray]:
-    """Run an emitted neuron module on stacked inputs; returns stacked outputs."""
+                       topology=None, program_index: int | None = None) -> list[np.ndarray]:
+    """Run an emitted neuron module on stacked inputs; returns stacked outputs. ``program_index``:
+    a size-range module (:func:`synth.closed.emit.emit_ranges`) runs that range's program."""
     world = int(inputs[0].shape[0])
     xm = FakeXM(world, neuron_rules=neuron_rules, topology=topology)
-    torch = fake_torch()
-    xla_model = xm
-    core = _ns(xla_model=xla_model)
-    fakes = {"torch": torch, "torch.nn": torch.nn, "torch.nn.functional": torch.nn.functional,
-             "torch_xla": _ns(core=core), "torch_xla.core": core,
-             "torch_xla.core.xla_model": xla_model}
-    module = load_module(source, fakes, "neuron_program")
+    module = load_module(source, neuron_fakes(xm, fake_torch()), "neuron_program")
+    if program_index is not None:  # reach one range's program whatever the tensors' size
+        chosen = module._PROGRAMS[program_index]
+        module._range_for = lambda nbytes: (chosen[1], chosen[2])
     if world != module.WORLD:
         raise SynthError(f"the program is for {module.WORLD} ranks, inputs have {world}")
     outs = _spmd(world, xm.rdv, lambda r: module.run([np.array(x[r]) for x in inputs]))
     return [np.stack([np.asarray(outs[r][i]) for r in range(world)]) for i in range(len(outs[0]))]
 
 
-def run_jax_standin(source: str, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+def run_jax_standin(source: str, inputs: Sequence[np.ndarray], *,
+                    program_index: int | None = None) -> list[np.ndarray]:
     """Run an emitted JAX module's ``body`` per rank with the lax stand-in; stacked in and out."""
     probe = load_module(source, _jax_fakes(None), "jax_probe")
     mesh = Mesh(tuple(Axis(n, s, "") for n, s in zip(probe.AXES, probe.MESH_SHAPE, strict=True)))
     lax = FakeLax(mesh)
     module = load_module(source, _jax_fakes(lax), "jax_program")
+    if program_index is not None:
+        chosen = module._PROGRAMS[program_index]
+        module._range_for = lambda nbytes: (chosen[1], chosen[2])
     world = mesh.size
     if int(inputs[0].shape[0]) != world:
         raise SynthError(f"the program is for {world} ranks, inputs have {inputs[0].shape[0]}")
@@ -399,3 +428,101 @@ def _jax_fakes(lax: FakeLax | None) -> dict[str, Any]:
     jax = _ns(numpy=np, lax=lax, sharding=sharding, jit=unavailable, devices=unavailable,
               shard_map=unavailable)
     return {"jax": jax, "jax.numpy": np, "jax.lax": lax, "jax.sharding": sharding}
+
+
+# ------------------------------------------------------------------------------------ nki
+class NkiTensor(np.ndarray):
+    """A NumPy array that remembers the NKI memory it was allocated in (views keep it)."""
+
+    buffer: str = "io"
+    label: str = ""
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self.buffer = getattr(obj, "buffer", "io")
+        self.label = getattr(obj, "label", "")
+
+
+class FakeNki:
+    """``nki``, ``nki.language``, ``nki.isa`` and ``nki.collectives`` on NumPy, ranks as threads.
+
+    New buffers start as NaN (floats), so a kernel that reads a row it never wrote gives a wrong
+    result. ``collective_permute`` follows the NKI API (Neuron SDK 2.30+): one source and one
+    destination tensor (coalescing is not supported), both in HBM allocated by the kernel (a
+    collective cannot touch IO tensors) and named (the nki-library tests name every collective
+    buffer); explicit (source, target) rank pairs, no two sharing a source or a target; a target's
+    destination receives its source's tensor; with ``neuron_rules`` the pairs must also be rings
+    over direct links (the runtime's Permute rule, :mod:`synth.closed.constraints`)."""
+
+    shared_hbm = "shared_hbm"
+    hbm = "hbm"
+    sbuf = "sbuf"
+
+    def __init__(self, world: int, topology=None, neuron_rules: bool = True) -> None:
+        self.rdv = _Rendezvous(world)
+        self.topology = topology
+        self.neuron_rules = neuron_rules
+
+    @staticmethod
+    def jit(fn: Callable) -> Callable:
+        return fn
+
+    def ndarray(self, shape, dtype, buffer="sbuf", name="", address=None) -> NkiTensor:
+        dt = np.dtype(dtype)
+        fill = np.nan if np.issubdtype(dt, np.floating) else 0
+        out = np.full(tuple(shape), fill, dtype=dt).view(NkiTensor)
+        out.buffer, out.label = buffer, name
+        return out
+
+    @staticmethod
+    def dma_copy(dst, src, **_: Any) -> None:
+        if np.size(dst) != np.size(src):
+            raise SynthError(f"dma_copy of {np.shape(src)} into {np.shape(dst)}: element counts differ")
+        dst[...] = np.asarray(src).reshape(np.shape(dst))
+
+    @staticmethod
+    def tensor_tensor(dst, data1, data2, op, **_: Any) -> None:
+        if any(getattr(t, "buffer", "") != "sbuf" for t in (data1, data2)):
+            raise SynthError("tensor_tensor reads SBUF tiles")
+        dst[...] = op(np.asarray(data1), np.asarray(data2))
+
+    def collective_permute(self, srcs, dsts, source_target_pairs, priority=None, name=None) -> None:
+        if len(srcs) != 1 or len(dsts) != 1:
+            raise SynthError("collective_permute takes exactly one source and one destination tensor")
+        src, dst = srcs[0], dsts[0]
+        for t in (src, dst):
+            if getattr(t, "buffer", "io") not in ("shared_hbm", "hbm") or not getattr(t, "label", ""):
+                raise SynthError("collective_permute tensors must be named HBM buffers the kernel "
+                                 "allocated (not SBUF, not an IO tensor)")
+        pairs = tuple(tuple(int(v) for v in p) for p in source_target_pairs)
+        ref.check_pairs(pairs, self.rdv.n)
+        if self.neuron_rules:
+            from .constraints import _neuron_ring
+            bad = _neuron_ring(list(pairs), self.topology)
+            if bad:
+                raise SynthError(str(bad[0]))
+        got = self.rdv.exchange(("nki_permute", pairs, np.shape(src)), np.asarray(src),
+                                lambda x: ref.collective_permute(x, pairs))
+        if self.rdv.rank in {d for _, d in pairs}:
+            dst[...] = got
+
+
+def run_nki_standin(source: str, inputs: Sequence[np.ndarray], *, topology=None,
+                    program_index: int | None = None) -> list[np.ndarray]:
+    """Run an emitted NKI module (:mod:`synth.closed.nki`) on stacked inputs; stacked outputs."""
+    world = int(inputs[0].shape[0])
+    xm = FakeXM(world, topology=topology)
+    nki = FakeNki(world, topology)
+    nki.rdv = xm.rdv
+    language = _ns(ndarray=nki.ndarray, shared_hbm=nki.shared_hbm, hbm=nki.hbm, sbuf=nki.sbuf,
+                   add=np.add, minimum=np.minimum, maximum=np.maximum)
+    isa = _ns(dma_copy=nki.dma_copy, tensor_tensor=nki.tensor_tensor)
+    collectives = _ns(collective_permute=nki.collective_permute)
+    root = _ns(jit=nki.jit, language=language, isa=isa, collectives=collectives)
+    fakes = {**neuron_fakes(xm, fake_torch()), "nki": root, "nki.language": language,
+             "nki.isa": isa, "nki.collectives": collectives}
+    module = load_module(source, fakes, "nki_program")
+    if program_index is not None:
+        chosen = module._PROGRAMS[program_index]
+        module._range_for = lambda nbytes: (chosen[1], chosen[2])
+    outs = _spmd(world, xm.rdv, lambda r: module.run([np.array(x[r]) for x in inputs]))
+    return [np.stack([np.asarray(outs[r][i]) for r in range(world)]) for i in range(len(outs[0]))]

@@ -7,6 +7,8 @@ Layout of ``--out OUT``::
     OUT/msccl-legacy/      legacy-profile XML for microsoft/msccl, listed by OUT/msccl_config.xml
     OUT/msccl_config.xml   MSCCL_CONFIG for microsoft/msccl (beside its folder, never inside)
     OUT/mscclpp/           MSCCL++ execution plans: MSCCLPP_EXECUTION_PLAN_DIR
+    OUT/neuron/            torch-neuronx modules (and NKI kernels) for Trainium: imported by the job
+    OUT/jax/               JAX modules (shard_map + jax.lax) for TPU meshes
     OUT/schedules/         verified schedules (JSON)
     OUT/maps/              group rank -> global rank maps of --group runs
     OUT/reports/           the range tables a person reads
@@ -48,6 +50,8 @@ MANIFEST_FORMAT = "synth-manifest/1"
 XML_FOLDERS = {"exec": "msccl", "rccl": "rccl", "legacy": "msccl-legacy"}
 """The folder each XML profile's files go to (the runtime that reads that profile)."""
 PLAN_FOLDER = "mscclpp"
+NEURON_FOLDER = "neuron"
+JAX_FOLDER = "jax"
 SCHEDULE_FOLDER = "schedules"
 MAP_FOLDER = "maps"
 REPORT_FOLDER = "reports"
@@ -138,7 +142,7 @@ def deploy(out: Path, key: str, files: Mapping[str, str | bytes],
             mine = {rel: text for rel, text in files.items() if Path(rel).parts[0] == folder}
             gone = {rel for rel in [*stale, *before] if Path(rel).parts[0] == folder}
             foreign = _replace_folder(out / folder, folder, mine, gone, others, swapped)
-            if foreign and folder in (*XML_FOLDERS.values(), PLAN_FOLDER):
+            if foreign and folder in (*XML_FOLDERS.values(), PLAN_FOLDER, NEURON_FOLDER, JAX_FOLDER):
                 notes.append(f"{out / folder} also holds {len(foreign)} file(s) synth did not "
                              f"write (e.g. {foreign[0]}): the runtime loads every file there")
         for rel, text in files.items():     # files at OUT's top
@@ -309,10 +313,32 @@ def _write_legacy_config(out: Path, runs: Mapping[str, Any]) -> list[str]:
             f"{'is' if len(dropped) == 1 else 'are'} left out (their sizes run NCCL's own)"]
 
 
-def runtime_lines(out: Path, folders: Sequence[str]) -> list[str]:
-    """The environment each runtime needs to load what is in ``folders`` (relative to ``out``)."""
+NEURON_LAUNCH = ("torchrun --nproc_per_node={ranks}{nodes} {module}   # torch-neuronx: one "
+                 "process per NeuronCore; the module checks itself (add sizes in bytes); in a job: "
+                 "import it and call run(tensors) on every rank")
+"""How a torch-neuronx module runs: torchrun with one process per NeuronCore (32 on trn1.32xlarge,
+64 on trn2.48xlarge at LNC=2; ``--nnodes/--node_rank/--master_addr/--master_port`` for several
+instances), the 'xla' process group over PJRT, torch-xla's only runtime (AWS Neuron docs, "PyTorch
+Neuron programming guide": ``torchrun --nproc_per_node=32``; "Introducing PyTorch 2.x": PJRT is the
+sole Torch-XLA runtime, its device found automatically)."""
+JAX_LAUNCH = "python {module} [bytes]   # JAX: run(tensors, mesh) on global arrays; main checks one size"
+
+
+def runtime_lines(out: Path, folders: Sequence[str], modules: Sequence[Path] = (),
+                  ranks_per_node: int = 0, nodes: int = 1) -> list[str]:
+    """The environment each runtime needs to load what is in ``folders`` (relative to ``out``);
+    ``modules``: the program files of the ``neuron``/``jax`` folders, with the ranks per node and
+    the nodes their launch needs."""
     out = Path(os.path.abspath(out))
     lines = []
+    for module in modules:
+        folder = Path(module).parent.name
+        if folder == NEURON_FOLDER and not Path(module).stem.endswith("_nki"):
+            multi = (f" --nnodes={nodes} --node_rank=<i> --master_addr=<node 0> --master_port=<port>"
+                     if nodes > 1 else "")
+            lines.append(NEURON_LAUNCH.format(ranks=ranks_per_node, nodes=multi, module=module))
+        elif folder == JAX_FOLDER:
+            lines.append(JAX_LAUNCH.format(module=module))
     if XML_FOLDERS["exec"] in folders:
         lines.append(f"NCCL_MSCCL_ENABLE=1 MSCCL_ALGO_DIR={out / XML_FOLDERS['exec']}   "
                      "# msccl-executor-nccl (MSCCL_ENABLE is on by default there)")
