@@ -32,6 +32,7 @@ from .closed.mesh import resolve_topology
 from .closed.strategies import COLLECTIVES as CLOSED_KINDS
 from .collectives import KINDS, Collective, load_collective
 from .emit import XmlOptions
+from .emit.program import PROTOCOLS
 from .emit.xml_parse import parse_program
 from .encodings import Options, run_encoding
 from .errors import SynthError
@@ -83,8 +84,10 @@ class SolveRequest:
     time_limit_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     xml: XmlOptions | None = field(default_factory=XmlOptions)
-    proto: str = "Simple"
-    """The protocol every file is compiled with (and the runtime column's, with or without XML)."""
+    proto: str | None = None
+    """The protocol every file is compiled with; None: the program model times every candidate in
+    Simple, LL and LL128 and each range's file is compiled in the fastest (Simple where the
+    lock-step model decides)."""
     instances: int | None = None
     format: str = "auto"
     """``auto``: msccl where the ranks are GPUs, neuron on Trainium, jax on TPU
@@ -124,19 +127,24 @@ def checked(req: SolveRequest) -> SolveRequest:
     if req.instances is not None and req.instances < 1:
         raise SynthError(f"--instances must be at least 1, got {req.instances}")
     xml = req.xml
-    if req.format == "mscclpp" and req.proto not in ("Simple", "LL"):
+    if req.format == "mscclpp" and req.proto not in (None, "Simple", "LL"):
         raise SynthError(f"--format mscclpp emits the Simple or LL protocol, not {req.proto}")
     if xml is not None and xml.max_threadblocks < 1:
         raise SynthError(f"--max-threadblocks must be at least 1, got {xml.max_threadblocks}")
     if xml is not None:
-        xml = replace(xml, proto=req.proto, instances=req.instances or 1)
-        if req.format == "msccl" and not any(
-                s >= xml.min_bytes and (not xml.max_bytes or s <= xml.max_bytes) for s in req.sizes):
-            # refused before solving (rank_sizes would refuse it after): no XML serves any size
-            raise SynthError(f"no size of the sweep ({req.sizes[0]}..{req.sizes[-1]} bytes) lies in "
-                             f"the XML's byte range {xml.min_bytes}..{xml.max_bytes or 'unbounded'} "
-                             "(--min-bytes/--max-bytes)")
+        xml = replace(xml, proto=req.proto or "Simple", instances=req.instances or 1)
     return replace(req, xml=xml)
+
+
+def check_byte_range(req: SolveRequest) -> None:
+    """Refuse, before solving, an XML byte range no swept size lies in (rank_sizes would refuse
+    it after the solve): no XML would serve any size."""
+    xml = req.xml
+    if req.format == "msccl" and xml is not None and not any(
+            s >= xml.min_bytes and (not xml.max_bytes or s <= xml.max_bytes) for s in req.sizes):
+        raise SynthError(f"no size of the sweep ({req.sizes[0]}..{req.sizes[-1]} bytes) lies in "
+                         f"the XML's byte range {xml.min_bytes}..{xml.max_bytes or 'unbounded'} "
+                         "(--min-bytes/--max-bytes)")
 
 
 TPU_PREFIXES = ("tpu_v5e_", "tpu_v5e:")
@@ -176,6 +184,7 @@ def run(req: SolveRequest) -> SolveOutcome | ClosedOutcome:
     if fmt in CLOSED_FORMATS:
         return run_closed_request(req, topology, group, fmt)
     req = replace(req, format=fmt)
+    check_byte_range(req)
     xml = req.xml
     budget = Budget.of(req.max_memory, None if req.format == "mscclpp" else xml)
     if req.coll in KINDS:  # sized before the collective is built (10^9 chunks do not fit)
@@ -192,7 +201,8 @@ def run(req: SolveRequest) -> SolveOutcome | ClosedOutcome:
         result.calibration = req.calibration
         if req.format == "mscclpp":
             plan = PlanTarget(topology, PlanOptions(
-                proto=req.proto, instances=req.instances or 1, max_threadblocks=sm_count(topology),
+                proto=req.proto or "Simple", instances=req.instances or 1,
+                max_threadblocks=sm_count(topology),
                 min_bytes=xml.min_bytes if xml else 0, max_bytes=xml.max_bytes if xml else 0))
             ranges_of = xml or XmlOptions()
             written = prepare_winners(result, out_dir, ranges_of, lockstep_scorer, tag,
@@ -202,8 +212,10 @@ def run(req: SolveRequest) -> SolveOutcome | ClosedOutcome:
                 result.best = mine[-1]
         else:
             tried = None if req.instances is not None else INSTANCES
+            protocols = PROTOCOLS if req.proto is None else None
             scorer, decided_by, notes = deciding_scorer(result, topology, xml, req.winners_by,
-                                                        req.calibration, instances=tried)
+                                                        req.calibration, instances=tried,
+                                                        protocols=protocols)
             result.notes += notes
             written = prepare_winners(result, out_dir, xml, scorer, tag, decided_by)
             mine = [r.candidate for r in written.ranges if r.candidate is not None]
@@ -212,12 +224,13 @@ def run(req: SolveRequest) -> SolveOutcome | ClosedOutcome:
     texts = written.texts
     rank_files = ({f"{MAP_FOLDER}/{name}": text for name, text in
                    rank_maps(written.files, group).items()} if group is not None else {})
-    runtime = served_runtime(result, written, topology, list(req.sizes), req.proto,
+    runtime = served_runtime(result, written, topology, list(req.sizes), req.proto or "Simple",
                              req.instances or 1, req.calibration)
     program_us = (program_times(written, result, texts, topology, list(req.sizes), xml.profile,
                                 req.calibration)
                   if req.time_program and req.format == "msccl" and xml is not None else None)
-    vs_nccl = compare_with_nccl(result, written.ranges, req.sizes, req.proto, req.instances or 1,
+    vs_nccl = compare_with_nccl(result, written.ranges, req.sizes, req.proto or "Simple",
+                                req.instances or 1,
                                 nccl_cal, program_us)
     why = not_a_gpu(topology)
     if why is not None:
@@ -320,9 +333,9 @@ def served_runtime(result: SolveResult, written: Written, topology: Topology, si
     and ``instances`` are the largest range's file's; sizes left to NCCL are not in it."""
     if not any(r.candidate for r in written.ranges):
         return runtime_profile(result.best.schedule, topology, sizes, proto, instances, calibration)
-    parts = [runtime_profile(r.candidate.schedule, topology, list(r.sizes), proto, r.instances,
+    parts = [runtime_profile(r.candidate.schedule, topology, list(r.sizes), r.proto, r.instances,
                              calibration) for r in written.ranges if r.sizes and r.candidate]
-    return RuntimeProfile(proto, parts[-1].instances, parts[-1].max_bytes, parts[-1].source,
+    return RuntimeProfile(parts[-1].proto, parts[-1].instances, parts[-1].max_bytes, parts[-1].source,
                           [p for part in parts for p in part.points])
 
 

@@ -70,8 +70,10 @@ from .solve_report import closed_json, print_closed, print_solve, solve_json
               help="Also write the verified MSCCL-IR XML.")
 @click.option("--xml-profile", default="exec", show_default=True,
               type=click.Choice(["exec", "legacy", "rccl"]), help="Runtime the XML is for.")
-@click.option("--proto", default="Simple", show_default=True,
-              type=click.Choice(["Simple", "LL", "LL128"]))
+@click.option("--proto", default=None, type=click.Choice(["Simple", "LL", "LL128"]),
+              help="Compile every file in this protocol. Default: the program model times each "
+                   "candidate in all three and each range's file is compiled in the fastest "
+                   "(Simple where the lock-step model decides).")
 @click.option("--instances", type=int, default=None,
               help="XML instances (channel sets; every chunk split that many ways). Default: "
                    "the program model picks 1, 2, 4 or 8 per size range (each file names its "
@@ -120,7 +122,7 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
           chunks: int | None, root: int | None, inplace: bool | None, sizes: str | None,
           time_limit: float | None, steps: int | None, rounds: int | None, least_steps: bool,
           engine: str | None, sketch: str | None, solver: str | None, want_xml: bool,
-          xml_profile: str, proto: str, instances: int | None, max_threadblocks: int,
+          xml_profile: str, proto: str | None, instances: int | None, max_threadblocks: int,
           min_bytes: str, max_bytes: str, out_format: str, target: str | None,
           calibration: str | None, out_dir: str, max_memory: str | None,
           want_program: bool, winners_by: str, compete: bool, as_json: bool) -> None:

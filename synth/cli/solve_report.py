@@ -174,7 +174,7 @@ def _ranges(done: SolveOutcome) -> None:
     both = by != "lockstep"
     rt = Table(title=f"size range -> file, winners by the {by} model (times and % of bound at the "
                      "range's largest size)")
-    cols = ["min bytes", "max bytes", "algorithm", "x", *([f"{by} µs"] if both else []),
+    cols = ["min bytes", "max bytes", "algorithm", "form", *([f"{by} µs"] if both else []),
             "lock-step µs", "% of bound", "file"]
     for col in cols:
         rt.add_column(col, justify="left" if col in ("algorithm", "file") else "right")
@@ -182,7 +182,7 @@ def _ranges(done: SolveOutcome) -> None:
         cells = [str(row["min_bytes"]), str(row["max_bytes"] or "unbounded"),
                  row["algorithm"] + (" (lock-step)" if row["winners_by"] not in (by, "nccl")
                                      else ""),
-                 str(row["instances"]) if row["instances"] is not None else "—"]
+                 f"{row['proto']} x{row['instances']}" if row["instances"] is not None else "—"]
         if both:
             cells.append(_us(row["decided_us"]))
         cells += [_us(row["time_us"]), f"{row['pct_of_bound']:.1f}" if row["pct_of_bound"] else "—",

@@ -241,13 +241,13 @@ def prepare_winners(result: SolveResult, out_dir: Path, xml: XmlOptions | None =
             plan_reports.extend(r.reports[:1] if not plan_reports else ())
         else:
             assert xml is not None
-            name = xml_file_name(sched, range_options(xml, r.lo, r.hi, r.instances), tag)
+            name = xml_file_name(sched, range_options(xml, r.lo, r.hi, r.instances, r.proto), tag)
             reports.extend(rep for rep in r.reports if rep.mode not in {x.mode for x in reports})
         rel = f"{folder}/{name}"
         outputs[rel] = r.text
         range_files.append(str(out_dir / rel))
         if xml is not None and plan is None and xml.profile == "legacy":
-            legacy.append(LegacyEntry(rel, r.lo, r.hi, xml.proto))
+            legacy.append(LegacyEntry(rel, r.lo, r.hi, r.proto))
     if len(ranges) > 1:
         coll = result.collective
         prefix = f"{_name_part(result.topology.name)}_{coll.kind}" + \

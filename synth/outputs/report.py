@@ -28,6 +28,7 @@ def ranges_table(result: SolveResult, ranges: Sequence[SizeRange], files: Sequen
         rows.append({"min_bytes": r.lo, "max_bytes": r.hi,
                      "algorithm": r.candidate.name if r.candidate else "nccl",
                      "served_by": r.served_by,
+                     "proto": r.proto if r.candidate else None,
                      "instances": r.instances if r.candidate else None,
                      "at_bytes": p.bytes if p else None,
                      "time_us": round(p.time_us, 6) if p else None,
@@ -53,15 +54,17 @@ def ranges_markdown(result: SolveResult, rows: Sequence[dict[str, Any]]) -> str:
             f"{mixed}. At the largest swept size of the range: "
             + (f"the {by} model's time, and " if both else "")
             + f"the lock-step time and % of bound (bound: {result.bound.method}); `max` is "
-            f"inclusive, 0 = unbounded; instances: the channel sets the file runs on.{nccl}\n\n"
-            f"| min bytes | max bytes | algorithm | instances | at | {cols} | % of bound | file |"
+            f"inclusive, 0 = unbounded; form: the file's protocol and instances (the channel sets it "
+            f"runs on).{nccl}\n\n"
+            f"| min bytes | max bytes | algorithm | form | at | {cols} | % of bound | file |"
             f"\n|---|---|---|---|---|---|{'---|' if both else ''}---|---|\n")
 
     def row(r: dict[str, Any]) -> str:
         tag = " (lock-step)" if r["winners_by"] not in (by, "nccl") else ""
         decided = (f"{r['decided_us'] if r['decided_us'] is not None else '—'} | " if both else "")
+        form = f"{r['proto']} x{r['instances']}" if r["instances"] is not None else "—"
         return (f"| {r['min_bytes']} | {r['max_bytes']} | {r['algorithm']}{tag} | "
-                f"{r['instances'] if r['instances'] is not None else '—'} | "
+                f"{form} | "
                 f"{format_size(r['at_bytes']) if r['at_bytes'] else '—'} | {decided}"
                 f"{r['time_us'] if r['time_us'] is not None else '—'} | "
                 f"{r['pct_of_bound'] if r['pct_of_bound'] is not None else '—'} | "

@@ -35,7 +35,7 @@ def runtime_times(result: SolveResult, scorer: Any, candidate: Candidate, cfg: C
     sizes = [p.bytes for p in result.best.costs]
     decided_by = getattr(scorer, "decided_by", None)
     at = getattr(scorer, "at", None)
-    timed = list(at(candidate, cfg.instances)) if at is not None else None
+    timed = list(at(candidate, cfg.instances, cfg.proto)) if at is not None else None
     proto: list[float] | None = None
     out = []
     for i, size in enumerate(sizes):
@@ -96,7 +96,7 @@ def compare_with_nccl(result: SolveResult, ranges: Sequence[Any], sizes: Sequenc
         return None
     model = ProtocolTimes(result.topology, result.calibration)
     serving = {s: r for r in ranges for s in r.sizes}
-    cache: dict[tuple[str, int], dict[int, float]] = {}
+    cache: dict[tuple[str, str, int], dict[int, float]] = {}
     out = []
     for i, c in enumerate(nccl):
         r = serving.get(c.bytes)
@@ -108,11 +108,12 @@ def compare_with_nccl(result: SolveResult, ranges: Sequence[Any], sizes: Sequenc
             out.append(NcclComparison(c.bytes, c.algo, c.proto, c.channels, c.time_us,
                                       float(program_us[i]), "program"))
             continue
-        cand, inst = (r.candidate, r.instances) if r is not None else (result.best, instances)
-        key = (cand.name, inst)
+        cand, inst, form = ((r.candidate, r.instances, r.proto) if r is not None
+                            else (result.best, instances, proto))
+        key = (cand.name, form, inst)
         if key not in cache:
-            cache[key] = dict(zip(sizes, model.times_us(Run(cand.schedule, proto, inst), sizes),
+            cache[key] = dict(zip(sizes, model.times_us(Run(cand.schedule, form, inst), sizes),
                                   strict=True))
         out.append(NcclComparison(c.bytes, c.algo, c.proto, c.channels, c.time_us,
-                                  cache[key][c.bytes], proto))
+                                  cache[key][c.bytes], form))
     return out

@@ -18,6 +18,7 @@ from ..emit.xml_parse import parse_program
 from ..errors import SynthError
 from ..guards import xml_estimate
 from ..timing.program import program_model, program_times_us, slicing
+from ..timing.program_bound import time_lower_bound
 from ..topology import Topology
 from .buckets import runs_at
 from .candidates import Candidate, SolveResult
@@ -119,8 +120,8 @@ class ProgramScorer:
 
     def __init__(self, result: SolveResult, topology: Topology, xml: XmlOptions,
                  calibration: Any = None, budget: float = math.inf,
-                 prune_factor: float = PRUNE_FACTOR, instances: Sequence[int] | None = None
-                 ) -> None:
+                 prune_factor: float = PRUNE_FACTOR, instances: Sequence[int] | None = None,
+                 protocols: Sequence[str] | None = None) -> None:
         self.result = result
         self.topology = topology
         self.xml = xml
@@ -130,66 +131,83 @@ class ProgramScorer:
         self.instances = tuple(dict.fromkeys([xml.instances, *sorted(
             i for i in (instances or ()) if i > xml.instances)]))
         """Instance counts timed: the solve's own first, then the higher ones tried."""
+        self.protocols = tuple(dict.fromkeys([xml.proto, *(protocols or ())]))
+        """Protocols timed: the solve's own first (the first count's timing), then the others."""
         self.compiled: XmlCache = {}
         self.notes: list[str] = []
         self.cost = 0
         """Estimated work spent so far (:func:`program_cost` units)."""
         self.instances_cost = 0
-        """The part of ``cost`` spent on the higher instance counts (their own ``budget``)."""
+        """The part of ``cost`` spent on the forms after the first (their own ``budget``)."""
         self.simulated = 0
-        """(candidate, instances, size) triples simulated."""
+        """(candidate, form, size) triples simulated."""
         self.skipped = 0
-        """(candidate, instances, size) triples the prunes skipped."""
+        """(candidate, form, size) triples the prunes skipped."""
+        self.bounded = 0
+        """Of ``skipped``, those the sound lower bound skipped (:func:`time_lower_bound`)."""
         self.stopped: str | None = None
-        """Why the higher instance counts were not all tried (the budget), else None."""
+        """Why the other forms were not all tried (the budget), else None."""
         self.cut: tuple[int, str] | None = None
         """Where the first count's timing ran out of budget after deciding some sizes: the
         smallest size it decided, and why it stopped (None when it decided every size)."""
         self.decided: frozenset[int] = frozenset()
         """The sizes the program model decides; the others are ranked by lock-step."""
-        self._programs: dict[tuple[str, int], Any] = {}
-        self._times: dict[tuple[str, int], list[float]] | None = None
+        self._programs: dict[tuple[str, str, int], Any] = {}
+        self._times: dict[tuple[str, str, int], list[float]] | None = None
 
-    def _program(self, c: Candidate, instances: int) -> Any | None:
-        """The candidate's parsed full-range XML at ``instances``, or None (with a note) when it
-        has none."""
-        key = (c.name, instances)
+    @property
+    def forms(self) -> tuple[tuple[str, int], ...]:
+        """Every (protocol, instances) a candidate may be compiled with, the solve's own first."""
+        return tuple((p, i) for p in self.protocols for i in self.instances)
+
+    def options(self, proto: str, instances: int) -> XmlOptions:
+        """The full-range compile options of one form (what is timed, and what is written)."""
+        return replace(self.xml, proto=proto, instances=instances)
+
+    def _program(self, c: Candidate, proto: str, instances: int) -> Any | None:
+        """The candidate's parsed full-range XML in one form, or None (with a note) when it has
+        none."""
+        key = (c.name, proto, instances)
         if key not in self._programs:
-            got = compiled_xml(self.compiled, c, replace(self.xml, instances=instances))
+            got = compiled_xml(self.compiled, c, self.options(proto, instances))
             if isinstance(got, str):
-                at = f" at x{instances}" if instances != self.xml.instances else ""
-                self.notes.append(f"{c.name} passed over by the program model{at}: {got}")
+                form = "" if (proto, instances) == self.forms[0] else f" as {proto} x{instances}"
+                self.notes.append(f"{c.name} passed over by the program model{form}: {got}")
                 progress.note(self.notes[-1])
                 self._programs[key] = None
             else:
                 self._programs[key] = parse_program(got[0], f"{c.name}.xml", self.xml.profile)
         return self._programs[key]
 
-    def run(self) -> dict[tuple[str, int], list[float]]:
-        """Every (candidate, instance count)'s time at every size.
+    def run(self) -> dict[tuple[str, str, int], list[float]]:
+        """Every (candidate, protocol, instance count)'s time at every size.
 
-        The first count: largest size first, so the most expensive sizes meet the budget first,
-        and at each size the candidates fastest by lock-step first, pruned by lock-step
-        (:data:`PRUNE_FACTOR`). Then, largest size first, each higher count ``2i``: a candidate
-        is compiled and simulated at a size only where, at the count before, it ran within
-        ``2i / i`` times the prune factor of the fastest candidate at that count and, from the
-        third count on, that count beat the one before it
-        (once doubling stops paying, doubling again is not tried). All counts, no clock, so two
-        runs decide alike.
+        The first form (the solve's protocol and instance count): largest size first, so the most
+        expensive sizes meet the budget first, and at each size the candidates fastest by
+        lock-step first, pruned by lock-step (:data:`PRUNE_FACTOR`). Then the other forms, each
+        protocol's instance counts doubling: the solve's protocol largest size first (its higher
+        counts pay at large sizes), the others smallest size first (LL and LL128 pay at small
+        ones). A form is simulated at a size only where it may win there:
 
-        Where the first count's budget runs out after some sizes were timed, those sizes keep the
-        program model's ranking and the smaller ones are ranked by lock-step (:attr:`cut`,
-        :meth:`decided_by`); the higher counts are tried at the timed sizes only. Before, one
-        size over budget sent every size back to lock-step: dgx_h100 x 8 allreduce ran out at
-        1 MiB, and its 1 GiB file was lock-step's pick.
+        * a higher count ``2i`` where, at the count before, the candidate ran within ``2i / i``
+          times the prune factor of the fastest at that count and, from the third count on, that
+          count beat the one before it (once doubling stops paying, doubling again is not tried);
+          another protocol's first count where the candidate's lock-step time is within the prune
+          factor of the fastest time found at that size;
+        * and never where :func:`synth.timing.program_bound.time_lower_bound` (a sound bound:
+          the simulation cannot go below it) is already at or above the fastest time found there,
+          or above NCCL's there (a configuration slower than NCCL never serves a size).
 
-        Measured (1 KB..1 GB, shared 2-core machine): the phase takes 2-4x the single-count one
-        (mi300x allgather 584 simulations, 4.5 s; dgx_a100 x2 allgather 446, 21 s), because in
-        this model more instances pay at nearly every size (mi300x direct x8 is faster than x1
-        from 1 KB: 0.1% there, 72% at 1 GB). A rule that stopped trying a count below the size
-        where it gained under 1% cut only 16% of the simulations (mi300x) and wrote three files
-        (x1, x2, x8) where one x8 file is at least as fast everywhere, so it was not kept; the
-        budget bounds the work either way.
+        All counts, no clock, so two runs decide alike. Where the first form's budget runs out
+        after some sizes were timed, those sizes keep the program model's ranking and the smaller
+        ones are ranked by lock-step (:attr:`cut`, :meth:`decided_by`); the other forms are tried
+        at the timed sizes only, within a budget of their own (:attr:`stopped` says where it ran
+        out).
+
+        Measured before the protocols were added (1 KB..1 GB, shared 2-core machine): the instance
+        counts take 2-4x the single-count phase (mi300x allgather 584 simulations, 4.5 s;
+        dgx_a100 x2 allgather 446, 21 s), because more instances pay at nearly every size in this
+        model (mi300x direct x8 is faster than x1 from 1 KB: 0.1% there, 72% at 1 GB).
 
         Why the count ratio widens the prune: doubling the instances can speed a file up by more
         than the prune factor, while the fastest file at the count before gains less, so their
@@ -200,37 +218,51 @@ class ProgramScorer:
             return self._times
         cands = self.result.candidates
         sizes = [p.bytes for p in self.result.best.costs]
-        times = {(c.name, i): [math.inf] * len(sizes) for c in cands for i in self.instances}
+        times = {(c.name, p, i): [math.inf] * len(sizes) for c in cands for p, i in self.forms}
+        nccl = ([p.time_us for p in self.result.nccl] if self.result.nccl is not None
+                else [math.inf] * len(sizes))
         models: dict[str, Any] = {}
         largest_first = sorted(range(len(sizes)), key=lambda i: -sizes[i])
+
+        def model_of(proto: str) -> Any:
+            if proto not in models:
+                models[proto] = program_model(self.topology, proto, self.calibration)
+            return models[proto]
 
         def runs(c: Candidate, inst: int, i: int) -> bool:
             return bool(runs_at(np.array([sizes[i]]), c.schedule.collective.buffer_chunks,
                                 inst)[0])
 
-        def simulate(c: Candidate, inst: int, i: int, first: bool) -> float:
-            program = self._program(c, inst)
+        def best_at(i: int) -> float:
+            return min(t[i] for t in times.values())
+
+        def simulate(c: Candidate, proto: str, inst: int, i: int, first: bool) -> float:
+            program = self._program(c, proto, inst)
             if program is None:
                 return math.inf
+            if not first:
+                bound = time_lower_bound(program, self.topology, sizes[i], model_of(proto),
+                                         self.xml.profile)
+                if bound >= min(best_at(i), nccl[i]):
+                    self.skipped += 1
+                    self.bounded += 1
+                    return math.inf
             cost = program_cost(program, sizes[i], self.xml.profile)
             if first and self.cost + cost > self.budget:
                 raise ProgramBudgetExceeded(self.cost, cost, self.budget, sizes[i], c.name)
             if not first and self.instances_cost + cost > self.budget:
-                raise _StopInstances(f"{c.name} x{inst} on {sizes[i]} bytes would pass their "
-                                     f"budget ({self.budget:,.0f} op-iterations)")
+                raise _StopInstances(f"{c.name} {proto} x{inst} on {sizes[i]} bytes would pass "
+                                     f"their budget ({self.budget:,.0f} op-iterations)")
             if not first:
                 self.instances_cost += cost
             self.cost += cost
             self.simulated += 1
-            if program.proto not in models:
-                models[program.proto] = program_model(self.topology, program.proto,
-                                                      self.calibration)
-            t = program_times_us(program, self.topology, [sizes[i]],
-                                 model=models[program.proto], profile=self.xml.profile)[0]
-            times[(c.name, inst)][i] = t
+            t = program_times_us(program, self.topology, [sizes[i]], model=model_of(proto),
+                                 profile=self.xml.profile)[0]
+            times[(c.name, proto, inst)][i] = t
             return t
 
-        base = self.instances[0]
+        proto0, base = self.forms[0]
         decided: list[int] = []
         try:
             for i in largest_first:
@@ -241,7 +273,7 @@ class ProgramScorer:
                     if c.costs[i].time_us > self.prune_factor * best:
                         self.skipped += 1
                         continue
-                    best = min(best, simulate(c, base, i, True))
+                    best = min(best, simulate(c, proto0, base, i, True))
                 decided.append(i)
         except ProgramBudgetExceeded as exc:
             if not decided:
@@ -252,26 +284,41 @@ class ProgramScorer:
             for i in range(len(sizes)):
                 if i not in decided:
                     for c in cands:
-                        times[(c.name, base)][i] = c.costs[i].time_us
+                        times[(c.name, proto0, base)][i] = c.costs[i].time_us
         self.decided = frozenset(sizes[i] for i in decided)
         try:
-            for i in largest_first:     # sizes outer: the budget goes to the largest sizes first
-                if i not in decided:
-                    continue
-                for k, inst in enumerate(self.instances[1:], start=1):
-                    prev = self.instances[k - 1]
-                    before = self.instances[k - 2] if k >= 2 else None
-                    ref = min(times[(c.name, prev)][i] for c in cands)
-                    order = sorted(cands, key=lambda c: (times[(c.name, prev)][i], c.name))
-                    for c in order:
-                        t = times[(c.name, prev)][i]
-                        if not math.isfinite(t) or not runs(c, inst, i):
+            for proto in self.protocols:
+                order_sizes = largest_first if proto == proto0 else largest_first[::-1]
+                for i in order_sizes:
+                    if i not in decided:
+                        continue
+                    for k, inst in enumerate(self.instances):
+                        if proto == proto0 and k == 0:
+                            continue            # the first form: timed above
+                        if k == 0:              # another protocol's first count: by lock-step
+                            ref = best_at(i)
+                            for c in sorted(cands, key=lambda c: (c.costs[i].time_us, c.name)):
+                                if not runs(c, inst, i) or \
+                                        c.costs[i].time_us > self.prune_factor * ref:
+                                    self.skipped += 1
+                                    continue
+                                simulate(c, proto, inst, i, False)
                             continue
-                        if t > self.prune_factor * (inst / prev) * ref or (
-                                before is not None and not t < times[(c.name, before)][i]):
-                            self.skipped += 1
-                            continue
-                        simulate(c, inst, i, False)
+                        prev = self.instances[k - 1]
+                        before = self.instances[k - 2] if k >= 2 else None
+                        ref = min(times[(c.name, proto, prev)][i] for c in cands)
+                        order = sorted(cands, key=lambda c: (times[(c.name, proto, prev)][i],
+                                                             c.name))
+                        for c in order:
+                            t = times[(c.name, proto, prev)][i]
+                            if not math.isfinite(t) or not runs(c, inst, i):
+                                continue
+                            if t > self.prune_factor * (inst / prev) * ref or (
+                                    before is not None
+                                    and not t < times[(c.name, proto, before)][i]):
+                                self.skipped += 1
+                                continue
+                            simulate(c, proto, inst, i, False)
         except _StopInstances as exc:
             self.stopped = str(exc)
         self._times = times
@@ -283,10 +330,11 @@ class ProgramScorer:
         self.run()
         return "program" if nbytes in self.decided else "lockstep"
 
-    def at(self, candidate: Candidate, instances: int) -> list[float]:
-        """The candidate's times compiled with ``instances`` (``inf`` where it was not timed)."""
+    def at(self, candidate: Candidate, instances: int, proto: str | None = None) -> list[float]:
+        """The candidate's times compiled with ``proto`` (default the solve's) and ``instances``
+        (``inf`` where it was not timed)."""
         run = self.run()
-        key = (candidate.name, instances)
+        key = (candidate.name, proto or self.xml.proto, instances)
         return run[key] if key in run else [math.inf] * len(self.result.best.costs)
 
     def __call__(self, candidate: Candidate) -> list[float]:

@@ -14,7 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from ..emit import XmlOptions, xml_unsupported_reason
+from ..emit import XmlOptions, verify_text, xml_unsupported_reason
+from ..emit.xml_parse import parse_program
+from ..emit.xml_write import program_to_xml
 from ..errors import SynthError
 from ..mscclpp.emit import emit_verified_plan
 from .buckets import make_buckets, runs_at
@@ -42,6 +44,8 @@ class SizeRange:
     """The deciding model's time at each of ``sizes`` (:data:`Scorer`)."""
     instances: int = 1
     """The instance count its file is compiled with (:class:`ProgramScorer` chooses it)."""
+    proto: str = "Simple"
+    """The protocol its file is compiled with (:class:`ProgramScorer` chooses it)."""
     decided_by: str | None = None
     """The model that ranked the range's largest size, where it differs by size
     (:meth:`ProgramScorer.decided_by`); None: the solve's ``winners_by``."""
@@ -56,25 +60,26 @@ class SizeRange:
         return {"min_bytes": self.lo, "max_bytes": self.hi,
                 "algorithm": "nccl" if c is None else c.schedule.algorithm,
                 "candidate": "nccl" if c is None else c.name, "served_by": self.served_by,
+                "proto": self.proto if c is not None else None,
                 "instances": self.instances if c is not None else None, "file": file}
 
 
-def _config(c: Candidate, xml: XmlOptions | None, instances: int | None = None) -> Config:
-    return Config(c.name, c.schedule.collective.chunks_per_rank, xml.proto if xml else "Simple",
-                  instances if instances is not None else xml.instances if xml else 1)
+def _config(c: Candidate, proto: str, instances: int) -> Config:
+    return Config(c.name, c.schedule.collective.chunks_per_rank, proto, instances)
 
 
-def model_instances(model: Scorer, xml: XmlOptions | None) -> tuple[int, ...]:
-    """The instance counts ``model`` times (the first is the solve's own): a
-    :class:`ProgramScorer`'s, else ``xml.instances`` alone."""
-    return tuple(getattr(model, "instances", ())) or ((xml.instances,) if xml else (1,))
+def model_forms(model: Scorer, xml: XmlOptions | None) -> tuple[tuple[str, int], ...]:
+    """The (protocol, instances) forms ``model`` times, the solve's own first: a
+    :class:`ProgramScorer`'s, else ``xml``'s alone."""
+    forms = tuple(getattr(model, "forms", ()))
+    return forms or (((xml.proto, xml.instances),) if xml else (("Simple", 1),))
 
 
-def config_times(model: Scorer, candidate: Candidate, instances: int) -> Sequence[float]:
-    """``candidate``'s times under ``model`` compiled with ``instances`` (a model without a notion
-    of instances, such as :func:`lockstep_scorer`, gives its one profile)."""
+def config_times(model: Scorer, candidate: Candidate, cfg: Config) -> Sequence[float]:
+    """``candidate``'s times under ``model`` compiled as ``cfg`` (its protocol and instances; a
+    model without forms, such as :func:`lockstep_scorer`, gives its one profile)."""
     at = getattr(model, "at", None)
-    return at(candidate, instances) if at is not None else model(candidate)
+    return at(candidate, cfg.instances, cfg.proto) if at is not None else model(candidate)
 
 
 def rank_sizes(result: SolveResult, xml: XmlOptions | None, model: Scorer = lockstep_scorer
@@ -108,15 +113,15 @@ def rank_sizes(result: SolveResult, xml: XmlOptions | None, model: Scorer = lock
     # the outer buckets reach the file's byte range: sizes outside the sweep go to its ends
     buckets[0] = replace(buckets[0], lo=lo)
     buckets[-1] = replace(buckets[-1], hi=hi or 0)
-    levels = model_instances(model, xml)
+    forms = model_forms(model, xml)
     times: dict[Config, dict[int, float]] = {}
     lookup: dict[Config, Candidate] = {}
     for c in result.candidates:
-        for k, inst in enumerate(levels):
-            t = list(config_times(model, c, inst))
+        for k, (proto, inst) in enumerate(forms):
+            cfg = _config(c, proto, inst)
+            t = list(config_times(model, c, cfg))
             if k and not any(math.isfinite(x) for x in t):
-                continue    # a higher count never timed: not a configuration
-            cfg = _config(c, xml, inst)
+                continue    # another form never timed: not a configuration
             lookup[cfg] = c
             times[cfg] = dict(zip(sizes, t, strict=True))
     wire = {c.name: {p.bytes: p.time_us for p in c.costs} for c in result.candidates}
@@ -145,13 +150,46 @@ def rank_sizes(result: SolveResult, xml: XmlOptions | None, model: Scorer = lock
     return out, {**lookup, **({NCCL: None} if nccl is not None else {})}
 
 
-def range_options(xml: XmlOptions, lo: int, hi: int, instances: int | None = None
-                   ) -> XmlOptions:
+def range_options(xml: XmlOptions, lo: int, hi: int, instances: int | None = None,
+                  proto: str | None = None) -> XmlOptions:
     """The file's byte range: inclusive ``hi`` (exec, rccl) or exclusive ``hi + 1`` (legacy,
-    spec §2.1); 0 stays unbounded. ``instances``: the range's own count (default the solve's)."""
+    spec §2.1); 0 stays unbounded. ``instances``, ``proto``: the range's own form (default the
+    solve's)."""
     top = hi + 1 if hi and xml.profile == "legacy" else hi
     return replace(xml, min_bytes=lo, max_bytes=top,
-                   instances=xml.instances if instances is None else instances)
+                   instances=xml.instances if instances is None else instances,
+                   proto=xml.proto if proto is None else proto)
+
+
+def ranged_xml(cache: XmlCache, candidate: Candidate, xml: XmlOptions, cfg: Config, lo: int,
+               hi: int) -> tuple[str, tuple[Any, ...]] | str:
+    """The file for ``lo..hi``: the candidate's compile in ``cfg``'s form over the solve's whole
+    byte range -- the very program the deciding model timed -- with only ``minBytes`` and
+    ``maxBytes`` set to the range, verified again (or why there is none).
+
+    Why not compile anew for the range: the compiler's choices (its deadlock check, where each
+    op goes) use the byte bounds, so a range's own compile can be another program, and it was:
+    a ``rail_blocks`` x2 range file on dgx_h100 x 8 took 14,336 steps and 372.64 µs at 1 KB where
+    the compile that won its range took 896 steps and 36.24 µs. A program compiled for every size
+    up to ``xml.max_bytes`` runs at any size in a range inside it."""
+    full = replace(xml, proto=cfg.proto, instances=cfg.instances)
+    got = compiled_xml(cache, candidate, full)
+    if isinstance(got, str):
+        return got
+    ranged = range_options(full, lo, hi)
+    if (ranged.min_bytes, ranged.max_bytes) == (full.min_bytes, full.max_bytes):
+        return got
+    key = (candidate.name, ranged)
+    if key not in cache:
+        try:
+            program = parse_program(got[0], f"{candidate.name}.xml", xml.profile)
+            text = program_to_xml(replace(program, min_bytes=ranged.min_bytes,
+                                          max_bytes=ranged.max_bytes), xml.profile)
+            _, reports = verify_text(text, candidate.schedule, full)
+            cache[key] = (text, tuple(reports))
+        except SynthError as exc:
+            cache[key] = exc.message
+    return cache[key]
 
 
 def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer = lockstep_scorer,
@@ -189,8 +227,7 @@ def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer = l
                                            r.config.instances)
             got = plans[key]
         else:
-            got = compiled_xml(made, lookup[r.config],
-                               range_options(xml, r.lo, r.hi, r.config.instances))
+            got = ranged_xml(made, lookup[r.config], xml, r.config, r.lo, r.hi)
         return got if isinstance(got, str) else None
 
     choice = choose(tunings, attempt, NEAR_TIE)
@@ -205,17 +242,18 @@ def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer = l
                                     model_us=tuple(nccl[s] for s in inside), decided_by="nccl"))
             continue
         got = (plans.get((cand.name, r.lo, r.hi, r.config.instances)) if plan is not None
-               else made.get((cand.name, range_options(xml, r.lo, r.hi, r.config.instances)))
+               else ranged_xml(made, cand, xml, r.config, r.lo, r.hi)
                if xml is not None else None)
         text, reports = got if isinstance(got, tuple) else (None, ())
-        at = dict(zip(sizes, config_times(model, cand, r.config.instances), strict=True))
+        at = dict(zip(sizes, config_times(model, cand, r.config), strict=True))
         by = getattr(model, "decided_by", None)
         ranges.append(SizeRange(r.lo, r.hi, cand, inside, text, reports,
-                                tuple(at[s] for s in inside), r.config.instances,
-                                by(inside[-1]) if by is not None and inside else None))
-    several = len(model_instances(model, xml)) > 1
-    notes += [f"{cfg.family}{f' x{cfg.instances}' if several else ''} passed over: {why}"
-              for cfg, why in choice.excluded.items()]
+                                tuple(at[s] for s in inside), instances=r.config.instances,
+                                proto=r.config.proto,
+                                decided_by=by(inside[-1]) if by is not None and inside else None))
+    several = len(model_forms(model, xml)) > 1
+    notes += [f"{cfg.family}{f' {cfg.proto} x{cfg.instances}' if several else ''} passed over: "
+              f"{why}" for cfg, why in choice.excluded.items()]
     left = [r for r in ranges if r.candidate is None]
     if left:
         spans = ", ".join(f"{r.lo}..{r.hi or 'unbounded'}" for r in left)
@@ -236,7 +274,7 @@ def _never_selected(result: SolveResult, tunings: Sequence[BucketTuning], choice
     there (``nchunksperloop`` does not divide the element count, spec §3.1)."""
     sizes = [p.bytes for p in result.best.costs]
     lookup = {cfg: c for cfg, c in lookup.items() if c is not None}   # not NCCL: no file
-    times = {cfg: dict(zip(sizes, config_times(model, c, cfg.instances), strict=True))
+    times = {cfg: dict(zip(sizes, config_times(model, c, cfg), strict=True))
              for cfg, c in lookup.items()}
     winner = {b: r.config for r in choice.ranges for b in r.buckets}
     missed: dict[str, list[int]] = {}

@@ -46,11 +46,13 @@ def lockstep_scorer(candidate: Candidate) -> list[float]:
 
 def deciding_scorer(result: SolveResult, topology: Topology, xml: XmlOptions | None,
                   winners_by: str = "auto", calibration: Any = None,
-                  budget: float = PROGRAM_COST_BUDGET, instances: Sequence[int] | None = None
-                  ) -> tuple[Scorer, str, list[str]]:
+                  budget: float = PROGRAM_COST_BUDGET, instances: Sequence[int] | None = None,
+                  protocols: Sequence[str] | None = None) -> tuple[Scorer, str, list[str]]:
     """The model that decides the winners, its name (``program`` or ``lockstep``) and notes.
 
-    ``instances``: the instance counts the program model lets each candidate compete at
+    ``protocols``: the protocols each candidate is also compiled in and timed
+    (:class:`ProgramScorer`; ``synth solve`` without ``--proto`` passes all three); None:
+    ``xml.proto`` alone. ``instances``: the instance counts the program model lets each candidate compete at
     (:class:`ProgramScorer`; ``synth solve`` passes :data:`synth.select.INSTANCES`
     when ``--instances`` is not given); None: ``xml.instances`` alone. The lock-step model has no
     notion of instances (it times the wire), so with it every file has ``xml.instances``.
@@ -91,8 +93,10 @@ def deciding_scorer(result: SolveResult, topology: Topology, xml: XmlOptions | N
                 "--winners-by program times them all)"]
     model = ProgramScorer(result, topology, xml, calibration,
                              math.inf if winners_by == "program" else budget,
-                             instances=instances)
+                             instances=instances, protocols=protocols)
     counts = "/".join(f"x{i}" for i in model.instances)
+    if len(model.protocols) > 1:
+        counts = f"{'/'.join(model.protocols)} {counts}"
     with progress.phase(f"program model: timing {len(result.candidates)} candidates "
                         f"({counts})"):
         try:
@@ -108,6 +112,7 @@ def deciding_scorer(result: SolveResult, topology: Topology, xml: XmlOptions | N
                        " (--winners-by program times them all)")
     return model, "program", [*model.notes, *stopped,
                               f"winners by the program model at instances {counts}: "
-                              f"{model.simulated} (candidate, instances, size) triples simulated "
+                              f"{model.simulated} (candidate, form, size) triples simulated "
                               f"({model.cost:,} op-iterations estimated), {model.skipped} skipped "
-                              f"by the prunes (factor {model.prune_factor:g})"]
+                              f"by the prunes (factor {model.prune_factor:g}; {model.bounded} by "
+                              "the sound lower bound)"]
