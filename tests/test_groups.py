@@ -80,11 +80,12 @@ def test_solve_for_a_group_writes_ngpus_and_rank_map(synth_cli, tmp_path):
                   "allgather", "--encoding", "baseline", "--algo", "ring", "--out", str(tmp_path),
                   "--no-program-model")
     assert r.returncode == 0, r.stderr
-    (xml,) = tmp_path.glob("*.xml")
-    assert 'ngpus="4"' in xml.read_text()
-    mapping = json.loads((tmp_path / f"{xml.name}.ranks.json").read_text())
-    assert mapping["global_ranks"] == [2, 10, 18, 26] and mapping["size"] == 4
-    v = synth_cli("verify", str(next(tmp_path.glob("*.schedule.json"))))
+    xmls = sorted(tmp_path.glob("msccl/*.xml"))     # one per size range synth serves
+    assert xmls and all('ngpus="4"' in xml.read_text() for xml in xmls)
+    for xml in xmls:
+        mapping = json.loads((tmp_path / "maps" / f"{xml.name}.ranks.json").read_text())
+        assert mapping["global_ranks"] == [2, 10, 18, 26] and mapping["size"] == 4
+    v = synth_cli("verify", str(next(tmp_path.glob("schedules/*.schedule.json"))))
     assert v.returncode == 0, v.stderr
     bad = synth_cli("solve", "--topo", "dgx_h100", "--nodes", "2", "--group", "0,0", "--coll",
                     "allgather", "--out", str(tmp_path / "x"))
@@ -97,7 +98,7 @@ def test_data_parallel_group_allreduce(synth_cli, tmp_path):
                   "allreduce", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr
     assert "XML verified by the interpreter" in r.stdout
-    files = sorted(tmp_path.glob("*.xml"))    # one per size range the winners tile
+    files = sorted(tmp_path.glob("msccl/*.xml"))    # one per size range synth serves
     assert files and all('ngpus="8"' in f.read_text() for f in files)
 
 
@@ -150,7 +151,8 @@ def test_solve_concurrent_partition_cli(synth_cli, tmp_path):
                   "allgather", "--encoding", "baseline", "--algo", "ring", "--out", str(tmp_path),
                   "--no-program-model")
     assert r.returncode == 0, r.stderr
-    assert "2x" in r.stdout and len(list(tmp_path.glob("stride-8+*/*.xml"))) == 8
+    assert "2x" in r.stdout and {p.parent.parent.name for p in tmp_path.glob("stride-8+*/msccl/*.xml")} == {
+        f"stride-8+{g}" for g in range(8)}
     bad = synth_cli("solve", "--topo", "dgx1", "--nodes", "2", "--concurrent", "0,1|1,2",
                     "--coll", "allgather", "--out", str(tmp_path / "x"))
     assert bad.returncode == 2 and "in two groups" in bad.stderr
