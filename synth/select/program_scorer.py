@@ -192,7 +192,7 @@ class ProgramScorer:
         * a higher count ``2i`` where, at the count before, the candidate ran within ``2i / i``
           times the prune factor of the fastest at that count and, from the third count on, that
           count beat the one before it (once doubling stops paying, doubling again is not tried);
-          another protocol's first count where the candidate's lock-step time is within the prune
+          another protocol's every count where the candidate's lock-step time is within the prune
           factor of the fastest time found at that size;
         * and never where :func:`synth.timing.program_bound.time_lower_bound` (a sound bound:
           the simulation cannot go below it) is already at or above the fastest time found there,
@@ -295,7 +295,10 @@ class ProgramScorer:
                     for k, inst in enumerate(self.instances):
                         if proto == proto0 and k == 0:
                             continue            # the first form: timed above
-                        if k == 0:              # another protocol's first count: by lock-step
+                        if proto != proto0:     # another protocol: every count, by lock-step
+                            # (not a ladder: LL at x1 runs a block at a third of Simple's copy
+                            # rate, so its x1 time says little of x8; the sound bound keeps the
+                            # large sizes, where LL cannot win, from being simulated)
                             ref = best_at(i)
                             for c in sorted(cands, key=lambda c: (c.costs[i].time_us, c.name)):
                                 if not runs(c, inst, i) or \

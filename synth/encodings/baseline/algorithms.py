@@ -499,7 +499,35 @@ def baseline_encoding(topology: Topology, collective: Collective, options: Optio
             if options.algorithm:
                 raise
             reasons.append(str(exc))
+    if not options.algorithm and options.chunks is None and collective.custom is None:
+        found.update(_finer_variants(topology, collective, found))
     if not found:
         raise NotApplicable(f"no baseline applies to {collective.name} on '{topology.name}': "
                             + "; ".join(reasons))
     return found
+
+
+FINER_MAX_RANKS = 16
+"""Up to this many ranks, allreduce also gets ``direct`` with one chunk per rank per shard."""
+
+
+def _finer_variants(topology: Topology, collective: Collective, found: dict[str, Schedule]
+                    ) -> dict[str, Schedule]:
+    """Extra chunkings worth timing beside each algorithm's preferred one (``direct_k<n>``).
+
+    Why: a schedule's chunk count sets how its program pipelines, and the preferred count is
+    chosen for bandwidth. MSCCL's production all-pairs allreduce for 8 x H100 (``ap4ll``, see
+    docs/notes/msccl-production-files.md) cuts each rank's shard into 8 pieces so that every
+    block's sends stream under LL: on dgx_h100 the program model times ``direct`` at 8 chunks
+    (LL x8) at 17.9 µs for 1 MiB, against 21.4 µs for the best of the preferred chunkings.
+    Only small machines: the schedule has n^2 chunks a rank."""
+    n = collective.num_ranks
+    if collective.kind != "allreduce" or n > FINER_MAX_RANKS or "direct" not in found \
+            or found["direct"].collective.chunks_per_rank == n:
+        return {}
+    coll = make_collective(collective.kind, n, n, collective.root, collective.inplace)
+    try:
+        return {f"direct_k{n}": baseline(topology, coll, "direct")}
+    except NotApplicable:
+        return {}
+
