@@ -202,3 +202,21 @@ def test_a_failing_group_takes_back_the_folders_of_the_groups_before_it(synth_cl
     # the first group alone is fine: the folder was written before the second group failed
     assert synth_cli(*args[:6], "0,1|2,3", *args[7:], "--out", str(out)).returncode == 0
     assert sorted(p.name for p in out.iterdir()) == ["0_1", "2_3"]
+
+
+def test_simulate_group_retimes_a_group_file(synth_cli, tmp_path):
+    """`simulate --group` times a group's XML on the group's own topology (as solve compiled it);
+    without --group the rank count mismatch is one line, exit 2."""
+    r = synth_cli("solve", "--topo", "dgx_h100", "--nodes", "2", "--group", "rail:2", "--coll",
+                  "allgather", "--encoding", "baseline", "--algo", "ring", "--sizes", "1KB,1MB",
+                  "--json", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    row = next(row for row in data["range_table"] if row["file"])
+    sim = synth_cli("simulate", row["file"], "--topo", "dgx_h100", "--nodes", "2", "--group",
+                    "rail:2", "--sizes", str(row["at_bytes"]), "--json")
+    assert sim.returncode == 0, sim.stderr
+    (point,) = json.loads(sim.stdout)["costs"]
+    assert point["time_us"] == pytest.approx(row["decided_us"], rel=1e-5)
+    bare = synth_cli("simulate", row["file"], "--topo", "dgx_h100", "--nodes", "2")
+    assert bare.returncode == 2 and "pass --group" in bare.stderr

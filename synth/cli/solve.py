@@ -29,7 +29,7 @@ from ..solve import SolveRequest, run
 from ..solve_closed import ClosedOutcome
 from ..timing.program import program_model, program_time, sweep, write_trace
 from ..topology import Topology
-from ..topology_io import load_topology
+from ..topology_io import load_group, load_topology
 from ..verify import verify
 from .console import err, out
 from .solve_report import closed_json, print_closed, print_solve, solve_json
@@ -341,6 +341,12 @@ def _verify_xml(file: str, mode: str, profile: str, root: int | None, as_json: b
 @click.option("--topo", "topo_spec", default=None,
               help="Topology, if not the one the file names (required for an XML file).")
 @click.option("--nodes", default=1, show_default=True, help="XML: join N copies through their NICs.")
+@click.option("--group", "group_spec", default=None,
+              help="XML: the file runs on this process group of the machine (as `solve --group`: "
+                   "rail:R, stride:S[+O], node:N or a rank list), its ranks numbered in the group.")
+@click.option("--concurrent", "partition_spec", default=None,
+              help="XML with --group: the partition whose groups all run at once (as `solve "
+                   "--concurrent`), so shared links and NICs carry every group's traffic.")
 @click.option("--sizes", default=None, help="Message sizes: 1KB:1GB or 1KB,1MB.")
 @click.option("--calibration", default=None, type=click.Path(),
               help="Predict with measured α/β per link class (`synth calibrate --format nccl-tests`).")
@@ -349,15 +355,19 @@ def _verify_xml(file: str, mode: str, profile: str, root: int | None, as_json: b
 @click.option("--trace", "trace_path", default=None, type=click.Path(),
               help="XML: write a Chrome/Perfetto trace of the largest size to this file.")
 @click.option("--json", "as_json", is_flag=True)
-def simulate(file: str, topo_spec: str | None, nodes: int, sizes: str | None,
-             calibration: str | None, xml_profile: str, trace_path: str | None,
-             as_json: bool) -> None:
+def simulate(file: str, topo_spec: str | None, nodes: int, group_spec: str | None,
+             partition_spec: str | None, sizes: str | None, calibration: str | None,
+             xml_profile: str, trace_path: str | None, as_json: bool) -> None:
     """Predict a schedule's (α-β model) or an MSCCL-IR XML program's (timed model) time over sizes."""
+    if partition_spec is not None and group_spec is None:
+        raise SynthError("--concurrent needs --group (the group the file runs on)")
     if file.endswith(".xml"):
-        _simulate_xml(file, topo_spec, nodes, sizes, calibration, xml_profile, trace_path, as_json)
+        _simulate_xml(file, topo_spec, nodes, sizes, calibration, xml_profile, trace_path, as_json,
+                      group_spec, partition_spec)
         return
-    if trace_path is not None or nodes != 1:
-        raise SynthError("--trace and --nodes apply to MSCCL-IR XML files only")
+    if trace_path is not None or nodes != 1 or group_spec is not None:
+        raise SynthError("--trace, --nodes and --group apply to MSCCL-IR XML files only (a "
+                         "schedule names its topology, a group's included)")
     schedule, base = _load_schedule(file, topo_spec, None, check=calibration is None)
     topology = _with_calibration(base, calibration)
     # a schedule solved without the calibration is checked on the file's figures, then costed
@@ -380,14 +390,22 @@ def simulate(file: str, topo_spec: str | None, nodes: int, sizes: str | None,
 
 def _simulate_xml(file: str, topo_spec: str | None, nodes: int, sizes: str | None,
                   calibration: str | None, profile: str, trace_path: str | None,
-                  as_json: bool) -> None:
-    """Verify the XML with the interpreter (exit 1 with its message if it fails), then time it."""
+                  as_json: bool, group_spec: str | None = None,
+                  partition_spec: str | None = None) -> None:
+    """Verify the XML with the interpreter (exit 1 with its message if it fails), then time it
+    (on ``group_spec``'s induced topology when given, as ``solve --group`` compiled it)."""
     if topo_spec is None:
         raise SynthError("an XML file names no topology: pass --topo (and --nodes)")
     if trace_path is not None:
         check_output_file(Path(trace_path), "--trace")
     program = parse_program(read_input(file, "XML file"), file, profile)
-    topology = _with_calibration(load_topology(topo_spec, nodes), calibration)
+    base = (load_group(topo_spec, nodes, group_spec, partition_spec)[0] if group_spec is not None
+            else load_topology(topo_spec, nodes))
+    topology = _with_calibration(base, calibration)
+    if program.ngpus != topology.num_ranks:
+        raise SynthError(f"{file} is for {program.ngpus} GPUs but {topology.name} has "
+                         f"{topology.num_ranks} ranks" + ("" if group_spec else
+                                                          " (a group's file: pass --group)"))
     verify_program(program, profile=profile)
     size_list = parse_sizes(sizes) if sizes else DEFAULT_SIZES
     model = program_model(topology, program.proto, calibration)
