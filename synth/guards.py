@@ -76,6 +76,35 @@ def default_max_memory() -> int:
     return int(total * DEFAULT_MEMORY_FRACTION) if total else 8 * GB
 
 
+ADDRESS_SLACK = 4 * GB
+"""Address space the backstop allows above ``--max-memory``: what the interpreter, NumPy, the
+solver libraries and thread stacks map without using (measured: a `synth solve` process maps
+about 1.5 GB of address space before its first allocation of its own)."""
+
+
+def memory_backstop(max_memory: int) -> int | None:
+    """Cap this process's address space at ``max_memory`` + :data:`ADDRESS_SLACK`
+    (``RLIMIT_AS``), so an allocation the per-stage estimates missed fails as a MemoryError
+    (which the command line reports in one line, naming the stage) instead of driving the
+    machine into swap or the OOM killer. Only ever lowers the limit; returns it (None where the
+    platform has no such limit)."""
+    try:
+        import resource
+    except ImportError:     # not POSIX
+        return None
+    limit = int(max_memory + ADDRESS_SLACK)
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY and soft <= limit:
+        return int(soft)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, int(hard))
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    except (ValueError, OSError):
+        return None
+    return limit
+
+
 def parse_memory(text: str | None) -> int:
     """``--max-memory``: ``8GB``, ``512MB``, ``1.5GB`` (binary units); None: the default."""
     if text is None:

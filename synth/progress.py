@@ -100,13 +100,22 @@ class Reporter:
 
         ``kind``: what the phase counts as in a :func:`ledger` (else the ledger classifies the
         label)."""
-        counted = _ledger
-        if counted is not None:
-            with counted.counting(label, kind), self._shown(label):
+        _STAGES.append(label)
+        try:
+            counted = _ledger
+            if counted is not None:
+                with counted.counting(label, kind), self._shown(label):
+                    yield
+                return
+            with self._shown(label):
                 yield
-            return
-        with self._shown(label):
-            yield
+        except MemoryError:
+            global _FAILED_IN
+            if _FAILED_IN is None:      # the innermost phase sees it first
+                _FAILED_IN = " › ".join(_STAGES)
+            raise
+        finally:
+            _STAGES.pop()
 
     @contextmanager
     def _shown(self, label: str) -> Iterator[None]:
@@ -400,6 +409,16 @@ def _secs(seconds: float) -> str:
 
 
 _current = Reporter("off")
+_STAGES: list[str] = []
+"""The phases open now, outermost first, whatever the display mode (:func:`stage`)."""
+_FAILED_IN: str | None = None
+"""The phases that were open when a MemoryError first went through one (:func:`stage`)."""
+
+
+def stage() -> str:
+    """Where a MemoryError struck (the phases open then, ``solving … › program model: …``), else
+    the phases open now, else ``startup``: what an error that can strike anywhere names."""
+    return _FAILED_IN or " › ".join(_STAGES) or "startup"
 
 
 def current() -> Reporter:

@@ -244,3 +244,27 @@ def test_threadblock_budget_floor():
         guards.check_schedule(sched, Budget(64 * guards.GB, "exec", 1, 8))
     with pytest.raises(TooBig, match=r"at least 22 threadblocks"):
         guards.check_schedule(sched, Budget(64 * guards.GB, "exec", 2, 16))
+
+
+@pytest.mark.slow  # a 128-rank solve until the address space runs out
+def test_the_memory_backstop_names_the_stage():
+    """An allocation the estimates missed fails as one line naming the phase it struck in, exit 2
+    (here the address space is capped below what the program model needs, as the backstop that
+    `solve` sets from --max-memory would be on a smaller machine)."""
+    import subprocess
+    import sys
+
+    code = ("import resource\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (1400 * 2**20, resource.RLIM_INFINITY))\n"
+            "from synth.cli import main\n"
+            "main(['solve', '--topo', 'dgx_h100', '--nodes', '16', '--coll', 'allgather',\n"
+            "      '--encoding', 'trees', '--max-memory', '64GB', '--out', sys.argv[1]])\n")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        r = subprocess.run([sys.executable, "-c", "import sys\n" + code, tmp + "/o"],
+                           capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2, r.stderr[-2000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("synth: error: out of memory during solving allgather"), last
+    assert "Traceback" not in r.stderr

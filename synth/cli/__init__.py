@@ -86,6 +86,14 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
+    except MemoryError:
+        from .. import progress
+
+        where = progress.stage()
+        err.print(f"synth: error: out of memory during {where}: the address-space backstop "
+                  "(--max-memory plus slack) stopped an allocation the estimates missed; raise "
+                  "--max-memory or make the problem smaller", markup=False, soft_wrap=True)
+        sys.exit(2)
     except KeyboardInterrupt:
         err.print("synth: interrupted")
         sys.exit(130)

@@ -20,7 +20,7 @@ from ..catalog.cache import default_cache_dir
 from ..catalog.executor import check_executor
 from ..catalog.output import check_out_dir, write_catalog
 from ..errors import SynthError, unknown_name
-from ..guards import Budget
+from ..guards import Budget, memory_backstop
 from ..sizes import format_size, parse_sizes
 from ..topology_io import group_spec as spec_with_group
 from ..topology_io import load_group
@@ -138,6 +138,7 @@ def catalog(topo_spec: str, nodes: int, group_spec: str | None, partition: str |
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
 
     budget = Budget.of(max_memory, None)
+    memory_backstop(budget.max_memory)
     mode = "off" if quiet else progress.choose_mode()
     kw = dict(topo_spec=spec_with_group(topo_spec, group, partition), nodes=nodes, kinds=kinds,
               sizes=size_list, tuner=tuner, workers=workers, executor=executor,

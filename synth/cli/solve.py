@@ -21,6 +21,7 @@ from ..emit.xml_parse import normalize_coll, parse_program
 from ..errors import SynthError
 from ..files import check_output_file, dumps_json, read_input
 from ..groups import concurrent, induced, parse_partition
+from ..guards import memory_backstop, parse_memory
 from ..mscclpp import is_plan_text, verify_plan_file
 from ..schedule import Schedule
 from ..select.candidates import cost_profile
@@ -152,6 +153,7 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
         extra=extra, xml=xml, proto=proto, instances=instances, format=out_format,
         calibration=calibration, out_dir=Path(out_dir), max_memory=max_memory,
         time_program=want_program, winners_by=winners_by, nccl=compete)
+    memory_backstop(parse_memory(max_memory))
     with progress.activate(console=err, quiet_on_terminal=as_json):
         done = run(request)
     if isinstance(done, ClosedOutcome):
