@@ -21,6 +21,9 @@ figure is a model's prediction; the measured column is what grounds them.
     python benchmarks/vs_nccl.py                 # writes results/vs_nccl.{json,md}
     python benchmarks/vs_nccl.py --quick         # two cases, nothing written
     python benchmarks/vs_nccl.py --markdown-only # rewrite the markdown from the JSON
+    python benchmarks/vs_nccl.py --resume        # measure only the cases the JSON lacks
+
+Results are written after every case (``complete`` says whether all are in).
 """
 
 from __future__ import annotations
@@ -127,17 +130,28 @@ def measure_case(topo_name: str, nodes: int, coll: str) -> dict[str, Any]:
             "files": files, "winners": forms, "rows": rows}
 
 
-def measure(cases: list[tuple[str, int, str]]) -> dict[str, Any]:
-    out = []
+def measure(cases: list[tuple[str, int, str]], done: list[dict[str, Any]] | None = None,
+            save: Any = None) -> dict[str, Any]:
+    """Every case not already in ``done`` (a resumed run's), saving after each through ``save``."""
+    out = list(done or [])
+    have = {(c["topology"], c["nodes"], c["collective"]) for c in out}
+    data: dict[str, Any] = {}
     for topo_name, nodes, coll in cases:
+        if (topo_name, nodes, coll) in have:
+            continue
         print(f"vs_nccl: {coll} on {topo_name} x{nodes} ...", file=sys.stderr, flush=True)
         rec = measure_case(topo_name, nodes, coll)
         print(f"  {rec['solve_s']} s; serves {rec['served']}/{rec['sizes']}; geomean "
               f"{rec['geomean_speedup']}x, worst served {rec['worst_served_speedup']}", file=sys.stderr,
               flush=True)
         out.append(rec)
-    return {"commit": commit(), "machine": machine(), "load_average": load_average(2),
-            "sizes": REPORTED, "cases": out}
+        order = {case: i for i, case in enumerate(cases)}
+        out.sort(key=lambda c: order.get((c["topology"], c["nodes"], c["collective"]), len(order)))
+        data = {"commit": commit(), "machine": machine(), "load_average": load_average(2),
+                "sizes": REPORTED, "complete": len(out) == len(cases), "cases": out}
+        if save is not None:
+            save(data)
+    return data
 
 
 def _x(v: float | None) -> str:
@@ -159,7 +173,9 @@ def to_markdown(data: dict[str, Any]) -> str:
              "production file for 8 x H100 under the same program model; **measured** is NCCL as "
              "measured on such a machine where `tests/data/nccl-tests` has the size. Speed-up = "
              "NCCL's model / synth. These are model predictions, not runs on the hardware.", "",
-             f"Commit {data['commit']}; {data['machine']}.", "",
+             f"Commit {data['commit']}; {data['machine']}."
+             + ("" if data.get("complete", True) else " **Incomplete: not every case has run "
+                "yet** (`--resume` measures the rest)."), "",
              "## Summary (sizes 1 KB .. 1 GiB, x4)", "",
              "| machine | collective | synth serves | geomean vs NCCL | worst | worst where synth "
              "serves | solve s | files (candidate, protocol, instances) |",
@@ -189,18 +205,22 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="two cases, nothing written")
     ap.add_argument("--markdown-only", action="store_true", help="rewrite the markdown from the JSON")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the cases results/vs_nccl.json already has; measure the rest")
     args = ap.parse_args()
     if args.markdown_only:
         data = json.loads((RESULTS / "vs_nccl.json").read_text())
         write_results("vs_nccl", markdown=to_markdown(data))
         return 0
-    cases = QUICK if args.quick else [(t, n, c) for t, n in CASES for c in COLLECTIVES]
-    data = measure(cases)
     if args.quick:
-        print(to_markdown(data))
+        print(to_markdown(measure(QUICK)))
         return 0
-    for path in write_results("vs_nccl", data, to_markdown(data)):
-        print(f"wrote {path}")
+    cases = [(t, n, c) for t, n in CASES for c in COLLECTIVES]
+    done = None
+    if args.resume and (RESULTS / "vs_nccl.json").exists():
+        done = json.loads((RESULTS / "vs_nccl.json").read_text())["cases"]
+    measure(cases, done, lambda data: write_results("vs_nccl", data, to_markdown(data)))
+    print(f"wrote {RESULTS / 'vs_nccl.json'} and .md")
     return 0
 
 
