@@ -26,7 +26,8 @@ from typing import Any
 
 from . import progress
 from .bounds import lower_bound
-from .calibrate.format import apply_calibration, load_calibration
+from .calibrated import apply_calibration
+from .calibration import calibration_of, load_calibration
 from .closed.cost import hardware_of
 from .closed.mesh import resolve_topology
 from .closed.strategies import COLLECTIVES as CLOSED_KINDS
@@ -52,7 +53,6 @@ from .select.ranges import INSTANCES
 from .select.scorers import deciding_scorer, lockstep_scorer
 from .sizes import DEFAULT_SIZES
 from .solve_closed import ClosedOutcome, platform_for, run_closed
-from .timing.nccl import calibration_of
 from .timing.program import not_a_gpu, program_times_us
 from .timing.protocol import RuntimeProfile, runtime_profile
 from .topology import Topology

@@ -118,7 +118,8 @@ def test_sketch_parser(data):
 @FUZZ
 @given(mutated(CALIBRATION))
 def test_calibration_parser(data):
-    from synth.calibrate.format import Calibration, apply_calibration
+    from synth.calibrated import apply_calibration
+    from synth.calibration import Calibration
     from synth.topology_io import parse_topology
 
     topology = parse_topology(TOPOLOGY, "t.yaml")  # a calibration file is JSON: read_data, then this
@@ -179,7 +180,7 @@ def test_xml_reader_and_interpreter(data):
 @pytest.mark.parametrize("name", ["ring:4", "switch:3"])
 def test_good_documents_are_accepted(name):
     """The seeds themselves are valid, so the fuzz starts from the accepting side."""
-    from synth.calibrate.format import apply_calibration
+    from synth.calibrated import apply_calibration
     from synth.collectives import custom_collective
     from synth.sketches.schema import parse_sketch
     from synth.topology_io import parse_topology

@@ -8,7 +8,6 @@ import json
 import numpy as np
 import pytest
 
-from synth.calibrate.format import apply_calibration, class_figures, load_calibration
 from synth.calibrate.link_fit import (
     calibrate_file,
     calibrate_nccl,
@@ -17,6 +16,8 @@ from synth.calibrate.link_fit import (
     synthetic_nccl_log,
 )
 from synth.calibrate.nccl_tests import parse_nccl_tests
+from synth.calibrated import apply_calibration
+from synth.calibration import class_figures, load_calibration
 from synth.cli import main
 from synth.errors import SynthError
 from synth.timing.lockstep import schedule_times_us

@@ -171,7 +171,7 @@ def test_rerun_simulates_nothing_and_reads_the_kept_times(built, capsys, monkeyp
 
 
 def test_changing_one_link_class_resolves_only_what_depends_on_it(built, tmp_path):
-    from synth.calibrate.format import load_calibration
+    from synth.calibration import load_calibration
     from synth.catalog import build_catalog
     from synth.catalog.candidates import CHUNK_GRID
 
@@ -209,7 +209,7 @@ def test_calibration_file_feeds_the_catalog(tmp_path, built, capsys):
 
 def test_structure_key_ignores_alpha_beta_but_not_shape():
     a = load_topology("dgx_a100", 2)
-    from synth.calibrate.format import apply_calibration
+    from synth.calibrated import apply_calibration
     b = apply_calibration(a, {"link_classes": {"ib_hdr": {"alpha_us": 9.0, "beta_us_per_mb": 80}}})
     assert a.content_hash != b.content_hash
     assert structure_hash(a) == structure_hash(b)

@@ -368,3 +368,33 @@ def test_timing_json_with_axes_names(tmp_path):
     assert term["group"] == [1, 4] and term["link_class"] == "ici"
     assert term["beta_us_per_mb"] == pytest.approx(12 / wire_factor("all_gather", 4), rel=1e-6)
     assert math.isfinite(term["alpha_us"])
+
+
+def test_closed_stack_terms_scale_the_link_class_they_measure():
+    """A closed-stack fit's terms scale their class by measured / modelled (synth.calibrated): a
+    term measuring 2x the model's α and 3x its β on EFA makes EFA's α and β 2x and 3x the
+    topology's; a class the file gives figures for keeps them; a class the topology lacks is noted."""
+    from synth.calibrated import apply_calibration, class_overrides
+    from synth.calibration import class_figures, load_calibration
+
+    topo = resolve_topology("trn1_32", 2)
+    model = default_model(topo, mesh_for_topology(topo))
+    key = ("all_reduce", (2, 32), "efa")
+    a0, b0 = model.key_default_terms(key)
+    assert a0 > 0 and b0 > 0
+    term = {"primitive": key[0], "group": list(key[1]), "link_class": key[2],
+            "alpha_us": 2 * a0, "beta_us_per_mb": 3 * b0}
+    figures = class_figures(topo)
+    cal = load_calibration({"format": "synth-calibration/1", "terms": [term]})
+    out, notes = class_overrides(topo, cal)
+    assert set(out) == {"efa"} and out["efa"].source == "closed-stack ratio" and notes == []
+    assert out["efa"].alpha_us == pytest.approx(2 * figures["efa"][0], rel=1e-12)
+    assert out["efa"].beta_us_per_mb == pytest.approx(3 * figures["efa"][1], rel=1e-12)
+    assert class_figures(apply_calibration(topo, cal))["efa"] == pytest.approx(
+        (2 * figures["efa"][0], 3 * figures["efa"][1]), rel=1e-12)
+    given = load_calibration({"format": "synth-calibration/1", "terms": [term],
+                              "link_classes": {"efa": {"alpha_us": 7.0}}})
+    assert class_overrides(topo, given)[0]["efa"].alpha_us == 7.0
+    other = load_calibration({"format": "synth-calibration/1", "terms": [{**term, "link_class": "ib"}]})
+    assert class_overrides(topo, other)[0] == {}
+    assert "none of which 'trn1_32x2' has" in class_overrides(topo, other)[1][0]

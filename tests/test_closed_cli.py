@@ -10,7 +10,8 @@ from click.testing import CliRunner
 from synth.calibrate.closed_fit import PUBLISHED_NCCOM
 from synth.cli import cli
 from synth.closed.mesh import resolve_topology
-from synth.closed.search import emit_closed_program, rank_strategies
+from synth.closed.search import rank_strategies
+from synth.closed.winner import emit_closed_program
 from tests.conftest import run_synth
 
 TOPOS = [("trn1_32", 1), ("trn1_32", 2), ("trn2_64", 1), ("tpu_v5e_4x4", 1)]

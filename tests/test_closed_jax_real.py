@@ -34,8 +34,8 @@ def _child(out_path: str, work: str) -> None:
     from synth.closed.lower import baseline_plans, lower_schedule
     from synth.closed.mesh import mesh_for_topology, resolve_topology
     from synth.closed.reference import expected, random_inputs
-    from synth.closed.search import emit_closed_program
     from synth.closed.strategies import COLLECTIVES, Context, all_plans, build_program
+    from synth.closed.winner import emit_closed_program
 
     assert len(jax.devices()) == DEVICES
     results = []

@@ -21,9 +21,9 @@ from synth.closed.ir import TensorSpec
 from synth.closed.lower import baseline_plans, lower_schedule
 from synth.closed.mesh import mesh_for_topology, resolve_topology
 from synth.closed.reference import expected, interpret, random_inputs
-from synth.closed.search import emit_closed_program
 from synth.closed.standin import run_jax_standin, run_neuron_standin
 from synth.closed.strategies import COLLECTIVES, Context, all_plans, base_plans, build_program
+from synth.closed.winner import emit_closed_program
 
 TOPOLOGIES = [("trn1_32", 1), ("trn1_32", 2), ("trn2_64", 1), ("tpu_v5e_4x4", 1)]
 SHAPES = {1: [(5, 3)], 3: [(7,), (2, 3), (1,)]}

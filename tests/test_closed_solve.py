@@ -17,8 +17,9 @@ from synth.closed.lower import baseline_plans
 from synth.closed.mesh import mesh_for_topology
 from synth.closed.nki import emit_nki
 from synth.closed.reference import expected, random_inputs
-from synth.closed.search import prove_module, rank_strategies
+from synth.closed.search import rank_strategies
 from synth.closed.standin import run_neuron_standin, run_nki_standin
+from synth.closed.winner import prove_module
 from synth.collectives import make_collective
 from synth.errors import SynthError, VerificationError
 from synth.outputs import neuron as neuron_out

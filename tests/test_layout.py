@@ -1,4 +1,5 @@
-"""The codebase's shape: no import cycle inside ``synth/``, and every package is installed.
+"""The codebase's shape: no import cycle inside ``synth/``, imports that only point down the
+package's floors (:data:`FLOORS`), and every package is installed.
 
 The import graph is read from the source with :mod:`ast` (every ``import``/``from ... import``,
 including the ones deferred into function bodies, since a deferred import only hides a cycle), so
@@ -76,6 +77,78 @@ def test_no_import_cycle_in_synth() -> None:
     cycles = [c for c in nx.simple_cycles(graph) if len(c) > 0]
     shown = ["  " + " -> ".join([*c, c[0]]) for c in sorted(cycles, key=len)[:10]]
     assert not cycles, f"{len(cycles)} import cycle(s) in synth/, e.g.:\n" + "\n".join(shown)
+
+
+FLOORS: tuple[tuple[str, ...], ...] = (
+    # 0: vocabulary every layer shares: errors, files, sizes, the topology and schedule data, the
+    #    calibration file format
+    ("synth", "synth.errors", "synth.files", "synth.sizes", "synth.topology", "synth.schedule",
+     "synth.collectives", "synth.steps", "synth.progress", "synth.schema", "synth.calibration"),
+    # 1: building and checking topologies and schedules
+    ("synth.builders", "synth.topology_io", "synth.groups", "synth.cuts", "synth.bounds",
+     "synth.verify", "synth.guards", "synth.summary"),
+    # 2: program IRs and their emitters/interpreters
+    ("synth.emit", "synth.mscclpp", "synth.closed.ir", "synth.closed.mesh", "synth.closed.reference",
+     "synth.closed.standin", "synth.closed.constraints", "synth.sketches"),
+    # 3: time models
+    ("synth.timing", "synth.closed.cost", "synth.closed.neuron", "synth.tuning", "synth.calibrated"),
+    # 4: encodings and importers
+    ("synth.encodings", "synth.topo_import", "synth.dsl"),
+    # 5: choosing among candidates
+    ("synth.select", "synth.closed.strategies", "synth.closed.lower", "synth.closed.search"),
+    # 6: writing files
+    ("synth.outputs", "synth.closed.emit", "synth.closed.columns", "synth.closed.nki",
+     "synth.closed.winner", "synth.closed"),
+    # 7: whole commands as a library
+    ("synth.solve", "synth.solve_closed", "synth.catalog", "synth.calibrate"),
+    # 8: the command line (``python -m synth`` is the command line)
+    ("synth.cli", "synth.__main__"),
+)
+"""The package's floors, lowest first: a module imports only from its own floor or below. A name
+covers its subpackage's modules too, except the two packages whose modules sit on several floors
+(:data:`SPLIT_PACKAGES`), whose every module is named."""
+
+SPLIT_PACKAGES = frozenset({"synth", "synth.closed"})
+
+
+def floor_of(module: str) -> int | None:
+    """The floor of ``module``: that of the longest name in :data:`FLOORS` covering it."""
+    best: tuple[int, int] | None = None
+    for level, names in enumerate(FLOORS):
+        for name in names:
+            covers = module == name or (name not in SPLIT_PACKAGES and module.startswith(name + "."))
+            if covers and (best is None or len(name) > best[1]):
+                best = (level, len(name))
+    return None if best is None else best[0]
+
+
+def test_floor_of_reads_the_floors() -> None:
+    """The lookup itself: a subpackage module takes its package's floor, a split package's does
+    not, and the longest name wins."""
+    assert floor_of("synth.timing.program_machine") == 3
+    assert floor_of("synth.closed") == 6 and floor_of("synth.closed.ir") == 2
+    assert floor_of("synth.nothing") is None and floor_of("synth.closed.nothing") is None
+
+
+def test_every_module_has_a_floor() -> None:
+    """A new module is placed on a floor (here) before it can be checked; every name placed is a
+    module, named once."""
+    graph = import_graph()
+    assert sorted(m for m in graph if floor_of(m) is None) == []
+    named = [name for names in FLOORS for name in names]
+    assert len(named) == len(set(named))
+    assert [n for n in named if n not in graph and not any(m.startswith(n + ".") for m in graph)] == []
+
+
+def test_imports_only_point_down() -> None:
+    """No module imports from a floor above its own (deferred imports included: a deferred import
+    only hides the arrow)."""
+    graph = import_graph()
+    upward = sorted(f"  {a} (floor {floor_of(a)}) -> {b} (floor {floor_of(b)})"
+                    for a, b in graph.edges
+                    if floor_of(a) is not None and floor_of(b) is not None
+                    and floor_of(b) > floor_of(a))
+    assert not upward, f"{len(upward)} import(s) up a floor:\n" + "\n".join(upward)
 
 
 def test_every_package_is_installed() -> None:

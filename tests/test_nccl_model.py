@@ -281,8 +281,8 @@ def test_cli_solve_json_has_vs_nccl(tmp_path):
 def test_calibrate_fits_nccl_model_and_solve_reads_it(tmp_path):
     import json
 
-    from synth.calibrate.format import load_calibration
     from synth.calibrate.link_fit import calibrate_file
+    from synth.calibration import load_calibration
 
     fitted = calibrate_file(DATA / "h200-1node-allreduce-16g-nhc142.log", "dgx_h100")
     section = fitted.to_json()["nccl_model"]

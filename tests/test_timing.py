@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from synth.calibrate.format import class_figures
+from synth.calibration import class_figures
 from synth.collectives import make_collective
 from synth.emit import XmlOptions, emit_verified_xml
 from synth.emit.xml_parse import parse_program

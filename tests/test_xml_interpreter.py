@@ -22,7 +22,8 @@ from synth.emit.interpreter import (
     verify_program,
 )
 from synth.emit.program import Gpu, Instr, Program, Threadblock
-from synth.emit.xml_parse import XmlFormatError, lint_program, parse_program
+from synth.emit.xml_lint import lint_program
+from synth.emit.xml_parse import XmlFormatError, parse_program
 from synth.errors import SynthError, VerificationError
 from tests.conftest import xml_corpus_file, xml_corpus_files
 

@@ -8,7 +8,7 @@ per-rank floor, hop latencies) by :func:`synth.calibrate.neuron_fit.fit_physics`
 held near the shipped figures; the calibration file carries them in ``parameters`` and
 :func:`synth.closed.cost.load_model` reads them back. Per measured key it also reports the fitted
 model's α/β line and errors (``terms``, marked ``"source": "neuron-model"``) for the catalog's
-link-class scaling (:mod:`synth.calibrate.format`); they are derived, not applied again.
+link-class scaling (:mod:`synth.calibrated`); they are derived, not applied again.
 
 **Other stacks** (TPU/JAX), model fitted per key (weighted least squares, weights 1/time so every
 size counts by relative error):
@@ -33,13 +33,12 @@ from typing import Any
 
 import numpy as np
 
+from ..calibration import FORMAT
 from ..closed.cost import CostModel, default_model, wire_factor
 from ..closed.mesh import mesh_for_topology
 from ..errors import SynthError
 from ..topology import MB, Topology
 from .closed_logs import OPS, TIMINGS_FORMAT, Record, read_log
-
-FORMAT = "synth-calibration/1"
 
 
 # ------------------------------------------------------------------------------------ fitting
@@ -132,7 +131,7 @@ def fit(records: Sequence[Record], model: CostModel, platform: str, topology: st
         if len(sizes_by_key[k]) >= 2 or any(r.calls > 1 for r in calls if r.key == k):
             col[("A", k)] = len(col)
         else:
-            fixed_a[k] = tau + _default_alpha(model, k)
+            fixed_a[k] = tau + model.key_default_terms(k)[0]
             notes.append(f"{_key_text(k)}: measured at one size only, so α keeps its default "
                          f"({fixed_a[k] - tau:.3g} µs) and β alone is fitted")
         col[("B", k)] = len(col)
@@ -179,7 +178,7 @@ def fit(records: Sequence[Record], model: CostModel, platform: str, topology: st
             beta = coef[col[("B", k)]]
             b_se = se[col[("B", k)]]
             logged = [calls[i].logged_busbw for i in idx if calls[i].logged_busbw]
-            d_alpha, d_beta = _default_terms_for(model, k)
+            d_alpha, d_beta = model.key_default_terms(k)
             default_err = max(abs(model.launch_us * (1 + (calls[i].calls - 1) * model.amortization)
                                   + calls[i].calls * (d_alpha + wire_factor(k[0], calls[i].ranks)
                                                       * calls[i].nbytes / MB * d_beta)
@@ -300,29 +299,6 @@ def _memcopy_terms(transforms: Sequence[Record], model: CostModel) -> dict[str, 
     bw = 1000.0 / coef[1]
     return {"memcopy_GBps": Term("memcopy_GBps", bw, se[1] * bw / coef[1], "fit"),
             "transform_us": Term("transform_us", max(coef[0], 0.0), se[0], "fit")}
-
-
-def _default_terms_for(model: CostModel, key) -> tuple[float, float]:
-    """Default (α, β) of a key: those of mesh axes with that group shape and class."""
-    prim, _, cls = key
-    mesh = model.mesh
-    assert mesh is not None
-    for size in range(1, len(mesh.axes) + 1):
-        for combo in _combos(mesh.names, size):
-            if model.group_key(prim, combo) == key:
-                return model.default_terms(prim, combo)
-    alpha = max((a.alpha_us for a in model.axes.values() if a.link_class == cls), default=0.0)
-    bw = min((a.ring_GBps for a in model.axes.values() if a.link_class == cls), default=1.0)
-    return alpha, 1000.0 / bw
-
-
-def _default_alpha(model: CostModel, key) -> float:
-    return _default_terms_for(model, key)[0]
-
-
-def _combos(names, size):
-    import itertools
-    return itertools.combinations(names, size)
 
 
 def _key_text(k) -> str:

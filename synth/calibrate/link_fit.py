@@ -2,7 +2,7 @@
 
 Users of NCCL clusters already have nccl-tests output; this turns it into per-link-class α/β (and
 the per-call latency floor) that ``solve``, ``pareto`` and ``catalog`` then use instead of datasheet
-figures (:mod:`synth.calibrate.format`).
+figures (:mod:`synth.calibration`).
 
 **Input.** nccl-tests logs, read by :mod:`.nccl_tests`.
 
@@ -40,13 +40,14 @@ from typing import Any
 
 import numpy as np
 
+from ..calibrated import apply_calibration
+from ..calibration import Calibration, ClassParams, class_figures
 from ..collectives import make_collective
 from ..encodings.baseline.algorithms import baseline
 from ..errors import SynthError
 from ..schedule import Schedule
 from ..timing.lockstep import StepModel, schedule_times_us, step_model
 from ..topology import Topology
-from .format import Calibration, ClassParams, apply_calibration, class_figures
 from .nccl_tests import BUS_FACTOR, PROGRAMS, Run, read_nccl_log
 
 ALGORITHM = {"allgather": "ring", "reducescatter": "ring", "allreduce": "ring", "alltoall": "direct"}
@@ -105,7 +106,7 @@ class CalibrationFit:
     floor, latency and bandwidth scales, read by :mod:`synth.timing.nccl`."""
 
     def calibration(self) -> Calibration:
-        """The fit as a :class:`synth.calibrate.format.Calibration` (what ``solve``/``catalog`` read).
+        """The fit as a :class:`synth.calibration.Calibration` (what ``solve``/``catalog`` read).
 
         The per-call floor goes to ``launch`` and, because it is the small-message regime's where
         NCCL runs LL, also to ``protocols.LL.launch_us`` (the topology's α is read as LL's per-hop

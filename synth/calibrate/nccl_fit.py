@@ -1,4 +1,4 @@
-"""Public NCCL measurements, and fitting :class:`~synth.timing.nccl.NcclCalibration` to them.
+"""Public NCCL measurements, and fitting :class:`~synth.calibration.NcclCalibration` to them.
 
 A measurement file is an nccl-tests log (``*.log``, read by :mod:`synth.calibrate.nccl_tests`) or a
 published table (``*.csv`` with ``collective,bytes,nccl_us`` columns). Either starts with a line
@@ -31,9 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ..calibration import NcclCalibration
 from ..errors import SynthError
 from ..files import read_input
-from ..timing.nccl import NcclCalibration, NcclMachine, choose, machine_of
+from ..timing.nccl import NcclMachine, choose, machine_of
 
 SCALE_LIMIT = 4.0
 """The latency and bandwidth scales are fitted within [1/4, 4] of NCCL's figures."""

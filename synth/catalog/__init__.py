@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..calibrate.format import Calibration, apply_calibration, class_overrides
+from ..calibrated import apply_calibration, class_overrides
+from ..calibration import Calibration, calibration_of
 from ..collectives import KINDS, make_collective
 from ..emit import XML_KINDS
 from ..errors import SynthError, unknown_name
@@ -32,7 +33,6 @@ from ..guards import Budget
 from ..select.buckets import Bucket, make_buckets
 from ..select.ranges import BucketTuning, Choice, choose
 from ..select.tuned import Table, tune_buckets
-from ..timing.nccl import calibration_of
 from ..timing.program_store import TimingStore
 from ..timing.protocol import ProtocolModel, default_model, model_with_calibration
 from ..topology import Topology

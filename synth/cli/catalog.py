@@ -14,7 +14,7 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from .. import progress
-from ..calibrate.format import load_calibration
+from ..calibration import load_calibration
 from ..catalog import build_catalog, check_collectives
 from ..catalog.cache import default_cache_dir
 from ..catalog.executor import check_executor

@@ -13,9 +13,9 @@ from rich.table import Table
 
 from ..calibrate.closed_fit import calibrate as run_calibrate
 from ..calibrate.closed_logs import nodes_in_log
-from ..calibrate.format import class_figures
 from ..calibrate.link_fit import calibrate_file
 from ..calibrate.program_fit import fit_floors, read_measurements
+from ..calibration import class_figures
 from ..closed.cost import hardware_of
 from ..closed.mesh import resolve_topology
 from ..closed.search import rank_strategies

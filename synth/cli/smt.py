@@ -15,7 +15,7 @@ from rich.table import Table
 
 from .. import progress
 from ..bounds import latency_floor, lower_bound
-from ..calibrate.format import apply_calibration
+from ..calibrated import apply_calibration
 from ..collectives import KINDS, load_collective, make_collective
 from ..emit import XmlOptions
 from ..encodings.baseline import baseline, preferred_chunks

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from .. import progress
 from ..bounds import lower_bound
-from ..calibrate.format import apply_calibration
+from ..calibrated import apply_calibration
 from ..collectives import KINDS, load_collective, make_collective
 from ..emit import XmlOptions
 from ..emit.interpreter import MODES, verify_program

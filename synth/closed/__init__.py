@@ -15,12 +15,13 @@ between them, and how many calls it makes (OverlayCCL's strategy layer). This pa
 * :mod:`.emit`: torch-neuronx (``xm``) and JAX (``shard_map`` + ``jax.lax``) modules;
 * :mod:`.reference` and :mod:`.standin`: NumPy semantics of every primitive and stand-ins for
   ``xm``/``torch`` and ``jax.lax`` that run the emitted modules unchanged;
-* :mod:`.search`: ranking (``synth strategies``) and :func:`emit_closed_program` (``synth solve
-  --format neuron|jax``).
+* :mod:`.search`: ranking (``synth strategies``); :mod:`.winner`: :func:`emit_closed_program`, the
+  winner proven on the stand-in and written as a module.
 """
 
 from .mesh import Mesh, mesh_for_topology, resolve_topology, tpu_v5e
-from .search import Ranking, emit_closed_program, rank_strategies
+from .search import Ranking, rank_strategies
+from .winner import emit_closed_program
 
 __all__ = ["Mesh", "Ranking", "emit_closed_program", "mesh_for_topology", "rank_strategies",
            "resolve_topology", "tpu_v5e"]

@@ -69,7 +69,7 @@ NEURON_PARAMETERS = ("core_GBps", "mesh_efficiency", "ring_efficiency", "efa_eff
                      "per_rank_us", "chip_hop_us", "link_hop_us", "efa_hop_us")
 """Figures of the Trainium model a calibration file may set (``parameters``), next to launch_us."""
 DERIVED_TERMS = "neuron-model"
-"""``source`` of the per-key α/β a Trainium calibration reports for :mod:`synth.calibrate.format`:
+"""``source`` of the per-key α/β a Trainium calibration reports for :mod:`synth.calibrated`:
 derived from the fitted figures, so not applied again as overrides."""
 
 HARDWARE: dict[str, dict[str, Any]] = {
@@ -167,6 +167,19 @@ class CostModel:
                 if self.group_key(key[0], combo) == key:
                     return combo
         return None
+
+    def key_default_terms(self, key: tuple[str, tuple[int, int], str]) -> tuple[float, float]:
+        """Default (α µs, β µs/MB) of a calibration key: those of the mesh axes with that group
+        shape and class, else the class's worst axis (largest α, slowest ring). What a fit's
+        measured terms are compared with (:mod:`synth.calibrate.closed_fit`,
+        :func:`synth.calibrated.closed_term_ratios`)."""
+        axes = self._axes_for(key)
+        if axes is not None:
+            return self.default_terms(key[0], axes)
+        cls = key[2]
+        alpha = max((a.alpha_us for a in self.axes.values() if a.link_class == cls), default=0.0)
+        bw = min((a.ring_GBps for a in self.axes.values() if a.link_class == cls), default=1.0)
+        return alpha, 1000.0 / bw
 
     # ------------------------------------------------------------------ keys
     def group_key(self, prim: str, axes: Sequence[str]) -> tuple[str, tuple[int, int], str]:

@@ -448,7 +448,7 @@ class NeuronModel:
     def large_message_terms(self, prim: str, group: Group) -> tuple[float, float]:
         """(α µs, β µs per MB of wire bytes) of the ring regime: the model as one α-β line.
 
-        What :mod:`synth.calibrate.format` relates a calibration's terms to; the byte slope is taken
+        What :mod:`synth.calibrated` relates a calibration's terms to; the byte slope is taken
         between two ring-regime sizes so the latency does not leak into it.
         """
         big = max(self.rdh_max_bytes * 4, 1 << 30)

@@ -82,7 +82,7 @@ from .interp_fold import (
 from .interp_races import RaceChecks
 from .interp_semantics import Semantics, combine, describe, overlap, semantics
 from .program import Program, Threadblock
-from .xml_parse import lint_program
+from .xml_lint import lint_program
 
 __all__ = ["LL128_CHUNK_BYTES", "LL_CHUNK_BYTES", "MODES", "MSCCL_CHUNKSTEPS", "NCCL_STEPS",
            "SIMPLE_CHUNK_BYTES", "SIMPLE_ROOTED_CHUNK_BYTES", "InterpretReport", "declared_modes",

@@ -24,7 +24,7 @@ Every model is built the same way, ``TIME_MODELS[name].build(topology, calibrati
 :func:`time_model`), and calibration applies only through that call: each model reads its own
 section of a calibration file (``protocols``, ``program``, ``nccl_model``, closed-stack
 ``terms``). The topology given is the machine as measured: a calibration's link-class figures are
-applied to it first (:func:`synth.calibrate.format.apply_calibration`), once, by the caller,
+applied to it first (:func:`synth.calibrated.apply_calibration`), once, by the caller,
 because the encodings must optimise for the same figures the models price.
 
 Who uses which: encodings optimise lock-step; :mod:`synth.select` ranks candidates by

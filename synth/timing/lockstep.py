@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..calibrate.format import class_figures, class_of_port
+from ..calibration import class_figures, class_of_port
 from ..schedule import Schedule
 from ..steps import step_loads
 from ..topology import MB, Topology

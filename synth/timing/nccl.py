@@ -62,6 +62,7 @@ from typing import Any
 
 import numpy as np
 
+from ..calibration import NcclCalibration, calibration_of
 from ..errors import NotApplicable, SynthError
 from ..topology import Topology
 
@@ -518,55 +519,6 @@ def entry_terms(m: NcclMachine, collective: str, e: Entry, nbytes: float) -> tup
             and nbytes / (m.ring.channels * m.ranks) >= 64):
         lat *= 1.9 if m.generation == "volta" else RING_PLATEAU
     return lat, nbytes / (1000.0 * bw)
-
-
-# ================================================================================== calibration
-@dataclass(frozen=True)
-class NcclCalibration:
-    """Measured corrections to NCCL's own model: ``t = launch + lat_scale·lat + bytes/(bw_scale·bw)``."""
-
-    launch_us: float = 0.0
-    latency_scale: float = 1.0
-    bandwidth_scale: float = 1.0
-    source: str = "NCCL's tuning model, uncalibrated"
-
-    def time(self, latency_us: float, bandwidth_us: float) -> float:
-        """The calibrated time of a configuration whose NCCL terms are these."""
-        return self.launch_us + self.latency_scale * latency_us + bandwidth_us / self.bandwidth_scale
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"launch_us": round(self.launch_us, 6), "latency_scale": round(self.latency_scale, 6),
-                "bandwidth_scale": round(self.bandwidth_scale, 6), "source": self.source}
-
-    @staticmethod
-    def from_mapping(data: Any, where: str = "calibration") -> NcclCalibration:
-        if data is None:
-            return NcclCalibration()
-        if not isinstance(data, Mapping):
-            raise SynthError(f"{where}: 'nccl_model' must be an object with launch_us, "
-                             "latency_scale, bandwidth_scale")
-        vals = {}
-        for key, lo in (("launch_us", None), ("latency_scale", 0.0), ("bandwidth_scale", 0.0)):
-            if key in data:
-                v = data[key]
-                if not isinstance(v, int | float) or not math.isfinite(v) or (lo is not None and v <= lo):
-                    raise SynthError(f"{where}: nccl_model.{key} must be a "
-                                     f"{'positive ' if lo is not None else ''}number, got {v!r}")
-                vals[key] = float(v)
-        return NcclCalibration(vals.get("launch_us", 0.0), vals.get("latency_scale", 1.0),
-                               vals.get("bandwidth_scale", 1.0), str(data.get("source", where)))
-
-
-def calibration_of(calibration: Any) -> NcclCalibration:
-    """The ``nccl_model`` section of a calibration (a Calibration, mapping or None)."""
-    if calibration is None:
-        return NcclCalibration()
-    if isinstance(calibration, NcclCalibration):
-        return calibration
-    section = getattr(calibration, "nccl_model", None)
-    if section is None and isinstance(calibration, Mapping):
-        section = calibration.get("nccl_model")
-    return NcclCalibration.from_mapping(section)
 
 
 # ===================================================================================== prediction

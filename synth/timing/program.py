@@ -77,6 +77,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import progress
+from ..calibration import load_calibration
 from ..emit.program import Program
 from ..emit.xml_parse import normalize_coll
 from ..errors import SynthError, VerificationError
@@ -118,8 +119,6 @@ def program_model(topology: Topology, proto: str, calibration: Any = None,
     ``protocols`` is a protocol model already built (e.g. a catalog's, calibration applied); else
     it is NCCL's for the topology with ``calibration``'s protocol overrides.
     """
-    from ..calibrate.format import load_calibration
-
     data = load_calibration(calibration) if calibration is not None else None
     pm = protocols if protocols is not None else model_with_calibration(default_model(topology),
                                                                         data)

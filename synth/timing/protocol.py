@@ -50,8 +50,8 @@ with NVLink inside the node and a PCIe-switch-close NIC (same file).
 
 Calibration (``calibration["protocols"]``): per protocol any of ``efficiency``, ``launch_us``,
 ``hop_intra_us``, ``hop_inter_us``, ``channel_GBps``; at the top level ``instance_overhead_us``
-(:func:`synth.calibrate.format.load_calibration` reads the file; a
-:class:`~synth.calibrate.format.Calibration` or a plain mapping both work).
+(:func:`synth.calibration.load_calibration` reads the file; a
+:class:`~synth.calibration.Calibration` or a plain mapping both work).
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ from typing import Any
 
 import numpy as np
 
+from ..calibration import PROTOCOL_FIGURES, load_calibration
 from ..emit.program import PROTOCOLS
 from ..errors import SynthError, number_field, unknown_name
 from ..schedule import Schedule
@@ -90,8 +91,6 @@ _CH_LL128 = {"volta": 20.0, "ampere": 20.0, "hopper": 36.7}       # perChMaxRing
 _EFFICIENCY = {"Simple": 1.0, "LL": 0.5, "LL128": 120.0 / 128.0}
 INSTANCE_OVERHEAD_US = 0.1
 """Assumed per-step cost of each instance beyond the first (see the module docstring)."""
-
-_CALIBRATABLE = ("efficiency", "launch_us", "hop_intra_us", "hop_inter_us", "channel_GBps")
 
 
 @dataclass(frozen=True)
@@ -180,7 +179,7 @@ def model_with_calibration(model: ProtocolModel, calibration: Any,
             raise SynthError(f"{where}: protocols.{p.name} must be an object")
         updates: dict[str, float] = {}
         for key, value in over.items():
-            if key not in _CALIBRATABLE:
+            if key not in PROTOCOL_FIGURES:
                 continue  # fit statistics and notes travel in the same object
             updates[key] = number_field(value, f"{where}: protocols.{p.name}.{key}",
                                         allow_zero=key != "channel_GBps" and key != "efficiency")
@@ -288,9 +287,9 @@ def predict_times_us(schedule: Schedule, topology: Topology, sizes: Sequence[int
     """Predicted time (µs) of ``schedule`` run with ``proto`` over ``instances`` channel sets.
 
     ``calibration`` (a parsed calibration or a path to one) replaces link-class α/β on the topology
-    and protocol parameters (:mod:`synth.calibrate.format`). ``inf`` marks sizes the file cannot run.
+    (:mod:`synth.calibrated`) and protocol parameters. ``inf`` marks sizes the file cannot run.
     """
-    from ..calibrate.format import apply_calibration, load_calibration
+    from ..calibrated import apply_calibration  # the closed-stack model, loaded only when used
 
     if proto not in PROTOCOLS:
         raise unknown_name("protocol", proto, PROTOCOLS)
@@ -372,8 +371,6 @@ class ProtocolTimes:
     name = "protocol"
 
     def __init__(self, topology: Topology, calibration: Any = None) -> None:
-        from ..calibrate.format import load_calibration
-
         self.topology = topology
         data = load_calibration(calibration) if calibration is not None else None
         self.model = model_with_calibration(default_model(topology), data)

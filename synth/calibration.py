@@ -12,14 +12,16 @@ A calibration is what ``synth calibrate`` writes and ``catalog``/``solve``/``par
 ``instance_overhead_us`` are read by :mod:`synth.timing.protocol`.
 
 A closed-stack fit (:mod:`synth.calibrate.closed_fit`, the same ``format`` with ``terms``) is also
-read: each term is a vendor primitive's α/β over a replica group on one link class, not a link, so
-its ratio to what the closed-stack model predicts from the topology's own figures says how far that
-class is off; the class's α and β are scaled by those ratios (geometric mean over its terms).
+read: each term is a vendor primitive's α/β over a replica group on one link class. This module
+checks and keeps the terms as written; relating them to a topology's classes needs the
+closed-stack cost model, which :mod:`synth.calibrated` does (this module sits below every model,
+which all read calibrations).
 
 Link classes of a topology: a link's ``kind``; a NIC's ``kind``; a switch port's class is the kind
 of the NIC behind it when the port is a NIC (the inter-node fabric of ``--nodes N``, whose own kind
 joins its NICs' kinds), else the switch's ``kind`` (:func:`class_of_port`).
-:func:`apply_calibration` returns a new topology (same name, new content hash).
+:func:`with_class_figures` returns a new topology (same name, new content hash);
+:func:`synth.calibrated.apply_calibration` applies a whole file.
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import SynthError, number_field
-from ..schema import field_name, short
-from ..topology import (
+from .errors import SynthError, number_field
+from .files import finite_or_null, read_data
+from .schema import field_name, short
+from .topology import (
     MAX_CLASSES,
     Port,
     Switch,
@@ -79,10 +82,11 @@ class Calibration:
     protocols: dict[str, Any] | None = None
     instance_overhead_us: float | None = None
     terms: list[dict[str, Any]] = field(default_factory=list)
-    """Closed-stack fit terms (see the module docstring), kept for :func:`apply_calibration`."""
+    """Closed-stack fit terms (see the module docstring), kept for
+    :func:`synth.calibrated.apply_calibration`."""
     notes: list[str] = field(default_factory=list)
     nccl_model: dict[str, Any] | None = None
-    """Corrections to NCCL's own tuning model (:class:`synth.timing.nccl.NcclCalibration`)."""
+    """Corrections to NCCL's own tuning model (:class:`NcclCalibration`)."""
     program: dict[str, Any] | None = None
     """Floors of the timed program model (``launch_us``, ``step_us``; :mod:`synth.timing.program`)."""
 
@@ -105,7 +109,6 @@ class Calibration:
         written as ``null``: JSON has no spelling for it, and the reader refuses ``NaN``. The result
         is checked to read back (:func:`check_readable`), so ``synth calibrate`` never writes a
         file that ``--calibration`` then refuses."""
-        from ..files import finite_or_null
 
         data: dict[str, Any] = {"format": FORMAT, "kind": self.kind, "topology": self.topology,
                                 "link_classes": {k: v.to_dict() for k, v in sorted(self.classes.items())}}
@@ -178,9 +181,8 @@ def check_readable(data: Mapping[str, Any], source: str) -> None:
 
 
 PROTOCOL_FIGURES = ("efficiency", "launch_us", "hop_intra_us", "hop_inter_us", "channel_GBps")
-"""The figures :func:`synth.timing.protocol.model_with_calibration` reads from ``protocols.<P>`` (its
-``_CALIBRATABLE``; a test keeps the two equal). Named here because :mod:`synth.timing.protocol` imports
-this module: checking through it would be an import cycle."""
+"""The figures of ``protocols.<P>``: what :func:`synth.timing.protocol.model_with_calibration`
+reads, and what :func:`_check_protocols` checks (one list for both)."""
 
 
 def _check_protocols(section: Any, source: str) -> None:
@@ -222,7 +224,7 @@ def _check_program(section: Any, source: str) -> None:
 
 def _check_term(term: Any, where: str) -> None:
     """A closed-stack term: ``{primitive, group: [nodes, per_node], link_class, alpha_us,
-    beta_us_per_mb}`` (:func:`_closed_term_ratios` reads these)."""
+    beta_us_per_mb}`` (:func:`synth.calibrated.closed_term_ratios` reads these)."""
     if not isinstance(term, Mapping):
         raise SynthError(f"{where}: a term is an object, got {short(term)}")
     group = term.get("group")
@@ -236,12 +238,60 @@ def _check_term(term: Any, where: str) -> None:
 
 
 def _nccl_section(section: Any, source: str) -> dict[str, Any] | None:
-    """The ``nccl_model`` section, checked (:class:`synth.timing.nccl.NcclCalibration`)."""
+    """The ``nccl_model`` section, checked (:class:`NcclCalibration`)."""
     if section is None:
         return None
-    from ..timing.nccl import NcclCalibration
     NcclCalibration.from_mapping(section, f"{source}: nccl_model")
     return dict(section)
+
+
+@dataclass(frozen=True)
+class NcclCalibration:
+    """Measured corrections to NCCL's own model (:mod:`synth.timing.nccl`), the file's
+    ``nccl_model`` section: ``t = launch + lat_scale·lat + bytes/(bw_scale·bw)``."""
+
+    launch_us: float = 0.0
+    latency_scale: float = 1.0
+    bandwidth_scale: float = 1.0
+    source: str = "NCCL's tuning model, uncalibrated"
+
+    def time(self, latency_us: float, bandwidth_us: float) -> float:
+        """The calibrated time of a configuration whose NCCL terms are these."""
+        return self.launch_us + self.latency_scale * latency_us + bandwidth_us / self.bandwidth_scale
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"launch_us": round(self.launch_us, 6), "latency_scale": round(self.latency_scale, 6),
+                "bandwidth_scale": round(self.bandwidth_scale, 6), "source": self.source}
+
+    @staticmethod
+    def from_mapping(data: Any, where: str = "calibration") -> NcclCalibration:
+        if data is None:
+            return NcclCalibration()
+        if not isinstance(data, Mapping):
+            raise SynthError(f"{where}: 'nccl_model' must be an object with launch_us, "
+                             "latency_scale, bandwidth_scale")
+        vals = {}
+        for key, lo in (("launch_us", None), ("latency_scale", 0.0), ("bandwidth_scale", 0.0)):
+            if key in data:
+                v = data[key]
+                if not isinstance(v, int | float) or not math.isfinite(v) or (lo is not None and v <= lo):
+                    raise SynthError(f"{where}: nccl_model.{key} must be a "
+                                     f"{'positive ' if lo is not None else ''}number, got {v!r}")
+                vals[key] = float(v)
+        return NcclCalibration(vals.get("launch_us", 0.0), vals.get("latency_scale", 1.0),
+                               vals.get("bandwidth_scale", 1.0), str(data.get("source", where)))
+
+
+def calibration_of(calibration: Any) -> NcclCalibration:
+    """The ``nccl_model`` section of a calibration (a Calibration, mapping or None)."""
+    if calibration is None:
+        return NcclCalibration()
+    if isinstance(calibration, NcclCalibration):
+        return calibration
+    section = getattr(calibration, "nccl_model", None)
+    if section is None and isinstance(calibration, Mapping):
+        section = calibration.get("nccl_model")
+    return NcclCalibration.from_mapping(section)
 
 
 def _class_params(entry: Any, where: str) -> ClassParams:
@@ -275,8 +325,6 @@ def load_calibration(source: str | Path | Mapping[str, Any] | Calibration) -> Ca
         return source
     if isinstance(source, Mapping):
         return Calibration.from_json(source)
-    from ..files import read_data
-
     path = Path(source)
     data = read_data(path, "calibration file", fmt="json")
     return Calibration.from_json(data, str(path))
@@ -304,9 +352,11 @@ def topology_classes(topology: Topology) -> tuple[str, ...]:
     return tuple(sorted(out))
 
 
-def class_overrides(topology: Topology, calibration: Calibration) -> tuple[dict[str, ClassParams],
-                                                                           list[str]]:
-    """The per-class figures that apply to ``topology``, and notes on what did not apply."""
+def given_overrides(topology: Topology, calibration: Calibration
+                    ) -> tuple[dict[str, ClassParams], list[str]]:
+    """The per-class figures the file gives (``link_classes``) that apply to ``topology``, and
+    notes on those that did not apply. Figures a closed-stack fit's ``terms`` imply are added by
+    :func:`synth.calibrated.class_overrides`."""
     have = set(topology_classes(topology))
     out = {k: v for k, v in calibration.classes.items() if k in have}
     absent = [k for k in calibration.classes if k not in have]
@@ -317,15 +367,6 @@ def class_overrides(topology: Topology, calibration: Calibration) -> tuple[dict[
         notes.append(f"link class{'es' if len(absent) > 1 else ''} {named} "
                      f"{'are' if len(absent) > 1 else 'is'} not in '{topology.name}' (it has "
                      f"{', '.join(sorted(have))}); ignored")
-    if calibration.terms:
-        scaled, more = _closed_term_ratios(topology, calibration)
-        notes += more
-        figures = class_figures(topology)
-        for k, (ra, rb) in scaled.items():
-            if k not in out:  # an explicit class figure wins over a derived one
-                a, b = figures[k]
-                out[k] = ClassParams(a * ra if ra is not None else None,
-                                     b * rb if rb is not None else None, "closed-stack ratio")
     return out, notes
 
 
@@ -342,49 +383,11 @@ def class_figures(topology: Topology) -> dict[str, tuple[float, float]]:
     return out
 
 
-def _closed_term_ratios(topology: Topology, calibration: Calibration
-                        ) -> tuple[dict[str, tuple[float | None, float | None]], list[str]]:
-    """Per class: geometric-mean ratios (measured / modelled) of a closed-stack fit's α and β."""
-    from ..closed.cost import default_model
-    from ..closed.mesh import mesh_for_topology
-    from .closed_fit import _default_terms_for
-
-    have = set(topology_classes(topology))
-    mine = [t for t in calibration.terms if t.get("link_class") in have]
-    if not mine:
-        named = sorted({str(t.get("link_class")) for t in calibration.terms})
-        return {}, [f"{calibration.source}: its closed-stack terms name link classes {named}, "
-                    f"none of which '{topology.name}' has; nothing applied"]
-    try:
-        model = default_model(topology, mesh_for_topology(topology))
-    except SynthError as exc:
-        return {}, [f"{calibration.source}: closed-stack terms cannot be related to "
-                    f"'{topology.name}' ({exc.message}); nothing applied"]
-    logs: dict[str, tuple[list[float], list[float]]] = {}
-    for t in mine:
-        try:
-            key = (str(t["primitive"]), (int(t["group"][0]), int(t["group"][1])), str(t["link_class"]))
-            alpha, beta = float(t["alpha_us"]), float(t["beta_us_per_mb"])
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
-            raise SynthError(f"{calibration.source}: malformed term {t}: {exc}") from None
-        a0, b0 = _default_terms_for(model, key)
-        la, lb = logs.setdefault(key[2], ([], []))
-        if a0 > 0 and alpha > 0:
-            la.append(math.log(alpha / a0))
-        if b0 > 0 and beta > 0:
-            lb.append(math.log(beta / b0))
-    return {k: (math.exp(sum(la) / len(la)) if la else None,
-                math.exp(sum(lb) / len(lb)) if lb else None)
-            for k, (la, lb) in sorted(logs.items())}, []
-
-
-def apply_calibration(topology: Topology, calibration: Calibration | Mapping[str, Any] | str | Path
-                      ) -> Topology:
-    """``topology`` with every calibrated class's α and per-link/lane β replaced."""
-    cal = load_calibration(calibration)
-    overrides, notes = class_overrides(topology, cal)
-    known = set(cal.notes)
-    cal.notes.extend(note for note in notes if note not in known)
+def with_class_figures(topology: Topology, overrides: Mapping[str, ClassParams], label: str
+                       ) -> Topology:
+    """``topology`` with every overridden class's α and per-link/lane β replaced (a new topology:
+    same name, new content hash; ``label`` names the calibration in its sources). A switch takes
+    the largest α of its port classes."""
     if not overrides:
         return topology
 
@@ -407,8 +410,7 @@ def apply_calibration(topology: Topology, calibration: Calibration | Mapping[str
         switches.append(replace(sw, alpha_us=new_alpha, ports=ports))
     nics = tuple(replace(n, alpha_us=alpha(n.kind, n.alpha_us),
                          beta_us_per_mb=beta(n.kind, n.beta_us_per_mb)) for n in topology.nics)
-    sources = (*topology.sources, f"calibrated: {cal.source or 'calibration'} "
-                                  f"({', '.join(sorted(overrides))})")
+    sources = (*topology.sources, f"calibrated: {label} ({', '.join(sorted(overrides))})")
     return Topology(name=topology.name, num_ranks=topology.num_ranks, links=links,
                     switches=tuple(switches), nodes=topology.nodes, nics=nics,
                     description=topology.description, sources=sources, meta=topology.meta)
