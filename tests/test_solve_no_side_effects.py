@@ -16,7 +16,7 @@ from synth.cli import main
 from synth.errors import INPUT_ERROR, VERIFY_FAILED, SynthError, VerificationError
 from synth.files import write_all
 
-SOLVE = ["solve", "--topo", "ring:4", "--coll", "allgather", "--algo", "ring"]
+SOLVE = ["solve", "--topo", "ring:4", "--coll", "allgather", "--algo", "ring", "--proto", "Simple"]
 
 
 def _exit_code(argv: list[str]) -> int:

@@ -405,7 +405,7 @@ def _simulate_xml(file: str, topo_spec: str | None, nodes: int, sizes: str | Non
             else load_topology(topo_spec, nodes))
     topology = _with_calibration(base, calibration)
     if program.ngpus != topology.num_ranks:
-        raise SynthError(f"{file} is for {program.ngpus} GPUs but {topology.name} has "
+        raise SynthError(f"{file} is for {program.ngpus} ranks (ngpus) but {topology.name} has "
                          f"{topology.num_ranks} ranks" + ("" if group_spec else
                                                           " (a group's file: pass --group)"))
     verify_program(program, profile=profile)
