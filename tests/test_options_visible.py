@@ -103,7 +103,8 @@ def _solve(*args: str):
                                     "ring", "--encoding", "baseline", *args])
 
 
-@pytest.mark.xfail(reason="issue 30: the protocol is now chosen per range; this test still expects one file and one runtime protocol per run and must be rewritten", strict=False)
+@pytest.mark.xfail(reason="issue 30: the protocol is chosen per range now; this test still expects "
+                   "one protocol per run and must be rewritten", strict=False)
 def test_cli_prints_and_writes_the_options(tmp_path) -> None:
     runs = {}
     # --instances 1 pinned: without it the program model picks each file's count (x8 at 1 GB,
