@@ -28,6 +28,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from .errors import SynthError
+from .memo import by_identity
 
 Explain = Callable[[ValidationError], "str | None"]
 
@@ -70,17 +71,12 @@ def field_name(path: Iterable[Any]) -> str:
     return ".".join(parts) or "(top level)"
 
 
-_COMPILED: dict[int, tuple[dict[str, Any], Any]] = {}
-
-
+@by_identity(64)
 def _validator(schema: dict[str, Any]) -> Any:
     """The validator of ``schema``, checked and built once per schema object (the formats' schemas
     are module constants)."""
-    entry = _COMPILED.get(id(schema))
-    if entry is None or entry[0] is not schema:
-        _Validator.check_schema(schema)
-        entry = _COMPILED[id(schema)] = (schema, _Validator(schema))
-    return entry[1]
+    _Validator.check_schema(schema)
+    return _Validator(schema)
 
 
 def validate(data: Any, schema: dict[str, Any], source: str, explain: Explain | None = None,

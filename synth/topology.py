@@ -87,6 +87,19 @@ def check_link_figures(alpha_us: float, beta_us_per_mb: float, where: str) -> No
                          f"BETA_RANGE_US_PER_MB), got {got:g} GB/s ({beta_us_per_mb:g} µs/MB)")
 
 
+def rank_ranges(ranks: list[int]) -> str:
+    """How a sorted list of ranks (or any whole numbers) is written in messages: ``0-3,6`` for
+    [0, 1, 2, 3, 6]."""
+    out, i = [], 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
 def beta_from_bandwidth(gbps: float) -> float:
     """µs/MB for a bandwidth in GB/s (10^9 bytes per second)."""
     return 1000.0 / gbps

@@ -7,7 +7,7 @@ import pytest
 from synth.collectives import make_collective
 from synth.emit import XmlOptions, emit_verified_xml
 from synth.emit.compile import DEFAULT_MAX_THREADBLOCKS, compile_schedule
-from synth.emit.xml_write import MAX_TBS_PER_CHANNEL
+from synth.emit.runtimes import MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL as MAX_TBS_PER_CHANNEL
 from synth.encodings import Options, run_encoding
 from synth.errors import SynthError
 from synth.topology_io import load_topology

@@ -119,12 +119,13 @@ def test_narrow_fits_is_the_compilers_rule_for_every_profile():
     """The encodings ask guards (below them) what the compiler asks emit: the same answer, and
     the guards' limits are the exec runtime's (a profile change would show here)."""
     from synth.emit import compile as C
+    from synth.emit import runtimes
     from synth.emit import xml_write as W
 
-    assert W.PROFILES["exec"].max_steps == guards.MAX_STEPS
+    assert runtimes.PROFILES["exec"].max_steps == guards.MAX_STEPS
     assert guards.MAX_NODES == W.MAX_NODES and guards.MAX_COUNT == W.MAX_COUNT
     assert guards.MAX_OFFSET == W.MAX_OFFSET
-    for profile, lim in W.PROFILES.items():
+    for profile, lim in runtimes.PROFILES.items():
         for n in (2, 8, 64, 512, 2048):
             for ops in (0, 1, 63, 64, 65, 1000, 3000, 3700, 4000, 5000):
                 want = C.narrow_fits(n, ops, profile)

@@ -83,7 +83,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     # 0: vocabulary every layer shares: errors, files, sizes, the topology and schedule data, the
     #    calibration file format
     ("synth", "synth.errors", "synth.files", "synth.sizes", "synth.topology", "synth.schedule",
-     "synth.collectives", "synth.steps", "synth.progress", "synth.schema", "synth.calibration"),
+     "synth.collectives", "synth.steps", "synth.progress", "synth.schema", "synth.memo",
+     "synth.calibration"),
     # 1: building and checking topologies and schedules
     ("synth.builders", "synth.topology_io", "synth.groups", "synth.cuts", "synth.bounds",
      "synth.verify", "synth.guards", "synth.summary"),

@@ -26,7 +26,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 
 from ..emit.program import Program
-from ..emit.xml_parse import normalize_coll
+from ..emit.runtimes import normalize_coll
 from ..errors import SynthError
 from ..timing.program import program_model, program_time
 from ..topology import Topology

@@ -17,7 +17,8 @@ from ..calibrated import apply_calibration
 from ..collectives import KINDS, load_collective, make_collective
 from ..emit import XmlOptions
 from ..emit.interpreter import MODES, verify_program
-from ..emit.xml_parse import normalize_coll, parse_program
+from ..emit.runtimes import normalize_coll
+from ..emit.xml_parse import parse_program
 from ..errors import SynthError
 from ..files import check_output_file, dumps_json, read_input
 from ..groups import concurrent, induced, parse_partition

@@ -104,6 +104,25 @@ def _combine(a: str, b: str, op: str, mod: str) -> str:
 
 
 # ======================================================================================= the walker
+def table_name(consts: dict[str, str], prefix: str, text: str) -> str:
+    """The name of the module-level table whose text is ``text``: an equal one already named with
+    ``prefix`` is shared, else ``<prefix>_<n>`` is added to ``consts`` (first use first). The
+    emitters here and the NKI kernels (:mod:`.nki`) name their tables this way."""
+    for name, t in consts.items():
+        if t == text and name.startswith(prefix):
+            return name
+    name = f"{prefix}_{sum(1 for k in consts if k.startswith(prefix))}"
+    consts[name] = text
+    return name
+
+
+def rows_by_rank(program: Program, op: Op) -> list[list[int]]:
+    """Each rank's row of ``op.table`` (indexed by the rank's position on ``op.axes``), by global
+    rank: what a rank-indexed table holds."""
+    mesh = program.mesh
+    return [list(op.table[mesh.position(r, op.axes)]) for r in range(mesh.size)]
+
+
 @dataclass
 class _Walk:
     """One program being written: its values' specs and the constant tables its ops refer to."""
@@ -123,13 +142,7 @@ class _Walk:
 
     def const(self, prefix: str, value: list) -> str:
         """The name of a module-level table holding ``value`` (an equal table is shared)."""
-        text = self.table(value)
-        for name, t in self.consts.items():
-            if t == text and name.startswith(prefix):
-                return name
-        name = f"{prefix}_{sum(1 for k in self.consts if k.startswith(prefix))}"
-        self.consts[name] = text
-        return name
+        return table_name(self.consts, prefix, self.table(value))
 
     def ndim(self, op: Op) -> int:
         return len(self.specs[op.ins[0]].shape) + self.columns
@@ -145,9 +158,7 @@ class _Walk:
 
     def rank_rows(self, op: Op) -> str:
         """``take_rows``/``put_rows`` on Neuron: each rank's row of ``op.table``, by global rank."""
-        mesh = self.program.mesh
-        return self.const("ROWS", [list(op.table[mesh.position(r, op.axes)])
-                                   for r in range(mesh.size)])
+        return self.const("ROWS", rows_by_rank(self.program, op))
 
 
 Template = Callable[[_Walk, Op], "str | list[str]"]
@@ -345,7 +356,7 @@ JAX_OPS: dict[str, Template] = {
 }
 """JAX: one template per op kind, over the named mesh axes of the op."""
 
-_JAX_DRIVER = [
+_JAX_MESH = [
     "def make_mesh(devices=None):",
     '    """The named mesh: the first WORLD devices, row-major over AXES."""',
     "    devices = jax.devices() if devices is None else list(devices)",
@@ -363,6 +374,11 @@ _JAX_DRIVER = [
     "    return shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_rep=False)",
     "",
     "",
+]
+"""Both JAX modules' mesh (``make_mesh``) and ``shard_map`` across JAX versions."""
+
+_JAX_DRIVER = [
+    *_JAX_MESH,
     "def build(mesh=None):",
     '    """The jitted global function: global arrays (WORLD, *shape) in and out."""',
     "    mesh = make_mesh() if mesh is None else mesh",
@@ -550,23 +566,7 @@ _NEURON_MAIN = [
 ]
 
 _JAX_RANGE_DRIVER = [
-    "def make_mesh(devices=None):",
-    '    """The named mesh: the first WORLD devices, row-major over AXES."""',
-    "    devices = jax.devices() if devices is None else list(devices)",
-    "    if len(devices) < WORLD:",
-    "        raise ValueError(f'this program needs {WORLD} devices, found {len(devices)} (on CPU: '",
-    "                         f'XLA_FLAGS=--xla_force_host_platform_device_count={WORLD})')",
-    "    return Mesh(np.asarray(devices[:WORLD], dtype=object).reshape(MESH_SHAPE), AXES)",
-    "",
-    "",
-    "def _shard_map(f, mesh, in_specs, out_specs):",
-    "    if hasattr(jax, 'shard_map'):",
-    "        return jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,",
-    "                             check_vma=False)",
-    "    from jax.experimental.shard_map import shard_map",
-    "    return shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_rep=False)",
-    "",
-    "",
+    *_JAX_MESH,
     "def build(mesh=None, count=1):",
     '    """The jitted global function of ``count`` tensors: global arrays (WORLD, *shape) in and out."""',
     "    mesh = make_mesh() if mesh is None else mesh",

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from ..errors import SynthError
 from ..topology import Topology
-from .emit import RangeProgram, _columns_code
+from .emit import RangeProgram, _columns_code, rows_by_rank, table_name
 from .ir import Op, Program
 from .reference import global_pairs
 
@@ -60,17 +60,10 @@ class _Kernel:
         self.n = 0
 
     def const(self, prefix: str, value: list) -> str:
-        text = _table(value)
-        for name, t in self.consts.items():
-            if t == text and name.startswith(prefix):
-                return name
-        name = f"{prefix}_{sum(1 for k in self.consts if k.startswith(prefix))}"
-        self.consts[name] = text
-        return name
+        return table_name(self.consts, prefix, _table(value))
 
     def per_rank(self, prefix: str, op: Op) -> str:
-        mesh = self.program.mesh
-        return self.const(prefix, [list(op.table[mesh.position(r, op.axes)]) for r in range(mesh.size)])
+        return self.const(prefix, rows_by_rank(self.program, op))
 
     def buffer(self, rows: int, label: str) -> str:
         self.n += 1

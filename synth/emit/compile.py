@@ -36,15 +36,8 @@ from ..errors import SynthError
 from ..schedule import Schedule
 from . import passes as P
 from .program import Gpu, Program, Threadblock
-from .xml_write import (
-    MAX_TBS_PER_CHANNEL,
-    PROFILES,
-    PROTOCOLS,
-    check_limits,
-    coll_name,
-    get_limits,
-    program_to_xml,
-)
+from .runtimes import MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL, PROFILES, get_profile
+from .xml_write import PROTOCOLS, check_limits, coll_name, program_to_xml
 
 DEFAULT_MAX_THREADBLOCKS = 64
 """Threadblocks per rank a file may use unless the caller says otherwise (``--max-threadblocks``).
@@ -140,7 +133,7 @@ def _algo_name(schedule: Schedule) -> str:
 
 def _check_args(schedule: Schedule, profile: str, proto: str, instances: int, min_bytes: int,
                 max_bytes: int) -> None:
-    get_limits(profile)
+    get_profile(profile)
     if proto not in PROTOCOLS:
         raise SynthError(f"unknown protocol '{proto}' (known: {', '.join(PROTOCOLS)})")
     if not isinstance(instances, int) or instances < 1:
@@ -161,9 +154,9 @@ def _check_args(schedule: Schedule, profile: str, proto: str, instances: int, mi
                          "there is nothing to emit it for")
     else:
         coll_name(coll.kind, profile)
-    if get_limits(profile).max_channels < instances:
+    if get_profile(profile).max_channels < instances:
         raise SynthError(f"instances={instances} needs {instances} channels but the {profile} "
-                         f"runtime has {get_limits(profile).max_channels} (MAXCHANNELS)")
+                         f"runtime has {get_profile(profile).max_channels} (MAXCHANNELS)")
 
 
 @dataclass
@@ -347,11 +340,11 @@ def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: in
     _check_args(schedule, profile, proto, instances, min_bytes, max_bytes)
     if not isinstance(channels, int) or channels < 0:
         raise SynthError(f"channels must be a non-negative integer, got {channels!r}")
-    if channels * instances > get_limits(profile).max_channels:
+    if channels * instances > get_profile(profile).max_channels:
         raise SynthError(f"channels={channels} x instances={instances} needs "
                          f"{channels * instances} channels but the {profile} runtime has "
-                         f"{get_limits(profile).max_channels} (MAXCHANNELS)")
-    lim = get_limits(profile)
+                         f"{get_profile(profile).max_channels} (MAXCHANNELS)")
+    lim = get_profile(profile)
     coll = schedule.collective
     mode = _mode(schedule, profile, inplace)
     kind = "custom" if coll.custom is not None else coll.kind
@@ -463,7 +456,7 @@ def _place_connections(ir: P.Ir, max_steps: int, max_channels: int, m: int, cap:
     are spread over the spare blocks (kept when that still fits)."""
     for run in (max_steps - max_steps // 8, max_steps - max_steps // 4, max_steps // 2):
         for packing in (True, False):
-            per_rank = P.allocate_connections(ir, run, max_channels, MAX_TBS_PER_CHANNEL)
+            per_rank = P.allocate_connections(ir, run, max_channels, MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL)
             packed = P.pack(per_rank, max_steps, tb_budget) if packing else 0
             # shared blocks: the global order's check is stricter than the runtime needs
             if P.progress(ir, m, cap) and (not packed or P.progress_any_order(ir, m, cap)):
@@ -475,7 +468,8 @@ def _place_connections(ir: P.Ir, max_steps: int, max_channels: int, m: int, cap:
                 break
             if packed or max(len(row) for row in per_rank) >= tb_budget:
                 return tbs
-            wide = P.allocate_connections(ir, run, max_channels, MAX_TBS_PER_CHANNEL, tb_budget)
+            wide = P.allocate_connections(ir, run, max_channels,
+                                          MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL, tb_budget)
             if (max(len(row) for row in wide) <= tb_budget and _side_excess(wide) == 0
                     and not P.progress(ir, m, cap)):
                 spread = P.dependencies(wide)
@@ -483,7 +477,7 @@ def _place_connections(ir: P.Ir, max_steps: int, max_channels: int, m: int, cap:
                     return spread
             # the spread did not fit: place the fewest blocks again (the ops carry their placement)
             return P.dependencies(P.allocate_connections(ir, run, max_channels,
-                                                         MAX_TBS_PER_CHANNEL))
+                                                         MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL))
     return None
 
 
@@ -498,7 +492,7 @@ def _side_excess(per_rank: list[list[P.Tb]]) -> int:
                 if peer >= 0:
                     count[(tb.chan, is_send)] = count.get((tb.chan, is_send), 0) + 1
         worst = max(worst, max(count.values(), default=0))
-    return max(0, worst - MAX_TBS_PER_CHANNEL)
+    return max(0, worst - MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL)
 
 
 def _check_budget(program: Program, max_threadblocks: int) -> None:
@@ -536,10 +530,10 @@ def _place(ir: P.Ir, max_steps: int, budget: int, m: int, cap: int, enforce: boo
         peers: dict[tuple[int, bool], int] = {}
         for rank, key in side:
             peers[(rank, key >= 0)] = peers.get((rank, key >= 0), 0) + 1
-        need = ceil(max(peers.values(), default=0) / MAX_TBS_PER_CHANNEL)
+        need = ceil(max(peers.values(), default=0) / MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL)
         if need > 1:
             balance, spread = True, max(spread, min(budget, need))
-    limit = MAX_TBS_PER_CHANNEL if enforce else 0
+    limit = MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL if enforce else 0
     packing = enforce
     fill = 0
     fallback: list[list[Threadblock]] | None = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 from math import ceil
 
 from .program import Program, Threadblock
-from .xml_parse import get_profile, normalize_coll
+from .runtimes import get_profile, normalize_coll
 
 S, R, RCS, RRS, RRC, RRCS, CPY, RE = range(8)
 OP_CODES = {"s": S, "r": R, "rcs": RCS, "rrs": RRS, "rrc": RRC, "rrcs": RRCS, "cpy": CPY, "re": RE}

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 from ..collectives import Collective
 from ..errors import SynthError
+from ..topology import rank_ranges
 from .program import Program
-from .xml_parse import RECV_TYPES, SEND_TYPES, normalize_coll, physical_chunks
+from .runtimes import RECV_TYPES, SEND_TYPES, normalize_coll, physical_chunks
 
 Value = tuple[tuple[int, int], ...]
 
@@ -44,18 +45,6 @@ def combine(a: Value, b: Value) -> Value | None:
     return tuple(sorted(d.items()))
 
 
-def _ranges(xs: list[int]) -> str:
-    out = []
-    i = 0
-    while i < len(xs):
-        j = i
-        while j + 1 < len(xs) and xs[j + 1] == xs[j] + 1:
-            j += 1
-        out.append(str(xs[i]) if i == j else f"{xs[i]}-{xs[j]}")
-        i = j + 1
-    return ",".join(out)
-
-
 def describe(v: Value | None) -> str:
     """Human form: ``in[3] from ranks 0-2,5``; UNDEFINED for None."""
     if v is None:
@@ -63,7 +52,7 @@ def describe(v: Value | None) -> str:
     parts = []
     for j, m in v:
         ranks = [q for q in range(m.bit_length()) if m >> q & 1]
-        who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {_ranges(ranks)}"
+        who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)}"
         parts.append(f"in[{j}] of {who}")
     return " ⊕ ".join(parts)
 

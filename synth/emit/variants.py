@@ -25,7 +25,8 @@ from ..schedule import Schedule
 from ..topology import Topology
 from . import XmlOptions, emit_verified_program, verify_text, xml_unsupported_reason
 from .program import PROTOCOLS, Program
-from .xml_write import get_limits, program_to_xml
+from .runtimes import get_profile
+from .xml_write import program_to_xml
 
 INSTANCES = (1, 2, 4, 8, 16, 32)
 """Instance counts tried by default: powers of two up to the runtime's 32 channels (MAXCHANNELS);
@@ -159,7 +160,7 @@ def xml_variants(schedule: Schedule, topology: Topology, *,
     for p in protocols:
         if p not in PROTOCOLS:
             raise SynthError(f"unknown protocol '{p}' (known: {', '.join(PROTOCOLS)})")
-    max_channels = get_limits(base.profile).max_channels
+    max_channels = get_profile(base.profile).max_channels
     spreads = tuple(channels) if channels is not None else channel_spreads(schedule, max_channels)
     gathers = tuple(gather) if gather is not None else (
         (False, True) if has_gathered_reductions(schedule) else (False,))

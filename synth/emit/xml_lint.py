@@ -15,7 +15,7 @@ from collections import defaultdict
 from ..errors import VerificationError
 from .agreement import disagreements
 from .program import PROTOCOLS, Instr, Program, Threadblock
-from .xml_parse import (
+from .runtimes import (
     MAX_DEPID,
     MAX_OFFSET,
     MSCCL_MAX_COUNT,

@@ -21,89 +21,25 @@ import functools
 import hashlib
 import re
 from collections import OrderedDict
-from dataclasses import dataclass
 
 from lxml import etree
 
 from .. import progress
 from ..errors import SynthError
 from .program import INSTRUCTIONS, PROTOCOLS, Gpu, Instr, Program, Threadblock
-
-# --------------------------------------------------------------------------------------------------
-# Profiles and constants (§2, §6)
-
-EXEC_COLLS = ("allreduce", "allgather", "reduce", "broadcast", "alltoall", "reducescatter", "send",
-              "recv", "gather", "scatter", "alltoallv")
-LEGACY_COLLS = ("allreduce", "allgather", "reduce", "broadcast", "alltoall", "reduce_scatter",
-                "custom")
-BUFFERS = ("i", "o", "s")
-
-MAX_ATTR_COUNT = 16
-MAX_STR_LEN = 255
-MAX_NODES = 4096
-MAX_SUBS = 1024
-MSCCL_MAX_COUNT = 72
-MSCCL_MAX_REDUCE_FUSION = 16
-MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL = 32
-MAX_OFFSET = 32767          # srcoff/dstoff are int16
-MAX_DEPID = 127             # depid is int8
-LEGACY_DEFAULT_MAX_BYTES = 1 << 27
-SM_COUNT_HINT = 108         # A100; co-residency advisory (§5.1, C4)
-
-SEND_TYPES = frozenset(("s", "rcs", "rrs", "rrcs"))
-RECV_TYPES = frozenset(("r", "rcs", "rrs", "rrc", "rrcs"))
-USES_SRC = frozenset(("s", "rrs", "rrc", "rrcs", "cpy", "re"))
-USES_DST = frozenset(("r", "rcs", "rrc", "rrcs", "cpy", "re"))
-
-
-@dataclass(frozen=True)
-class Profile:
-    """What one runtime accepts: vocabulary, required ``<algo>`` attributes and hard limits."""
-
-    name: str
-    colls: tuple[str, ...]
-    required_algo: tuple[str, ...]
-    max_steps: int          # MSCCL_MAX_NUM_STEPS (steps per block, nops included)
-    max_tbs: int            # MSCCL_MAX_NUM_THREAD_BLOCKS
-    max_channels: int       # MAXCHANNELS
-
-
-_EXEC_REQUIRED = ("proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace", "outofplace",
-                  "minBytes", "maxBytes")
-PROFILES: dict[str, Profile] = {
-    "exec": Profile("exec", EXEC_COLLS, _EXEC_REQUIRED, 64, 1024, 32),
-    "rccl": Profile("rccl", EXEC_COLLS, _EXEC_REQUIRED, 64, 64, 128),
-    "legacy": Profile("legacy", LEGACY_COLLS,
-                      ("name", "proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace"),
-                      256, 216, 32),
-}
+from .runtimes import (
+    BUFFERS,
+    LEGACY_DEFAULT_MAX_BYTES,
+    MAX_ATTR_COUNT,
+    MAX_NODES,
+    MAX_OFFSET,
+    MAX_STR_LEN,
+    MAX_SUBS,
+    get_profile,
+)
 
 _ALGO_KNOWN = ("name", "proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace",
                "outofplace", "minBytes", "maxBytes")
-
-
-def get_profile(profile: str) -> Profile:
-    try:
-        return PROFILES[profile]
-    except KeyError:
-        raise SynthError(f"unknown MSCCL runtime profile '{profile}' "
-                         f"(known: {', '.join(PROFILES)})") from None
-
-
-def normalize_coll(coll: str) -> str:
-    """The collective's semantic name: both reduce-scatter spellings map to ``reducescatter``."""
-    return "reducescatter" if coll == "reduce_scatter" else coll
-
-
-def physical_chunks(coll: str, ngpus: int, nchunks: int) -> tuple[int, int]:
-    """(input, output) extent in chunks of one rank's user buffers (§3.3)."""
-    coll = normalize_coll(coll)
-    k = nchunks // ngpus if ngpus else 0
-    if coll == "allgather":
-        return k, nchunks
-    if coll == "reducescatter":
-        return nchunks, k
-    return nchunks, nchunks
 
 
 class XmlFormatError(SynthError):

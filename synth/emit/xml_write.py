@@ -15,54 +15,31 @@ limit and by how much.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from ..errors import SynthError
 from .program import PROTOCOLS, Program
+from .runtimes import (
+    MAX_ATTR_COUNT,
+    MAX_DEPID,
+    MAX_OFFSET,
+    MSCCL_MAX_COUNT,
+    MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL,
+    get_profile,
+)
+from .runtimes import MAX_NODES as TOKENIZER_MAX_NODES
 
-
-@dataclass(frozen=True)
-class RuntimeLimits:
-    """One runtime profile: vocabulary and hard limits (spec §2.1, §6)."""
-
-    name: str
-    colls: tuple[str, ...]
-    max_steps: int        # MSCCL_MAX_NUM_STEPS, nops included
-    max_tbs: int          # MSCCL_MAX_NUM_THREAD_BLOCKS per rank
-    max_channels: int     # MAXCHANNELS
-    outofplace_attr: bool
-
-
-_EXEC_COLLS = ("allreduce", "allgather", "reduce", "broadcast", "alltoall", "reducescatter", "send",
-               "recv", "gather", "scatter", "alltoallv")
-_LEGACY_COLLS = ("allreduce", "allgather", "reduce", "broadcast", "alltoall", "reduce_scatter",
-                 "custom")
-PROFILES: dict[str, RuntimeLimits] = {
-    "exec": RuntimeLimits("exec", _EXEC_COLLS, 64, 1024, 32, True),
-    "rccl": RuntimeLimits("rccl", _EXEC_COLLS, 64, 64, 128, True),
-    "legacy": RuntimeLimits("legacy", _LEGACY_COLLS, 256, 216, 32, False),
-}
-MAX_COUNT = 71                 # MSCCL_MAX_COUNT - 1
-MAX_DEPID = 127                # int8
-MAX_OFFSET = 32767             # int16
-MAX_NODES = 4095               # per rank: 1 + gpus + tbs + steps (tokenizer MAX_NODES = 4096)
-MAX_TBS_PER_CHANNEL = 32       # MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL (send side, recv side)
-MAX_ATTRS = 16
+MAX_COUNT = MSCCL_MAX_COUNT - 1
+"""A step's ``cnt`` at most."""
+MAX_NODES = TOKENIZER_MAX_NODES - 1
+"""Per rank, 1 + gpus + tbs + steps at most: what the tokenizer stores (MAX_NODES - 1), as
+:mod:`.xml_parse` checks on reading."""
 INT64_MAX = (1 << 63) - 1
 _VALUE_OK = re.compile(r'^[^"<>&\t\n\r]{0,255}$')
 
 
-def get_limits(profile: str) -> RuntimeLimits:
-    try:
-        return PROFILES[profile]
-    except KeyError:
-        raise SynthError(f"unknown MSCCL runtime profile '{profile}' "
-                         f"(known: {', '.join(PROFILES)})") from None
-
-
 def coll_name(kind: str, profile: str) -> str:
     """The ``coll`` attribute for ``kind`` in ``profile``; SynthError if the runtime has none."""
-    lim = get_limits(profile)
+    lim = get_profile(profile)
     name = kind
     if kind in ("reducescatter", "reduce_scatter"):
         name = "reduce_scatter" if profile == "legacy" else "reducescatter"
@@ -80,7 +57,7 @@ def _over(what: str, value: int, limit: int, const: str, profile: str, where: st
 
 def check_limits(program: Program, profile: str = "exec") -> None:
     """Raise SynthError naming the first hard limit of ``profile`` the program exceeds."""
-    lim = get_limits(profile)
+    lim = get_profile(profile)
     p = program
     if p.proto not in PROTOCOLS:
         raise SynthError(f"proto '{p.proto}' is not one of {', '.join(PROTOCOLS)}")
@@ -123,16 +100,16 @@ def check_limits(program: Program, profile: str = "exec") -> None:
                         raise _over("a chunk offset", off + st.cnt - 1, MAX_OFFSET, "int16 offsets",
                                     profile, f"rank {g.id} tb {tb.id} step {st.s}")
         for (chan, side), count in sorted(per_chan.items()):
-            if count > MAX_TBS_PER_CHANNEL:
+            if count > MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL:
                 raise _over(f"{side}-side threadblocks on channel {chan}", count,
-                            MAX_TBS_PER_CHANNEL, "MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL", profile,
-                            f"rank {g.id}")
+                            MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL,
+                            "MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL", profile, f"rank {g.id}")
 
 
 def _attrs(pairs: list[tuple[str, object]], element: str) -> str:
-    if len(pairs) > MAX_ATTRS:
+    if len(pairs) > MAX_ATTR_COUNT:
         raise SynthError(f"<{element}> would have {len(pairs)} attributes; the runtimes' tokenizer "
-                         f"keeps {MAX_ATTRS} (MAX_ATTR_COUNT)")
+                         f"keeps {MAX_ATTR_COUNT} (MAX_ATTR_COUNT)")
     out = []
     for key, value in pairs:
         text = str(value)
@@ -145,7 +122,7 @@ def _attrs(pairs: list[tuple[str, object]], element: str) -> str:
 
 def program_to_xml(program: Program, profile: str = "exec") -> str:
     """The program as MSCCL-IR XML for ``profile`` (``exec``, ``rccl`` or ``legacy``)."""
-    lim = get_limits(profile)
+    lim = get_profile(profile)
     check_limits(program, profile)
     p = program
     max_bytes = p.max_bytes

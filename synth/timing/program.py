@@ -79,8 +79,9 @@ from typing import Any
 from .. import progress
 from ..calibration import load_calibration
 from ..emit.program import Program
-from ..emit.xml_parse import normalize_coll
+from ..emit.runtimes import normalize_coll
 from ..errors import SynthError, VerificationError
+from ..memo import by_identity
 from ..topology import Topology
 from .program_bound import time_lower_bound, time_lower_bounds
 from .program_machine import (
@@ -217,7 +218,6 @@ def program_times_us(program: Program, topology: Topology, sizes: Sequence[int],
 _TIMES: dict[tuple, float] = {}
 _TIMES_KEPT = 1 << 20
 """Times remembered in the process at most (then the memory starts again)."""
-_DIGESTS: dict[int, tuple[str, str]] = {}
 
 
 @dataclass
@@ -233,15 +233,10 @@ class CacheStats:
 CACHE_STATS = CacheStats()
 
 
+@by_identity(64)
 def _digest(text: str) -> str:
-    hit = _DIGESTS.get(id(text))
-    if hit is not None and hit[0] is text:
-        return hit[1]
-    if len(_DIGESTS) > 64:
-        _DIGESTS.clear()
-    digest = text_digest(text)
-    _DIGESTS[id(text)] = (text, digest)
-    return digest
+    """SHA-256 of a text timed again and again (once per size range, protocol and instance count)."""
+    return text_digest(text)
 
 
 def cached_times(text: str, topology: Topology, sizes: Sequence[int], *,

@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..emit.program import Program
+from ..memo import by_identity
 from ..topology import Topology
 from .program_machine import CPY, RE, RECVS, RRC, RRCS, RRS, SENDS, ProgramModel, layout_of, slicing
 
@@ -76,18 +77,9 @@ class _Static:
         self.nb = layout.nb
 
 
-_STATICS: dict[int, tuple[object, _Static]] = {}
-
-
+@by_identity(16)
 def _static(layout) -> _Static:
-    hit = _STATICS.get(id(layout))
-    if hit is not None and hit[0] is layout:
-        return hit[1]
-    if len(_STATICS) > 16:
-        _STATICS.clear()
-    st = _Static(layout)
-    _STATICS[id(layout)] = (layout, st)
-    return st
+    return _Static(layout)
 
 
 def time_lower_bound(program: Program, topology: Topology, nbytes: int, model: ProgramModel,

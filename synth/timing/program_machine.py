@@ -35,7 +35,7 @@ from ..emit.interp_fold import (
     fold_block,
 )
 from ..emit.program import Program
-from ..emit.xml_parse import get_profile, normalize_coll
+from ..emit.runtimes import get_profile, normalize_coll
 from ..errors import SynthError, VerificationError
 from ..topology import MB, Topology
 from .fair_share import fair_rates

@@ -36,9 +36,10 @@ from .program_machine import ProgramModel
 FORMAT = "synth-program-times/1"
 _SYNTH_ROOT = Path(__file__).resolve().parent.parent
 _CODE = ("timing/program_machine.py", "timing/fair_share.py", "emit/interpreter.py",
-         "emit/interp_fold.py", "emit/xml_parse.py", "topology.py")
+         "emit/interp_fold.py", "emit/xml_parse.py", "emit/runtimes.py", "topology.py")
 """What a simulated time depends on besides its key's inputs: the machine, the fair sharing, the
-folding of blocks and the runtime constants (interpreter), the profiles (parser), channels."""
+folding of blocks and the runtime constants (interpreter), the parser, the runtimes' profiles,
+channels."""
 
 
 @cache

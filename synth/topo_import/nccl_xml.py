@@ -21,6 +21,7 @@ import networkx as nx
 from lxml import etree
 
 from ..errors import SynthError
+from ..topology import rank_ranges
 from . import hardware
 from .machine import Machine, class_name
 
@@ -291,8 +292,8 @@ def _nvlinks(source: str, gpus: list[_Gpu], busids: dict[str, _Gpu],
                                      for r in members]})
         m.inferred.append(
             f"NVSwitch fabric '{name}' ({len(switches)} switch device(s) "
-            f"{', '.join(switches[:6])}) joins GPUs {_ranges(members)}; lanes per GPU "
-            f"{_ranges(sorted(set(lanes.values())))} x {gen.nvlink_GBps:g} GB/s = "
+            f"{', '.join(switches[:6])}) joins GPUs {rank_ranges(members)}; lanes per GPU "
+            f"{rank_ranges(sorted(set(lanes.values())))} x {gen.nvlink_GBps:g} GB/s = "
             f"{max(lanes.values()) * gen.nvlink_GBps:g} GB/s per direction per GPU "
             "(the fabric is modelled non-blocking: one switch, a port per GPU)")
     return True
@@ -377,7 +378,7 @@ def _pcie_switch(node: etree._Element, node_id: int, gpus: list[_Gpu],
     m.switches.append({"name": name, "class": cls, "ports": ports})
     m.inferred.append(f"PCIe {'root complex' if node.tag == 'cpu' else 'switch'} {name} (line "
                       f"{node.sourceline}) joins GPU groups "
-                      f"{'; '.join(_ranges(p['ranks']) for p in ports)}")
+                      f"{'; '.join(rank_ranges(p['ranks']) for p in ports)}")
 
 
 def _nics(source: str, gpus: list[_Gpu], nets: list[_Net], assume_gbps: float | None,
@@ -418,7 +419,7 @@ def _nics(source: str, gpus: list[_Gpu], nets: list[_Net], assume_gbps: float | 
                      "alpha assumed (TACCL's measured InfiniBand figure)")
         m.nics.append({"name": _safe(net.name), "ranks": sorted(users[i]), "class": cls})
         shared |= len(users[i]) > 1
-    m.inferred.append("NICs: " + ", ".join(f"{n['name']}->GPU {_ranges(n['ranks'])}"
+    m.inferred.append("NICs: " + ", ".join(f"{n['name']}->GPU {rank_ranges(n['ranks'])}"
                                            for n in m.nics) + " (nearest in the PCI tree)")
     if shared:
         m.inferred.append("some NICs are shared by several GPUs (a shared budget)")
@@ -435,15 +436,3 @@ def _distance(a: tuple[int, ...], b: tuple[int, ...]) -> int:
 
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.@-]", "_", name)
-
-
-def _ranges(values: list[int]) -> str:
-    """'0-3,6' for [0, 1, 2, 3, 6]."""
-    out, i = [], 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
-            j += 1
-        out.append(str(values[i]) if i == j else f"{values[i]}-{values[j]}")
-        i = j + 1
-    return ",".join(out)
