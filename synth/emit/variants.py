@@ -54,21 +54,31 @@ class XmlVariant:
         compiler's choice of form use ``max_bytes``); a program compiled for sizes up to
         ``options.max_bytes`` (0: every size) runs at any size up to it, so the range must stay
         within that."""
-        if min_bytes < 0 or max_bytes < 0 or (max_bytes and min_bytes > max_bytes):
-            raise SynthError(f"bad size range {min_bytes}..{max_bytes} (0 = unbounded)")
-        bound = self.options.max_bytes
-        if bound and (max_bytes == 0 or max_bytes > bound):
-            raise SynthError(f"{self.name} was compiled for sizes up to {bound} bytes; it cannot "
-                             f"serve up to {max_bytes or 'any size'}")
-        program = replace(self.program, min_bytes=min_bytes, max_bytes=max_bytes)
-        text = program_to_xml(program, self.options.profile)
-        verify_text(text, schedule, self.options)
-        return text
+        return program_for_sizes(self.program, schedule, self.options, min_bytes, max_bytes,
+                                 self.name)[0]
 
     @property
     def threadblocks(self) -> int:
         """Blocks of the busiest rank (each is an SM the collective holds while it runs)."""
         return max(len(g.tbs) for g in self.program.gpus)
+
+
+def program_for_sizes(program: Program, schedule: Schedule, options: XmlOptions, min_bytes: int,
+                      max_bytes: int, name: str = "the program") -> tuple[str, list]:
+    """``program`` (compiled from ``schedule`` with ``options``) as the file for
+    ``min_bytes..max_bytes`` (0: unbounded; the profile's own convention): the same steps with
+    only ``minBytes``/``maxBytes`` set, verified again. Returns the text and the interpreter's
+    reports. See :meth:`XmlVariant.for_sizes` for why the program is not compiled anew."""
+    if min_bytes < 0 or max_bytes < 0 or (max_bytes and min_bytes > max_bytes):
+        raise SynthError(f"bad size range {min_bytes}..{max_bytes} (0 = unbounded)")
+    bound = options.max_bytes
+    if bound and (max_bytes == 0 or max_bytes > bound):
+        raise SynthError(f"{name} was compiled for sizes up to {bound} bytes; it cannot "
+                         f"serve up to {max_bytes or 'any size'}")
+    text = program_to_xml(replace(program, min_bytes=min_bytes, max_bytes=max_bytes),
+                          options.profile)
+    _, reports = verify_text(text, schedule, options)
+    return text, reports
 
 
 @dataclass(frozen=True)

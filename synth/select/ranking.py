@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from ..emit import XmlOptions, verify_text, xml_unsupported_reason
+from ..emit import XmlOptions, xml_unsupported_reason
+from ..emit.variants import program_for_sizes
 from ..emit.xml_parse import parse_program
-from ..emit.xml_write import program_to_xml
 from ..errors import SynthError
 from ..mscclpp.emit import emit_verified_plan
 from .buckets import make_buckets, runs_at
@@ -183,9 +183,8 @@ def ranged_xml(cache: XmlCache, candidate: Candidate, xml: XmlOptions, cfg: Conf
     if key not in cache:
         try:
             program = parse_program(got[0], f"{candidate.name}.xml", xml.profile)
-            text = program_to_xml(replace(program, min_bytes=ranged.min_bytes,
-                                          max_bytes=ranged.max_bytes), xml.profile)
-            _, reports = verify_text(text, candidate.schedule, full)
+            text, reports = program_for_sizes(program, candidate.schedule, full,
+                                              ranged.min_bytes, ranged.max_bytes, candidate.name)
             cache[key] = (text, tuple(reports))
         except SynthError as exc:
             cache[key] = exc.message
