@@ -333,8 +333,10 @@ def served_runtime(result: SolveResult, written: Written, topology: Topology, si
     and ``instances`` are the largest range's file's; sizes left to NCCL are not in it."""
     if not any(r.candidate for r in written.ranges):
         return runtime_profile(result.best.schedule, topology, sizes, proto, instances, calibration)
-    parts = [runtime_profile(r.candidate.schedule, topology, list(r.sizes), r.proto, r.instances,
-                             calibration) for r in written.ranges if r.sizes and r.candidate]
+    # a range with a file runs in that file's protocol; without one (--no-xml), in the request's
+    parts = [runtime_profile(r.candidate.schedule, topology, list(r.sizes),
+                             r.proto if r.text is not None else proto, r.instances, calibration)
+             for r in written.ranges if r.sizes and r.candidate]
     return RuntimeProfile(parts[-1].proto, parts[-1].instances, parts[-1].max_bytes, parts[-1].source,
                           [p for part in parts for p in part.points])
 

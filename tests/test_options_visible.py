@@ -103,12 +103,10 @@ def _solve(*args: str):
                                     "ring", "--encoding", "baseline", *args])
 
 
-@pytest.mark.xfail(reason="issue 30: the protocol is chosen per range now; this test still expects "
-                   "one protocol per run and must be rewritten", strict=False)
 def test_cli_prints_and_writes_the_options(tmp_path) -> None:
     runs = {}
-    # --instances 1 pinned: without it the program model picks each file's count (x8 at 1 GB,
-    # tests/test_program_winners.py)
+    # --proto Simple and --instances 1 pinned: without them the program model picks each range's
+    # protocol and count (tests/test_program_winners.py)
     for label, extra in (("default", ("--proto", "Simple", "--instances", "1")),
                          ("ll2", ("--proto", "LL", "--instances", "2"))):
         r = _solve("--sizes", "1KB,1GB", "--json", "--out", str(tmp_path), *extra)

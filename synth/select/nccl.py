@@ -108,8 +108,8 @@ def compare_with_nccl(result: SolveResult, ranges: Sequence[Any], sizes: Sequenc
             out.append(NcclComparison(c.bytes, c.algo, c.proto, c.channels, c.time_us,
                                       float(program_us[i]), "program"))
             continue
-        cand, inst, form = ((r.candidate, r.instances, r.proto) if r is not None
-                            else (result.best, instances, proto))
+        cand, inst, form = ((r.candidate, r.instances, r.proto if r.text is not None else proto)
+                            if r is not None else (result.best, instances, proto))
         key = (cand.name, form, inst)
         if key not in cache:
             cache[key] = dict(zip(sizes, model.times_us(Run(cand.schedule, form, inst), sizes),
