@@ -71,6 +71,27 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: turn SynthError into a one-line message and an exit code."""
     try:
+        _main(argv)
+    except MemoryError:
+        pass    # reported below, once the exception (and the frames it holds) is released
+    else:
+        return
+    import gc
+
+    from .. import progress
+
+    gc.collect()
+    # plain stderr, not the rich console: rendering may import and allocate, and the address
+    # space may still be nearly full
+    sys.stderr.write(f"synth: error: out of memory during {progress.stage()}: the address-space "
+                     "backstop (--max-memory plus slack) stopped an allocation the estimates "
+                     "missed; raise --max-memory or make the problem smaller\n")
+    sys.stderr.flush()
+    sys.exit(2)
+
+
+def _main(argv: list[str] | None) -> None:
+    try:
         cli.main(args=argv, prog_name="synth", standalone_mode=False)
     except SynthError as exc:
         err.print(f"synth: error: {exc.message}", markup=False, soft_wrap=True)
@@ -86,14 +107,6 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except MemoryError:
-        from .. import progress
-
-        where = progress.stage()
-        err.print(f"synth: error: out of memory during {where}: the address-space backstop "
-                  "(--max-memory plus slack) stopped an allocation the estimates missed; raise "
-                  "--max-memory or make the problem smaller", markup=False, soft_wrap=True)
-        sys.exit(2)
     except KeyboardInterrupt:
         err.print("synth: interrupted")
         sys.exit(130)
