@@ -66,7 +66,9 @@ def solve_json(done: SolveOutcome, sizes: tuple[int, ...]) -> dict[str, Any]:
         "bound": {"method": result.bound.method, "latency_us": result.bound.latency_us,
                   "steps": result.bound.steps},
         "costs": [{**p.to_dict(), "algorithm": name, "file": f} for p, name, f in served],
-        "ranges": [r.to_dict(f) for r, f in zip(written.ranges, written.range_files, strict=True)],
+        "ranges": [r.to_dict(f, o) for r, f, o in zip(written.ranges, written.range_files,
+                                                       written.oop_files or
+                                                       [None] * len(written.ranges), strict=True)],
         "winners_by": written.winners_by,
         "range_table": ranges_table(result, written.ranges, written.range_files,
                                     written.winners_by, written.oop_files),

@@ -70,13 +70,16 @@ class SizeRange:
         """``synth`` (a file) or ``nccl`` (no file: left to NCCL)."""
         return "nccl" if self.candidate is None else "synth"
 
-    def to_dict(self, file: str | None) -> dict[str, Any]:
+    def to_dict(self, file: str | None, oop_file: str | None = None) -> dict[str, Any]:
+        """``file``: the range's file (its in-place one where it has one per kind of call,
+        ``oop_file`` then naming the out-of-place one)."""
         c = self.candidate
         return {"min_bytes": self.lo, "max_bytes": self.hi,
                 "algorithm": "nccl" if c is None else c.schedule.algorithm,
                 "candidate": "nccl" if c is None else c.name, "served_by": self.served_by,
                 "proto": self.proto if c is not None else None,
-                "instances": self.instances if c is not None else None, "file": file}
+                "instances": self.instances if c is not None else None, "file": file,
+                "oop_file": oop_file if self.oop is not None else None}
 
 
 def _config(c: Candidate, proto: str, instances: int) -> Config:
