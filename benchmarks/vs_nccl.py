@@ -22,6 +22,12 @@ figure is a model's prediction; the measured column is what grounds them.
     python benchmarks/vs_nccl.py --quick         # two cases, nothing written
     python benchmarks/vs_nccl.py --markdown-only # rewrite the markdown from the JSON
     python benchmarks/vs_nccl.py --resume        # measure only the cases the JSON lacks
+    python benchmarks/vs_nccl.py --redo dgx_h100:1 --redo dgx1:1:allgather   # measure these again
+
+Each case records the commit it was measured at (a resumed or redone file can mix commits; the
+summary table says which). Where a range has one file per kind of call, **synth** is the in-place
+file (what MSCCL's production files and their published times are) and the case's rows also give
+the out-of-place file's time.
 
 Results are written after every case (``complete`` says whether all are in).
 """
@@ -115,11 +121,15 @@ def measure_case(topo_name: str, nodes: int, coll: str) -> dict[str, Any]:
                                  if c.bytes in prod and served else None),
             "measured_us": round(meas[c.bytes][1], 4) if c.bytes in meas else None,
             "measured_source": meas[c.bytes][0] if c.bytes in meas else None})
+    oop = {s: us for r in done.written.ranges if r.oop is not None
+           for s, us in zip(r.sizes, r.oop.model_us, strict=True)}
+    for row in rows:
+        row["oop_us"] = round(oop[row["bytes"]], 4) if row["bytes"] in oop else None
     ups = [r["speedup"] for r in rows]
     served = [r for r in rows if r["served_by"] == "synth"]
     forms = sorted({f"{r.candidate.name} {r.proto} x{r.instances}" for r in done.written.ranges
                     if r.candidate is not None})
-    return {"topology": topo_name, "nodes": nodes, "collective": coll,
+    return {"topology": topo_name, "nodes": nodes, "collective": coll, "commit": commit(),
             "ranks": done.result.topology.num_ranks, "solve_s": round(seconds, 1),
             "served": len(served), "sizes": len(rows),
             "geomean_speedup": round(math.exp(sum(map(math.log, ups)) / len(ups)), 4) if ups
@@ -178,25 +188,26 @@ def to_markdown(data: dict[str, Any]) -> str:
                 "yet** (`--resume` measures the rest)."), "",
              "## Summary (sizes 1 KB .. 1 GiB, x4)", "",
              "| machine | collective | synth serves | geomean vs NCCL | worst | worst where synth "
-             "serves | solve s | files (candidate, protocol, instances) |",
-             "|---|---|---:|---:|---:|---:|---:|---|"]
+             "serves | solve s | files (candidate, protocol, instances) | commit |",
+             "|---|---|---:|---:|---:|---:|---:|---|---|"]
     for c in data["cases"]:
         lines.append(f"| {c['topology']} x{c['nodes']} | {c['collective']} | {c['served']}/"
                      f"{c['sizes']} | {_x(c['geomean_speedup'])} | {_x(c['worst_speedup'])} | "
                      f"{_x(c['worst_served_speedup'])} | {c['solve_s']} | "
-                     f"{'; '.join(c['winners']) or '— (NCCL everywhere)'} |")
+                     f"{'; '.join(c['winners']) or '— (NCCL everywhere)'} | "
+                     f"{c.get('commit') or data['commit']} |")
     lines += ["", "A size synth leaves to NCCL counts as 1.00x: the user runs NCCL there.", ""]
     for c in data["cases"]:
         lines += [f"## {c['collective']} on {c['topology']} x{c['nodes']} ({c['ranks']} ranks)", "",
                   "| size | served by | synth µs | timed by | NCCL µs | NCCL runs | vs NCCL | "
-                  "MSCCL µs | synth / MSCCL | measured NCCL µs |",
-                  "|---:|---|---:|---|---:|---|---:|---:|---:|---:|"]
+                  "MSCCL µs | synth / MSCCL | measured NCCL µs | synth out-of-place µs |",
+                  "|---:|---|---:|---|---:|---|---:|---:|---:|---:|---:|"]
         for r in c["rows"]:
             ratio = "—" if r["synth_over_msccl"] is None else f"{r['synth_over_msccl']:.3f}"
             lines.append(f"| {format_size(r['bytes'])} | {r['served_by']} | {_us(r['synth_us'])} | "
                          f"{r['timed_by']} | {_us(r['nccl_us'])} | {r['nccl_runs']} | "
                          f"{_x(r['speedup'])} | {_us(r['msccl_us'])} | "
-                         f"{ratio} | {_us(r['measured_us'])} |")
+                         f"{ratio} | {_us(r['measured_us'])} | {_us(r.get('oop_us'))} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -207,6 +218,8 @@ def main() -> int:
     ap.add_argument("--markdown-only", action="store_true", help="rewrite the markdown from the JSON")
     ap.add_argument("--resume", action="store_true",
                     help="keep the cases results/vs_nccl.json already has; measure the rest")
+    ap.add_argument("--redo", action="append", default=[], metavar="MACHINE:NODES[:COLL]",
+                    help="measure these cases again, keeping the others the JSON has")
     args = ap.parse_args()
     if args.markdown_only:
         data = json.loads((RESULTS / "vs_nccl.json").read_text())
@@ -217,8 +230,12 @@ def main() -> int:
         return 0
     cases = [(t, n, c) for t, n in CASES for c in COLLECTIVES]
     done = None
-    if args.resume and (RESULTS / "vs_nccl.json").exists():
+    if (args.resume or args.redo) and (RESULTS / "vs_nccl.json").exists():
         done = json.loads((RESULTS / "vs_nccl.json").read_text())["cases"]
+        redo = [spec.split(":") for spec in args.redo]
+        done = [c for c in done if not any(
+            c["topology"] == r[0] and str(c["nodes"]) == r[1] and (len(r) < 3 or c["collective"] == r[2])
+            for r in redo)]
     measure(cases, done, lambda data: write_results("vs_nccl", data, to_markdown(data)))
     print(f"wrote {RESULTS / 'vs_nccl.json'} and .md")
     return 0

@@ -50,6 +50,7 @@ from .schedule import Schedule
 from .select.candidates import Candidate, SolveResult, cost_profile, nccl_points
 from .select.nccl import NcclComparison, compare_with_nccl
 from .select.ranges import INSTANCES
+from .select.ranking import splits_call_kinds
 from .select.scorers import deciding_scorer, lockstep_scorer
 from .sizes import DEFAULT_SIZES
 from .solve_closed import ClosedOutcome, platform_for, run_closed
@@ -211,13 +212,18 @@ def run(req: SolveRequest) -> SolveOutcome | ClosedOutcome:
             if mine:
                 result.best = mine[-1]
         else:
+            # one file per kind of call where a file could declare both: the in-place one
+            # ranked and written, its out-of-place twin beside it (out_of_place_companion)
+            split = splits_call_kinds(result.collective, xml)
+            if split:
+                xml = replace(xml, inplace=True)
             tried = None if req.instances is not None else INSTANCES
             protocols = PROTOCOLS if req.proto is None else None
             scorer, decided_by, notes = deciding_scorer(result, topology, xml, req.winners_by,
                                                         req.calibration, instances=tried,
                                                         protocols=protocols)
             result.notes += notes
-            written = prepare_winners(result, out_dir, xml, scorer, tag, decided_by)
+            written = prepare_winners(result, out_dir, xml, scorer, tag, decided_by, split=split)
             mine = [r.candidate for r in written.ranges if r.candidate is not None]
             if mine:
                 result.best = mine[-1]  # the one serving the largest size synth serves

@@ -121,11 +121,14 @@ def test_cli_prints_and_writes_the_options(tmp_path) -> None:
     assert (ll["runtime"]["proto"], ll["runtime"]["instances"]) == ("LL", 2)
     assert [c["time_us"] for c in d["runtime"]["costs"]] != \
         [c["time_us"] for c in ll["runtime"]["costs"]]
-    xml = [Path(f).name for run in (d, ll) for f in run["files"] if f.endswith(".xml")]
-    assert xml == ["ring-4_allgather_c1_ring_Simple_x1.exec.xml",
-                   "ring-4_allgather_c1_ring_LL_x2.exec.xml"]
-    # the second run replaced the first one's file: one file per collective in the runtime folder
-    assert [(tmp_path / "msccl" / name).is_file() for name in xml] == [False, True]
+    xml = sorted(Path(f).name for run in (d, ll) for f in run["files"] if f.endswith(".xml"))
+    # one file per kind of call (in-place, out-of-place), each named for its options
+    assert xml == ["ring-4_allgather_c1_ring_LL_x2_ip.exec.xml",
+                   "ring-4_allgather_c1_ring_LL_x2_oop.exec.xml",
+                   "ring-4_allgather_c1_ring_Simple_x1_ip.exec.xml",
+                   "ring-4_allgather_c1_ring_Simple_x1_oop.exec.xml"]
+    # the second run replaced the first one's files: one run's files in the runtime folder
+    assert [(tmp_path / "msccl" / name).is_file() for name in xml] == [True, True, False, False]
     table = _solve("--sizes", "1KB", "--no-xml", "--proto", "LL128", "--out", str(tmp_path / "t"))
     assert table.exit_code == 0, table.output
     assert "runtime µs" in table.stdout and "LL128 (protocol)" in table.stdout

@@ -66,10 +66,12 @@ def solve_json(done: SolveOutcome, sizes: tuple[int, ...]) -> dict[str, Any]:
         "bound": {"method": result.bound.method, "latency_us": result.bound.latency_us,
                   "steps": result.bound.steps},
         "costs": [{**p.to_dict(), "algorithm": name, "file": f} for p, name, f in served],
-        "ranges": [r.to_dict(f) for r, f in zip(written.ranges, written.range_files, strict=True)],
+        "ranges": [r.to_dict(f, o) for r, f, o in zip(written.ranges, written.range_files,
+                                                       written.oop_files or
+                                                       [None] * len(written.ranges), strict=True)],
         "winners_by": written.winners_by,
         "range_table": ranges_table(result, written.ranges, written.range_files,
-                                    written.winners_by),
+                                    written.winners_by, written.oop_files),
         "candidates": [{"name": c.name, "algorithm": c.schedule.algorithm, "steps": c.report.steps,
                         "score_pct": round(100 * c.score, 3),
                         "time_us": {str(p.bytes): round(p.time_us, 6) for p in c.costs}}
@@ -178,7 +180,7 @@ def _ranges(done: SolveOutcome) -> None:
             "lock-step µs", "% of bound", "file"]
     for col in cols:
         rt.add_column(col, justify="left" if col in ("algorithm", "file") else "right")
-    for row in ranges_table(result, written.ranges, written.range_files, by):
+    for row in ranges_table(result, written.ranges, written.range_files, by, written.oop_files):
         cells = [str(row["min_bytes"]), str(row["max_bytes"] or "unbounded"),
                  row["algorithm"] + (" (lock-step)" if row["winners_by"] not in (by, "nccl")
                                      else ""),
@@ -187,6 +189,10 @@ def _ranges(done: SolveOutcome) -> None:
             cells.append(_us(row["decided_us"]))
         cells += [_us(row["time_us"]), f"{row['pct_of_bound']:.1f}" if row["pct_of_bound"] else "—",
                   Path(row["file"]).name if row["file"] else "— (NCCL)"]
+        if row["oop_file"]:     # one file per call kind: the in-place one's time, then this one
+            oop_us = f", {_us(row['oop_us'])} µs" if both else ""
+            cells[-1] += (f" (in-place calls)\n{Path(row['oop_file']).name} (out-of-place calls"
+                          f"{oop_us})")
         rt.add_row(*cells)
     out.print(rt)
 

@@ -57,7 +57,11 @@ class Written:
     """MSCCL++ plan verification reports (``--format mscclpp``)."""
     ranges: list[SizeRange] = field(default_factory=list)
     range_files: list[str | None] = field(default_factory=list)
-    """The file serving each range (absolute; None without one, or where NCCL serves it)."""
+    """The file serving each range (absolute; None without one, or where NCCL serves it); the
+    in-place one where a range has one file per call kind (:attr:`oop_files`)."""
+    oop_files: list[str | None] = field(default_factory=list)
+    """Per range, its out-of-place file where it has one file per call kind
+    (:func:`synth.select.ranking.split_call_kinds`), else None."""
     winners_by: str = "lockstep"
     """The model that chose the ranges' winners (:func:`deciding_scorer`)."""
     pending: dict[str, str] = field(default_factory=dict)
@@ -198,7 +202,8 @@ def write_winners(result: SolveResult, out_dir: Path, xml: XmlOptions | None = D
 
 def prepare_winners(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML,
                     model: Scorer = lockstep_scorer, tag: str = "",
-                    winners_by: str = "lockstep", plan: PlanTarget | None = None) -> Written:
+                    winners_by: str = "lockstep", plan: PlanTarget | None = None,
+                    split: bool = False) -> Written:
     """Produce, for every size range, its winner's schedule JSON and verified XML (with ``plan``:
     its verified MSCCL++ plan, ``min/max_message_size`` the range's bounds); with more than one
     range also the range table (``reports/<prefix>.ranges.md``).
@@ -208,10 +213,11 @@ def prepare_winners(result: SolveResult, out_dir: Path, xml: XmlOptions | None =
     (:func:`choose_ranges`); :func:`commit` deploys it. Names are :func:`schedule_file_name` and
     :func:`xml_file_name` (which carries the byte range of each file); ``tag`` as there. ``model``
     decides the winners and ``winners_by`` names it in the range table (:func:`deciding_scorer`
-    gives both).
+    gives both). ``split``: ``xml`` is in-place only and each range also gets its out-of-place
+    file where that one is faster than NCCL (:func:`synth.select.ranking.out_of_place_companion`).
     """
     try:
-        ranges, notes = choose_ranges(result, xml, model, plan)
+        ranges, notes = choose_ranges(result, xml, model, plan, split)
     except SynthError as exc:
         if not result.notes:
             raise
@@ -223,10 +229,12 @@ def prepare_winners(result: SolveResult, out_dir: Path, xml: XmlOptions | None =
               else SCHEDULE_FOLDER)
     outputs: dict[str, str] = {}
     range_files: list[str | None] = []
+    oop_files: list[str | None] = []
     reports: list[Any] = []
     plan_reports: list[Any] = []
     legacy: list[LegacyEntry] = []
     for r in ranges:
+        oop_files.append(None)
         if r.candidate is None:     # left to NCCL: no file, no MSCCL_CONFIG entry
             range_files.append(None)
             continue
@@ -241,8 +249,14 @@ def prepare_winners(result: SolveResult, out_dir: Path, xml: XmlOptions | None =
             plan_reports.extend(r.reports[:1] if not plan_reports else ())
         else:
             assert xml is not None
-            name = xml_file_name(sched, range_options(xml, r.lo, r.hi, r.instances, r.proto), tag)
-            reports.extend(rep for rep in r.reports if rep.mode not in {x.mode for x in reports})
+            opts = range_options(xml, r.lo, r.hi, r.instances, r.proto)
+            if r.oop is not None:       # one file per call kind: this one in-place
+                oop_rel = f"{folder}/{xml_file_name(sched, replace(opts, inplace=False), tag)}"
+                outputs[oop_rel] = r.oop.text
+                oop_files[-1] = str(out_dir / oop_rel)
+            name = xml_file_name(sched, opts, tag)
+            reports.extend(rep for rep in (*r.reports, *(r.oop.reports if r.oop else ()))
+                           if rep.mode not in {x.mode for x in reports})
         rel = f"{folder}/{name}"
         outputs[rel] = r.text
         range_files.append(str(out_dir / rel))
@@ -252,8 +266,9 @@ def prepare_winners(result: SolveResult, out_dir: Path, xml: XmlOptions | None =
         coll = result.collective
         prefix = f"{_name_part(result.topology.name)}_{coll.kind}" + \
             (f"_root{coll.root}" if coll.root is not None else "") + (f"_{_name_part(tag)}" if tag else "")
-        rows = ranges_table(result, ranges, range_files, winners_by)
+        rows = ranges_table(result, ranges, range_files, winners_by, oop_files)
         outputs[f"{REPORT_FOLDER}/{prefix}.ranges.md"] = ranges_markdown(result, rows)
     return Written([out_dir / rel for rel in outputs], reports, notes, plan_reports,
-                   ranges=ranges, range_files=range_files, winners_by=winners_by,
+                   ranges=ranges, range_files=range_files, oop_files=oop_files,
+                   winners_by=winners_by,
                    pending=outputs, out_dir=out_dir, key=run_key(result, folder), legacy=legacy)

@@ -28,11 +28,12 @@ DEFAULT_XML = XmlOptions()
 
 def xml_file_name(schedule: Schedule, xml: XmlOptions, tag: str = "") -> str:
     """The schedule's stem plus every XML option that changes the file: protocol, instances,
-    ``oop`` for an out-of-place-only file (``--outofplace``; the default declares both modes where
-    the runtime allows it), the byte range when one is set, and the runtime profile."""
+    ``ip`` / ``oop`` for an in-place-only / out-of-place-only file (``--inplace``,
+    ``--outofplace``, or a range served by one file per call kind; the default declares both
+    modes where the runtime allows it), the byte range when one is set, and the runtime profile."""
     parts = [schedule_stem(schedule, tag), xml.proto, f"x{xml.instances}"]
-    if xml.inplace is False:
-        parts.append("oop")
+    if xml.inplace is not None:
+        parts.append("ip" if xml.inplace else "oop")
     if xml.min_bytes or xml.max_bytes:
         parts.append(f"{_exact_size(xml.min_bytes)}-"
                      f"{_exact_size(xml.max_bytes) if xml.max_bytes else 'max'}")

@@ -14,14 +14,18 @@ from ..sizes import format_size
 
 
 def ranges_table(result: SolveResult, ranges: Sequence[SizeRange], files: Sequence[str | None],
-                 winners_by: str = "lockstep") -> list[dict[str, Any]]:
+                 winners_by: str = "lockstep", oop_files: Sequence[str | None] = ()
+                 ) -> list[dict[str, Any]]:
     """One row per range: the algorithm, and at the largest requested size in the range (the one
     the row's bandwidth is quoted at) its lock-step time and % of bound (the bound is a wire
     bound: lock-step is the model comparable with it) and ``decided_us``, the time under the model
     that chose it (``winners_by``; null where that model gives none). A range left to NCCL names
-    ``nccl``, has no file, and quotes NCCL's own time in both columns."""
+    ``nccl``, has no file, and quotes NCCL's own time in both columns. A range with one file per
+    call kind (``oop_files``) has its in-place file in ``file`` and ``decided_us``, and its
+    out-of-place file and time in ``oop_file`` and ``oop_us`` (null elsewhere)."""
     rows = []
-    for r, f in zip(ranges, files, strict=True):
+    oops = list(oop_files) or [None] * len(ranges)
+    for r, f, oop in zip(ranges, files, oops, strict=True):
         at = {p.bytes: p for p in (r.candidate.costs if r.candidate else result.nccl or ())}
         p = at[r.sizes[-1]] if r.sizes else None
         decided = r.model_us[-1] if r.sizes and r.model_us else None
@@ -35,7 +39,10 @@ def ranges_table(result: SolveResult, ranges: Sequence[SizeRange], files: Sequen
                      "pct_of_bound": round(p.pct_of_bound, 4) if p else None,
                      "winners_by": r.decided_by or winners_by,
                      "decided_us": round(decided, 6) if decided is not None
-                     and math.isfinite(decided) else None, "file": f})
+                     and math.isfinite(decided) else None, "file": f,
+                     "oop_file": oop if r.oop is not None else None,
+                     "oop_us": round(r.oop.model_us[-1], 6) if r.oop is not None and r.sizes
+                     else None})
     return rows
 
 
@@ -68,7 +75,12 @@ def ranges_markdown(result: SolveResult, rows: Sequence[dict[str, Any]]) -> str:
                 f"{format_size(r['at_bytes']) if r['at_bytes'] else '—'} | {decided}"
                 f"{r['time_us'] if r['time_us'] is not None else '—'} | "
                 f"{r['pct_of_bound'] if r['pct_of_bound'] is not None else '—'} | "
-                f"{Path(r['file']).name if r['file'] else '—'} |\n")
+                f"{Path(r['file']).name if r['file'] else '—'}{oop(r)} |\n")
+
+    def oop(r: dict[str, Any]) -> str:
+        if not r.get("oop_file"):
+            return ""
+        return f" (in-place calls); {Path(r['oop_file']).name} (out-of-place, {r['oop_us']} µs)"
     return head + "".join(row(r) for r in rows)
 
 

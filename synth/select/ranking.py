@@ -15,16 +15,28 @@ from typing import Any
 import numpy as np
 
 from ..emit import XmlOptions, xml_unsupported_reason
+from ..emit.passes import ALIASED_KINDS
 from ..emit.variants import program_for_sizes
 from ..emit.xml_parse import parse_program
 from ..errors import SynthError
 from ..mscclpp.emit import emit_verified_plan
+from ..timing.program import program_model, program_times_us
 from .buckets import make_buckets, runs_at
 from .candidates import Candidate, SolveResult
 from .nccl import NCCL, runtime_times
 from .program_scorer import XmlCache, compiled_xml
 from .ranges import NEAR_TIE, BucketTuning, Config, Range, choose
 from .scorers import Scorer, lockstep_scorer
+
+
+@dataclass(frozen=True)
+class CallKindFile:
+    """The out-of-place file of a range served by one file per call kind."""
+
+    text: str
+    reports: tuple[Any, ...]
+    model_us: tuple[float, ...]
+    """Its program-model time at each of the range's sizes."""
 
 
 @dataclass(frozen=True)
@@ -49,19 +61,25 @@ class SizeRange:
     decided_by: str | None = None
     """The model that ranked the range's largest size, where it differs by size
     (:meth:`ProgramScorer.decided_by`); None: the solve's ``winners_by``."""
+    oop: CallKindFile | None = None
+    """The range's out-of-place file, where it has one file per kind of call
+    (:func:`out_of_place_companion`; ``text`` is then in-place only); else None."""
 
     @property
     def served_by(self) -> str:
         """``synth`` (a file) or ``nccl`` (no file: left to NCCL)."""
         return "nccl" if self.candidate is None else "synth"
 
-    def to_dict(self, file: str | None) -> dict[str, Any]:
+    def to_dict(self, file: str | None, oop_file: str | None = None) -> dict[str, Any]:
+        """``file``: the range's file (its in-place one where it has one per kind of call,
+        ``oop_file`` then naming the out-of-place one)."""
         c = self.candidate
         return {"min_bytes": self.lo, "max_bytes": self.hi,
                 "algorithm": "nccl" if c is None else c.schedule.algorithm,
                 "candidate": "nccl" if c is None else c.name, "served_by": self.served_by,
                 "proto": self.proto if c is not None else None,
-                "instances": self.instances if c is not None else None, "file": file}
+                "instances": self.instances if c is not None else None, "file": file,
+                "oop_file": oop_file if self.oop is not None else None}
 
 
 def _config(c: Candidate, proto: str, instances: int) -> Config:
@@ -192,7 +210,7 @@ def ranged_xml(cache: XmlCache, candidate: Candidate, xml: XmlOptions, cfg: Conf
 
 
 def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer = lockstep_scorer,
-                  plan: Any = None) -> tuple[list[SizeRange], list[str]]:
+                  plan: Any = None, split: bool = False) -> tuple[list[SizeRange], list[str]]:
     """The winner of every size range, each with its interpreter-verified XML (when ``xml``), or
     with ``plan`` (:class:`synth.outputs.mscclpp.PlanTarget`) its verified MSCCL++ plan.
 
@@ -205,6 +223,9 @@ def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer = l
     Each range's file is compiled with that range's byte bounds; a model that already compiled
     the candidates (:class:`ProgramScorer`, its ``compiled`` cache) lends them, so a range whose
     options equal the ones it compiled with is not compiled again.
+
+    ``split`` (``xml`` in-place only, :func:`splits_call_kinds`): each range also gets its
+    out-of-place file (:func:`out_of_place_companion`).
     """
     notes: list[str] = []
     if xml is not None:
@@ -250,6 +271,15 @@ def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer = l
                                 tuple(at[s] for s in inside), instances=r.config.instances,
                                 proto=r.config.proto,
                                 decided_by=by(inside[-1]) if by is not None and inside else None))
+    if split and xml is not None and plan is None:
+        paired = []
+        for r in ranges:
+            r, why = out_of_place_companion(result, r, xml, made, model)
+            paired.append(r)
+            if why:
+                notes.append(f"out-of-place calls of {r.lo}..{r.hi or 'unbounded'} bytes are left "
+                             f"to NCCL: {why}")
+        ranges = paired
     several = len(model_forms(model, xml)) > 1
     notes += [f"{cfg.family}{f' {cfg.proto} x{cfg.instances}' if several else ''} passed over: "
               f"{why}" for cfg, why in choice.excluded.items()]
@@ -264,6 +294,53 @@ def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer = l
         notes += _never_selected(result, tunings, choice, lookup, lockstep_scorer,
                                  "" if model is lockstep_scorer else " by the lock-step model")
     return ranges, notes
+
+
+def splits_call_kinds(collective: Any, xml: XmlOptions | None) -> bool:
+    """Whether a solve asking for one file for both kinds of call (``xml.inplace`` None) is
+    served by one file per kind instead (:func:`out_of_place_companion`): where the runtime lets
+    a file declare both kinds at all (not the legacy profile, not alltoall, spec §3.4)."""
+    return (xml is not None and xml.inplace is None and xml.profile != "legacy"
+            and collective.custom is None and collective.kind in ALIASED_KINDS
+            and collective.kind != "alltoall")
+
+
+def out_of_place_companion(result: SolveResult, r: SizeRange, xml: XmlOptions, cache: XmlCache,
+                           model: Scorer) -> tuple[SizeRange, str | None]:
+    """``r`` (its file in-place only) with its out-of-place file, or without one and why.
+
+    Why two files: a file declaring both kinds (``inplace="1" outofplace="1"``) must copy each
+    rank's input into the output buffer, and in an in-place call that copy writes the very cells
+    the sends read, so every send waits for it. On 8 x H100 allgather at 1 MB that copy cost the
+    direct schedule (LL x4) 14.79 µs against 12.25 µs compiled in-place only -- which is what
+    MSCCL's production file (``ag-1m``, ``outofplace="0"``) is. The runtime picks a file per call
+    by its kind (spec §3.1), so the solve ranks and writes in-place programs and adds, per
+    range, the winner compiled out-of-place (its copies placed where they overlap the first
+    receive's wait, :func:`synth.emit.passes.lower`), verified and timed by the deciding model at
+    every size of the range. It is written only where it is faster than NCCL at every one of
+    them; elsewhere out-of-place calls of that range fall back to NCCL, and the note says so.
+    """
+    cand = r.candidate
+    if cand is None or r.text is None or not r.sizes:
+        return r, None
+    cfg = _config(cand, r.proto, r.instances)
+    got = ranged_xml(cache, cand, replace(xml, inplace=False), cfg, r.lo, r.hi)
+    if isinstance(got, str):
+        return r, f"no out-of-place file: {got}"
+    decided = getattr(model, "decided_by", None)
+    if decided is not None and all(decided(s) == "program" for s in r.sizes):
+        program = parse_program(got[0], f"{cand.name}.xml", xml.profile)
+        timing = program_model(result.topology, r.proto, getattr(model, "calibration", None))
+        times = tuple(program_times_us(program, result.topology, list(r.sizes), model=timing,
+                                       profile=xml.profile))
+    else:       # ranked by lock-step: one schedule, one wire time for both kinds
+        times = r.model_us
+    nccl = {p.bytes: p.time_us for p in result.nccl or ()}
+    slow = [s for s, t in zip(r.sizes, times, strict=True) if s in nccl and not t < nccl[s]]
+    if slow:
+        return r, (f"its out-of-place file is not faster than NCCL at {len(slow)} size(s) "
+                   f"({slow[0]}..{slow[-1]} bytes)")
+    return replace(r, oop=CallKindFile(got[0], got[1], times)), None
 
 
 def _never_selected(result: SolveResult, tunings: Sequence[BucketTuning], choice: Any,

@@ -332,6 +332,11 @@ def lower(schedule: Schedule, mode: str, gather: bool = False) -> Dag:
 
     # ---- copies into the output buffer
     copies: list[Copy] = []
+    first_recv: list[Recv | None] = [None] * n
+    for rcv in recvs:
+        cur = first_recv[rcv.rank]
+        if cur is None or (rcv.step, rcv.peer, rcv.chunk) < (cur.step, cur.peer, cur.chunk):
+            first_recv[rcv.rank] = rcv
     for r in range(n):
         al = aliases[r]
         for c, oj in out_idx[r].items():
@@ -348,7 +353,9 @@ def lower(schedule: Schedule, mode: str, gather: bool = False) -> Dag:
             if not ws:
                 sl = sends_of.get(slot)
                 anchor = None
-                if sl:
+                if mode == OOP and first_recv[r] is not None:
+                    anchor = first_recv[r]
+                elif sl:
                     rs = rsteps[slot]
                     anchor = min(sl[:bisect_right(rs, rs[0])], key=lambda s: s.peer)
                 copies.append(Copy(r, 0, -1, c, fin, out, anchor))

@@ -59,13 +59,15 @@ def split_bundles(dag: Dag, ir: Ir) -> Ir:
     new_chains: list[list[IOp]] = []
     new_copies: list[IOp] = []
     where: dict[tuple[int, int], IOp] = {}      # (id(old op), chunk) -> new op
+    parts_of: dict[int, list[IOp]] = {}         # id(old op) -> its new ops, in chunk order
+    part_no: dict[int, int] = {}                # id(new local op) -> its part's index
     for unit in units:
         chunks = unit[0].chunks
         cuts = [0] + [i for i in range(1, len(chunks)) if bundle[chunks[i]] != bundle[chunks[i - 1]]]
         if len(cuts) == 1:
             (new_copies.append(unit[0]) if unit[0].typ in LOCAL_OPS else new_chains.append(unit))
             continue
-        for a, b in zip(cuts, [*cuts[1:], len(chunks)], strict=True):
+        for k, (a, b) in enumerate(zip(cuts, [*cuts[1:], len(chunks)], strict=True)):
             part: list[IOp] = []
             for old in unit:
                 op = IOp(old.rank, old.typ, old.step, old.phase, old.sendp, old.recvp, b - a,
@@ -76,6 +78,9 @@ def split_bundles(dag: Dag, ir: Ir) -> Ir:
                     op.prev = old.prev
                 for c in chunks[a:b]:
                     where[(id(old), c)] = op
+                parts_of.setdefault(id(old), []).append(op)
+                if old.typ in LOCAL_OPS:
+                    part_no[id(op)] = k
                 part.append(op)
             (new_copies.extend(part) if unit[0].typ in LOCAL_OPS else new_chains.append(part))
     if where:
@@ -83,8 +88,15 @@ def split_bundles(dag: Dag, ir: Ir) -> Ir:
             if x.iop is not None:
                 x.iop = where.get((id(x.iop), x.chunk), x.iop)
         for op in new_copies:
-            if op.prev is not None:
-                op.prev = where.get((id(op.prev), op.chunks[0]), op.prev)
+            if op.prev is None:
+                continue
+            got = where.get((id(op.prev), op.chunks[0]))
+            if got is None and id(op.prev) in parts_of:
+                # an anchor holding other chunks (an out-of-place initial copy placed before a
+                # receive): the anchor's part of the same index, so each instance keeps its own
+                parts = parts_of[id(op.prev)]
+                got = parts[min(part_no.get(id(op), 0), len(parts) - 1)]
+            op.prev = got if got is not None else op.prev
     return Ir(collective=ir.collective, num_steps=ir.num_steps, chains=new_chains, copies=new_copies,
               ordered=[])
 
