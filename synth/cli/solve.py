@@ -56,7 +56,8 @@ from .solve_report import closed_json, print_closed, print_solve, solve_json
 @click.option("--chunks", type=int, default=None, help="Chunks per rank (default: per algorithm).")
 @click.option("--root", type=int, default=None, help="Root rank of a rooted collective.")
 @click.option("--inplace/--outofplace", default=None,
-              help="Buffer layout; XML defaults to one file valid for both where allowed.")
+              help="Buffer layout: XML for that kind of call only. Default: one in-place and "
+                   "one out-of-place file per size range where a file could serve both.")
 @click.option("--sizes", default=None, help="Message sizes: 1KB:1GB (powers of 2) or 1KB,1MB.")
 @click.option("--time-limit", type=float, default=None,
               help="Solver work budget in deterministic seconds (smt, milp): the same effort and "
