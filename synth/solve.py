@@ -34,7 +34,6 @@ from .closed.strategies import COLLECTIVES as CLOSED_KINDS
 from .collectives import KINDS, Collective, load_collective
 from .emit import XmlOptions
 from .emit.program import PROTOCOLS
-from .emit.xml_parse import parse_program
 from .encodings import Options, run_encoding
 from .errors import SynthError
 from .files import check_writable_dir
@@ -45,7 +44,8 @@ from .outputs import Written, commit, prepare_winners
 from .outputs.layout import MAP_FOLDER
 from .outputs.msccl import sm_count
 from .outputs.mscclpp import PlanTarget
-from .outputs.report import served_sizes
+from .outputs.report import program_times, served_runtime
+from .outputs.schedule_json import calibration_tag
 from .schedule import Schedule
 from .select.candidates import Candidate, SolveResult, cost_profile, nccl_points
 from .select.nccl import NcclComparison, compare_with_nccl
@@ -54,8 +54,8 @@ from .select.ranking import splits_call_kinds
 from .select.scorers import deciding_scorer, lockstep_scorer
 from .sizes import DEFAULT_SIZES
 from .solve_closed import ClosedOutcome, platform_for, run_closed
-from .timing.program import not_a_gpu, program_times_us
-from .timing.protocol import RuntimeProfile, runtime_profile
+from .timing.program import not_a_gpu
+from .timing.protocol import RuntimeProfile
 from .topology import Topology
 from .topology_io import load_group
 from .verify import verify
@@ -330,53 +330,3 @@ def within_budget(found: dict[str, Schedule], budget: Budget
     if not kept:
         raise TooBig("no candidate fits: " + "; ".join(notes))
     return kept, notes
-
-
-def served_runtime(result: SolveResult, written: Written, topology: Topology, sizes: list[int],
-                   proto: str, instances: int, calibration: str | None) -> RuntimeProfile:
-    """:func:`synth.timing.protocol.runtime_profile` of what synth serves (the best candidate's
-    file when no size ranges were chosen), each range with its file's instances; ``max_bytes``
-    and ``instances`` are the largest range's file's; sizes left to NCCL are not in it."""
-    if not any(r.candidate for r in written.ranges):
-        return runtime_profile(result.best.schedule, topology, sizes, proto, instances, calibration)
-    # a range with a file runs in that file's protocol; without one (--no-xml), in the request's
-    parts = [runtime_profile(r.candidate.schedule, topology, list(r.sizes),
-                             r.proto if r.text is not None else proto, r.instances, calibration)
-             for r in written.ranges if r.sizes and r.candidate]
-    return RuntimeProfile(parts[-1].proto, parts[-1].instances, parts[-1].max_bytes, parts[-1].source,
-                          [p for part in parts for p in part.points])
-
-
-def program_times(written: Written, result: SolveResult, texts: dict[str, str],
-                  topology: Topology, sizes: list[int], profile: str, calibration: str | None
-                  ) -> list[float] | None:
-    """Per size, the time of the XML that serves it under the timed program model (None without
-    an XML; ``inf`` at a size no XML serves, such as one left to NCCL).
-
-    ``texts``: the files to be written (absolute path -> text); they are timed before anything is
-    written, so a failure here leaves no file behind. Every XML was verified by the interpreter
-    when it was produced (``emit_verified_xml``).
-    """
-    by_name = dict(texts)
-    serving = {p.bytes: f for p, _, f in served_sizes(written, result)}
-    if not any(serving.values()):
-        xml = [f for f in by_name if f.endswith(".xml")]
-        if not xml or any(r.candidate is None for r in written.ranges):
-            return None
-        serving = dict.fromkeys(sizes, xml[0])
-    out: dict[int, float] = {}
-    for f in dict.fromkeys(v for v in serving.values() if v):
-        mine = [n for n in sizes if serving.get(n) == f]
-        times = program_times_us(parse_program(by_name[f], f, profile), topology, mine,
-                                 calibration=calibration, profile=profile)
-        out.update(zip(mine, times, strict=True))
-    return [out.get(n, float("inf")) for n in sizes]
-
-
-def calibration_tag(calibration: str | None) -> str:
-    """``cal-<digest>`` for output names: a calibrated topology gives other schedules."""
-    if calibration is None:
-        return ""
-    import hashlib
-
-    return "cal-" + hashlib.sha256(Path(calibration).read_bytes()).hexdigest()[:8]

@@ -8,9 +8,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..emit.xml_parse import parse_program
 from ..select.candidates import SolveResult
 from ..select.ranking import SizeRange
 from ..sizes import format_size
+from ..timing.program import program_times_us
+from ..timing.protocol import RuntimeProfile, runtime_profile
+from ..topology import Topology
 
 
 def ranges_table(result: SolveResult, ranges: Sequence[SizeRange], files: Sequence[str | None],
@@ -93,3 +97,44 @@ def served_sizes(written: Any, result: SolveResult) -> list[tuple[Any, str, str 
         at = {p.bytes: p for p in (r.candidate.costs if r.candidate else result.nccl or ())}
         out.extend((at[size], r.candidate.name if r.candidate else "nccl", f) for size in r.sizes)
     return out
+
+
+def served_runtime(result: SolveResult, written: Any, topology: Topology, sizes: list[int],
+                   proto: str, instances: int, calibration: str | None) -> RuntimeProfile:
+    """:func:`synth.timing.protocol.runtime_profile` of what synth serves (the best candidate's
+    file when no size ranges were chosen), each range with its file's instances; ``max_bytes``
+    and ``instances`` are the largest range's file's; sizes left to NCCL are not in it."""
+    if not any(r.candidate for r in written.ranges):
+        return runtime_profile(result.best.schedule, topology, sizes, proto, instances, calibration)
+    # a range with a file runs in that file's protocol; without one (--no-xml), in the request's
+    parts = [runtime_profile(r.candidate.schedule, topology, list(r.sizes),
+                             r.proto if r.text is not None else proto, r.instances, calibration)
+             for r in written.ranges if r.sizes and r.candidate]
+    return RuntimeProfile(parts[-1].proto, parts[-1].instances, parts[-1].max_bytes, parts[-1].source,
+                          [p for part in parts for p in part.points])
+
+
+def program_times(written: Any, result: SolveResult, texts: dict[str, str],
+                  topology: Topology, sizes: list[int], profile: str, calibration: str | None
+                  ) -> list[float] | None:
+    """Per size, the time of the XML that serves it under the timed program model (None without
+    an XML; ``inf`` at a size no XML serves, such as one left to NCCL).
+
+    ``texts``: the files to be written (absolute path -> text); they are timed before anything is
+    written, so a failure here leaves no file behind. Every XML was verified by the interpreter
+    when it was produced (``emit_verified_xml``).
+    """
+    by_name = dict(texts)
+    serving = {p.bytes: f for p, _, f in served_sizes(written, result)}
+    if not any(serving.values()):
+        xml = [f for f in by_name if f.endswith(".xml")]
+        if not xml or any(r.candidate is None for r in written.ranges):
+            return None
+        serving = dict.fromkeys(sizes, xml[0])
+    out: dict[int, float] = {}
+    for f in dict.fromkeys(v for v in serving.values() if v):
+        mine = [n for n in sizes if serving.get(n) == f]
+        times = program_times_us(parse_program(by_name[f], f, profile), topology, mine,
+                                 calibration=calibration, profile=profile)
+        out.update(zip(mine, times, strict=True))
+    return [out.get(n, float("inf")) for n in sizes]

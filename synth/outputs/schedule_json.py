@@ -7,6 +7,7 @@ names start with the same stem. :meth:`synth.schedule.Schedule.from_json` reads 
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
@@ -63,3 +64,10 @@ def write_schedule(schedule: Schedule, out_dir: Path, tag: str = "") -> Path:
 def read_schedule(path: str | Path) -> Schedule:
     """A schedule file as ``synth verify`` and ``synth simulate`` read it."""
     return Schedule.from_json(read_input(path, "schedule file"), str(path))
+
+
+def calibration_tag(calibration: str | None) -> str:
+    """``cal-<digest>`` for output names: a calibrated topology gives other schedules."""
+    if calibration is None:
+        return ""
+    return "cal-" + hashlib.sha256(Path(calibration).read_bytes()).hexdigest()[:8]
