@@ -9,23 +9,62 @@ size goes to NCCL, no XML covers it and ``MSCCL_CONFIG`` has no entry for it. Bo
 compared with their runtime floors: a configuration's program-model time where the program model
 decides, else the protocol model's (the lock-step steps plus the protocol's launch, per-step
 synchronisation and channel caps), never the bare wire time.
+
+The rule is written once, in :func:`with_nccl`: ``synth solve`` (:func:`synth.select.ranking.
+rank_sizes`) and ``synth catalog`` (:mod:`synth.catalog`) both pass their rankings through it
+before :func:`synth.select.ranges.choose` merges them into ranges.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import NotApplicable
 from ..timing.nccl import NcclTimes
 from ..timing.protocol import ProtocolTimes, Run
 from .candidates import Candidate, SolveResult
-from .ranges import Config
+from .ranges import BucketTuning, Config
 
 NCCL = Config("nccl", 0, "nccl", 0)
 """The configuration that writes no file: its sizes are left to NCCL."""
+
+
+def nccl_choices(topology: Any, kind: str, sizes: Sequence[int], calibration: Any = None
+                 ) -> list[Any] | None:
+    """What NCCL runs at each size and its time (:class:`synth.timing.nccl.Choice`), with the
+    calibration's ``nccl_model`` section; None where NCCL does not run (no NVIDIA GPU) or has no
+    such collective: then NCCL does not compete."""
+    try:
+        return NcclTimes(topology, calibration).choices(kind, sizes)
+    except NotApplicable:
+        return None
+
+
+def with_nccl(tunings: Sequence[BucketTuning], nccl_us: Sequence[float] | None,
+              runtime_us: Callable[[Config, BucketTuning], float]) -> list[BucketTuning]:
+    """Every bucket's ranking with NCCL competing: the one place the rule is written.
+
+    ``nccl_us``: NCCL's time at each bucket's size (None: NCCL does not run there, the tunings
+    are returned unchanged); ``runtime_us(cfg, tuning)``: the configuration at that bucket as the
+    runtime runs it (``inf`` where the runtime would not select its file). A configuration not
+    faster than NCCL there ranks after :data:`NCCL`, and since NCCL always succeeds (it writes no
+    file) those never serve the bucket: no size is served slower than NCCL. NCCL takes no part in
+    near-tie settling (:func:`synth.select.ranges.settle_near_ties`): a bucket NCCL wins keeps it
+    (its only timed option), a bucket it does not win times only the configurations faster than
+    NCCL, so it cannot settle on a slower one. Tunings that carry no times (the catalog's: no
+    settling) carry none after.
+    """
+    if nccl_us is None:
+        return list(tunings)
+    out = []
+    for t, nccl in zip(tunings, nccl_us, strict=True):
+        faster = [cfg for cfg in t.ranking if cfg != NCCL and runtime_us(cfg, t) < nccl]
+        times = ({cfg: t.times[cfg] for cfg in faster} or {NCCL: nccl}) if t.times else {}
+        out.append(replace(t, ranking=[*faster, NCCL], times=times))
+    return out
 
 
 def runtime_times(result: SolveResult, scorer: Any, candidate: Candidate, cfg: Config
@@ -90,9 +129,8 @@ def compare_with_nccl(result: SolveResult, ranges: Sequence[Any], sizes: Sequenc
     coll = result.collective
     if coll.custom is not None:
         return None
-    try:
-        nccl = NcclTimes(result.topology, nccl_calibration).choices(coll.kind, sizes)
-    except NotApplicable:
+    nccl = nccl_choices(result.topology, coll.kind, sizes, nccl_calibration)
+    if nccl is None:
         return None
     model = ProtocolTimes(result.topology, result.calibration)
     serving = {s: r for r in ranges for s in r.sizes}
