@@ -1,6 +1,7 @@
 """synth catalog with NCCL as a candidate: the rule ``synth solve`` uses (one function,
-:func:`synth.select.nccl.with_nccl`), sizes NCCL's model wins get no file, and nothing changes
-where NCCL does not run."""
+:func:`synth.select.nccl.with_nccl`), the program model's veto on the written files
+(:func:`synth.select.nccl.choose_with_nccl`), sizes NCCL's models win get no file, and nothing
+changes where NCCL does not run."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import pytest
 
 from synth.cli import main
 from synth.select.buckets import Bucket
-from synth.select.nccl import NCCL, nccl_choices, with_nccl
-from synth.select.ranges import BucketTuning, Config, choose
+from synth.select.nccl import NCCL, choose_with_nccl, nccl_choices, with_nccl
+from synth.select.ranges import BucketTuning, Choice, Config, Range, choose
 from synth.topology_io import load_topology
 
 # 8 x H100: NCCL runs NVLS allreduce, which its model puts ahead of every MSCCL-IR file at 64 MB
@@ -35,6 +36,10 @@ def h100(tmp_path_factory):
     root = tmp_path_factory.mktemp("catalog_nccl")
     out, cache = root / "cat", root / "cache"
     return out, cache, _catalog(out, cache)
+
+
+def _key(cfg: dict) -> tuple:
+    return cfg["algorithm"], cfg["chunks"], cfg["proto"], cfg["instances"]
 
 
 # ------------------------------------------------------------------------------ the rule itself
@@ -66,6 +71,40 @@ def test_with_nccl_ranks_the_slower_after_nccl_and_keeps_it_out_of_near_ties():
     assert [r.config for r in choice.ranges] == [NCCL] and A in choice.excluded
 
 
+def test_the_program_model_vetoes_a_file_it_puts_behind_nccl_at_that_bucket_only():
+    """The protocol model ranks A, then B, ahead of NCCL at both buckets; the program model puts
+    A's file behind NCCL at both and B's at bucket 1: bucket 0 goes to B, bucket 1 to NCCL."""
+    model = {A: 5.0, B: 6.0}
+    program = {(A, 0): 9.0, (A, 1): 12.0, (B, 0): 7.0, (B, 1): 11.0}
+    tunings = [_tuning(0, [A, B]), _tuning(1, [A, B])]
+    tried: list[Range] = []
+    timed: list[list[Config]] = []
+
+    def times(choice: Choice) -> dict[int, float]:
+        timed.append([r.config for r in choice.ranges])
+        return {b: program[(r.config, b)] for r in choice.ranges if r.config != NCCL
+                for b in r.buckets}
+
+    got = choose_with_nccl(tunings, [8.0, 10.0], lambda cfg, t: model[cfg],
+                           lambda r: tried.append(r) or None, times)
+    assert [(r.config, r.buckets) for r in got.choice.ranges] == [(B, (0,)), (NCCL, (1,))]
+    assert got.program_us == {0: 7.0}                    # the final files' times, for the report
+    assert [(v.config, v.bucket, v.program_us, v.nccl_us) for v in got.vetoes] == [
+        (A, 0, 9.0, 8.0), (A, 1, 12.0, 10.0), (B, 1, 11.0, 10.0)]
+    assert got.rounds == 3 and timed == [[A], [B], [B, NCCL]]
+    # equal is not faster; a deadlock (inf) is vetoed too
+    program.update({(B, 0): 8.0, (B, 1): math.inf})
+    again = choose_with_nccl(tunings, [8.0, 10.0], lambda cfg, t: model[cfg], lambda r: None,
+                             times)
+    assert [r.config for r in again.choice.ranges] == [NCCL] and again.program_us == {}
+    # NCCL does not run: no veto, the files are timed once for the report
+    timed.clear()
+    free = choose_with_nccl(tunings, None, lambda cfg, t: model[cfg], lambda r: None, times)
+    assert [(r.config, r.buckets) for r in free.choice.ranges] == [(A, (0, 1))]
+    assert free.vetoes == [] and free.rounds == 1 and free.program_us == {0: 9.0, 1: 12.0}
+    assert timed == [[A]]
+
+
 def test_nccl_does_not_run_off_nvidia():
     assert nccl_choices(load_topology("trn1_32"), "allgather", [1024, 2**30]) is None
     assert nccl_choices(load_topology("ring:4"), "allreduce", [1024]) is None
@@ -84,14 +123,22 @@ def test_sizes_nccl_wins_get_no_file_and_no_config_entry(h100):
     for r in left:
         assert r["file"] is None and r["winner"]["algorithm"] == "nccl"
         assert r["time_us"] == r["nccl"]["time_us"] and r["speedup_vs_nccl"] == 1.0
-        # NCCL is faster there than every configuration the catalog could have written
+        # NCCL is faster there than every configuration the catalog could have written: under
+        # the protocol model, or under the program model (its file vetoed there) or it has none
+        vetoed = {_key(v["config"]) for v in d["program_vetoes"] if v["bucket"] == r["index"]}
+        vetoed |= {_key(e["config"]) for e in d["excluded"]}
         for c in d["candidates"]:
-            for per in c["predicted_us"].values():
-                for ts in per.values():
-                    assert ts[r["index"]] is None or ts[r["index"]] >= r["nccl"]["time_us"]
-    for r in served:                                # no size is served slower than NCCL's model
+            for proto, per in c["predicted_us"].items():
+                for inst, ts in per.items():
+                    t = ts[r["index"]]
+                    assert t is None or t >= r["nccl"]["time_us"] or \
+                        (c["algorithm"], c["chunks"], proto, int(inst)) in vetoed
+    for v in d["program_vetoes"]:
+        assert v["program_us"] is None or v["program_us"] >= v["nccl_us"]
+    for r in served:                                # no size is served slower than NCCL's models
         assert r["file"] is not None and r["winner"]["algorithm"] != "nccl"
         assert r["time_us"] < r["nccl"]["time_us"]
+        assert r["speedup_timed_by"] == "program" and r["program_us"] < r["nccl"]["time_us"]
     # no file, no MSCCL_CONFIG entry reaches into a size left to NCCL
     spans = [(f["minBytes"], f["maxBytes"]) for f in d["files"]]
     assert sorted(p.name for p in (out / "msccl-algorithms").iterdir()) == sorted(
@@ -125,3 +172,36 @@ def test_the_calibrations_nccl_model_is_what_competes(h100, tmp_path):
     assert data["collectives"]["allreduce"]["left_to_nccl"] == []
     assert rows[-1]["nccl"]["time_us"] > old[-1]["nccl"]["time_us"]
     assert "No size is left to NCCL" in (tmp_path / "cat" / "catalog.md").read_text()
+
+
+@pytest.fixture(scope="module")
+def h100_16mb(tmp_path_factory):
+    root = tmp_path_factory.mktemp("catalog_nccl_veto")
+    out = root / "cat"
+    main(["catalog", "--topo", TOPO, "--collectives", "allreduce", "--sizes", "1KB,16MB",
+          "--time-limit", "2", "--workers", "1", "--out", str(out), "--cache-dir",
+          str(root / "cache"), "--quiet"])
+    return out, json.loads((out / "catalog.json").read_text())
+
+
+def test_a_size_the_program_model_gives_nccl_gets_no_file(h100_16mb):
+    """16 MB allreduce on 8 x H100: the protocol model puts files ahead of NCCL, the program model
+    puts each of them behind it as written, so NCCL serves the size; 1 KB keeps its file."""
+    out, data = h100_16mb
+    d = data["collectives"]["allreduce"]
+    small, big = d["buckets"]
+    nccl_us = big["nccl"]["time_us"]
+    ahead = {(c["algorithm"], c["chunks"], p, int(i))
+             for c in d["candidates"] for p, per in c["predicted_us"].items()
+             for i, ts in per.items() if ts[1] is not None and ts[1] < nccl_us}
+    assert ahead                                    # the protocol model alone would write a file
+    assert big["served_by"] == "nccl" and big["file"] is None and big["program_us"] is None
+    vetoed = {_key(v["config"]) for v in d["program_vetoes"] if v["bucket"] == 1}
+    assert vetoed and vetoed <= ahead               # only what the protocol model put ahead
+    assert ahead <= vetoed | {_key(e["config"]) for e in d["excluded"]}
+    assert small["served_by"] == "synth" and small["program_us"] < small["nccl"]["time_us"]
+    assert [f["buckets"] for f in d["files"]] == [[0]]
+    assert d["left_to_nccl"] == [{"minBytes": big["lo"], "maxBytes": big["hi"], "buckets": [1]}]
+    assert f'maxbytes="{small["hi"] + 1}"' in (out / "msccl_config.xml").read_text()
+    md = (out / "catalog.md").read_text()
+    assert "Put behind NCCL by the timed program model" in md

@@ -12,8 +12,10 @@ it: its written file under the timed program model where that was run (``speedup
 ``model``).
 
 Where NCCL's model is faster than every configuration at a bucket (:func:`synth.select.nccl.
-with_nccl`), the bucket is left to NCCL: its row says ``served_by: "nccl"``, its winner's
-algorithm is ``nccl``, it has no file, and its times are NCCL's own.
+with_nccl`), or than every configuration whose written file the program model does not put behind
+NCCL there (:func:`synth.select.nccl.choose_with_nccl`; ``program_vetoes`` lists those), the
+bucket is left to NCCL: its row says ``served_by: "nccl"``, its winner's algorithm is ``nccl``,
+it has no file, and its times are NCCL's own.
 """
 
 from __future__ import annotations
@@ -90,27 +92,12 @@ def nccl_choices(result: CatalogResult, kind: str, sizes: list[int]) -> list[Any
 
 
 def program_times(result: CatalogResult, cr: CollectiveResult) -> dict[int, float]:
-    """Per bucket, the winning file run by the timed program model (:mod:`synth.timing.program`).
-
-    The files are the interpreter-verified ones the catalog writes; ``model_us`` (``time_us``)
-    is the lock-step protocol model the tuner ranks by, this is the same file as the runtime would
-    execute it (threadblocks, grid iterations, FIFO slots, shared links).
-    """
-    from ..timing.program import cached_times, program_model
-
-    out: dict[int, float] = {}
-    models: dict[str, Any] = {}
-    for e in cr.emitted:
-        proto = e.range.config.proto
-        if proto not in models:
-            models[proto] = program_model(result.topology, proto, protocols=result.model)
-        sizes = [b for b in result.buckets if b.index in set(e.range.buckets)]
-        # by the file's content: a rerun (or another bucket of this file) reads the times kept
-        # beside the solve cache instead of simulating again
-        times = cached_times(e.exec_xml, result.topology, [b.size for b in sizes],
-                             model=models[proto], store=result.timings)
-        out.update({b.index: t for b, t in zip(sizes, times, strict=True)})
-    return out
+    """Per bucket a file serves, the winning file run by the timed program model
+    (:func:`synth.catalog.emit.program_times`, computed once while choosing: the same times NCCL's
+    veto compared). ``model_us`` (``time_us``) is the lock-step protocol model the tuner ranks by;
+    this is the same file as the runtime would execute it (threadblocks, grid iterations, FIFO
+    slots, shared links)."""
+    return cr.program_us
 
 
 def _vs_nccl(nccl_us: float | None, model_us: float, program_us: float | None
@@ -213,6 +200,7 @@ def catalog_json(result: CatalogResult, xml_dir: str, config_paths: dict[str, st
                              for r in cr.choice.ranges if r.config == NCCL],
             "excluded": [{"config": c.to_dict(), "reason": why}
                          for c, why in sorted(cr.choice.excluded.items())],
+            "program_vetoes": [v.to_dict() for v in cr.vetoes],
             "candidates": cands,
             "not_candidates": [{"encoding": r.encoding, "chunks": r.chunks, "status": r.status,
                                 "message": r.message} for r in cr.rejected],
@@ -275,14 +263,14 @@ def catalog_md(result: CatalogResult, data: dict[str, Any], out_abs: str) -> str
                           f"`synth.timing.nccl`, validated in results/reality.md) the files' "
                           f"predicted time is {min(ups):.2f}x – {max(ups):.2f}x NCCL's speed "
                           f"(median {sorted(ups)[len(ups) // 2]:.2f}x; largest at "
-                          f"{format_size(best['size'])}; below 1: the written file under the timed "
-                          f"program model is slower than NCCL there, though its protocol-model "
-                          f"time, which selection compares, is not).")
+                          f"{format_size(best['size'])}).")
         if d["left_to_nccl"]:
             spans = ", ".join(_range_text(x["minBytes"], x["maxBytes"]) for x in d["left_to_nccl"])
             lines[-1] += (f" Left to NCCL (no file, no `MSCCL_CONFIG` entry: the runtime falls "
                           f"back to NCCL, whose model is faster there than every configuration's "
-                          f"protocol-model time): {spans}.")
+                          f"protocol-model time, or than the written file of every configuration "
+                          f"the protocol model puts ahead, run by the timed program model): "
+                          f"{spans}.")
         elif d["buckets"] and d["buckets"][0]["nccl"] is not None:
             lines[-1] += " No size is left to NCCL: a file is faster at every size."
         lines.append("")
@@ -316,6 +304,13 @@ def catalog_md(result: CatalogResult, data: dict[str, Any], out_abs: str) -> str
                          f"{_cfg_text(f['config'])}, {f['nchannels']} channel(s), "
                          f"{f['threadblocks_per_rank']} threadblocks per rank"
                          + (f"; {f['legacy_note']}" if f["legacy_note"] else ""))
+        if d["program_vetoes"]:
+            lines += ["", "Put behind NCCL by the timed program model (the protocol model ranked "
+                      "them ahead; their written file was not faster than NCCL there, so the "
+                      "bucket went to its next configuration or to NCCL):", ""]
+            lines += [f"- {_cfg_text(v['config'])} at {format_size(result.buckets[v['bucket']].size)}"
+                      f": {_num(v['program_us'])} µs vs NCCL's {_num(v['nccl_us'])} µs"
+                      for v in d["program_vetoes"]]
         if d["excluded"]:
             lines += ["", "Passed over (the bucket went to its next-best configuration):", ""]
             lines += [f"- {_cfg_text(e['config'])}: {e['reason']}" for e in d["excluded"]]
