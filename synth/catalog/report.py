@@ -201,6 +201,7 @@ def catalog_json(result: CatalogResult, xml_dir: str, config_paths: dict[str, st
             "excluded": [{"config": c.to_dict(), "reason": why}
                          for c, why in sorted(cr.choice.excluded.items())],
             "program_vetoes": [v.to_dict() for v in cr.vetoes],
+            "program_veto_rounds": cr.rounds,
             "candidates": cands,
             "not_candidates": [{"encoding": r.encoding, "chunks": r.chunks, "status": r.status,
                                 "message": r.message} for r in cr.rejected],
@@ -308,9 +309,15 @@ def catalog_md(result: CatalogResult, data: dict[str, Any], out_abs: str) -> str
             lines += ["", "Put behind NCCL by the timed program model (the protocol model ranked "
                       "them ahead; their written file was not faster than NCCL there, so the "
                       "bucket went to its next configuration or to NCCL):", ""]
-            lines += [f"- {_cfg_text(v['config'])} at {format_size(result.buckets[v['bucket']].size)}"
-                      f": {_num(v['program_us'])} µs vs NCCL's {_num(v['nccl_us'])} µs"
-                      for v in d["program_vetoes"]]
+            per: dict[int, list[dict[str, Any]]] = {}
+            for v in d["program_vetoes"]:
+                per.setdefault(v["bucket"], []).append(v)
+            for b, vs in sorted(per.items()):
+                first = vs[0]   # the first found: the protocol model's best there
+                lines.append(f"- {format_size(result.buckets[b].size)}: {len(vs)} "
+                             f"configuration(s), first {_cfg_text(first['config'])} at "
+                             f"{_num(first['program_us'])} µs vs NCCL's "
+                             f"{_num(first['nccl_us'])} µs")
         if d["excluded"]:
             lines += ["", "Passed over (the bucket went to its next-best configuration):", ""]
             lines += [f"- {_cfg_text(e['config'])}: {e['reason']}" for e in d["excluded"]]
