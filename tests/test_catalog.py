@@ -124,9 +124,12 @@ def test_envelope_never_worse_than_best_baseline(built):
             # ring:4 has no NCCL (no GPU): no speed-up is claimed (tests/test_nccl_model.py
             # checks the NCCL column on dgx_a100)
             assert b["nccl"] is None and b["speedup_vs_nccl"] is None
+            # ... and nothing is left to it: every size has a file (tests/test_catalog_nccl.py)
+            assert b["served_by"] == "synth" and b["file"] is not None
             # the written file under the timed program model (launch floor included)
             assert b["program_us"] is not None and b["program_us"] > 1.0, (kind, b)
         assert all(c["verified"] and c["cache_key"] for c in cands)
+        assert d["left_to_nccl"] == []
         for f in d["files"]:  # the runtime selects the file at its sizes (spec §3.1)
             for i in f["buckets"]:
                 assert data["buckets"][i]["size"] % (4 * f["nchunksperloop"]) == 0

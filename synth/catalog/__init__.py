@@ -6,9 +6,21 @@ Pipeline (one module each)::
     candidates.plan_jobs ──► cache (hit) ─┐
                          └─► executor ────┴─► candidates.candidates_from (verify every schedule)
         ──► select.Table (protocols: predicted µs per config and size)
-        ──► select.tune_buckets (synth.tuning, per size bucket) ──► select.choose (merge + fallback,
-            emit.Emitter: interpreter-verified XML) ──► output.write_catalog (atomic folder swap:
-            XML, MSCCL_CONFIG, catalog.json, catalog.md, plots)
+        ──► select.tune_buckets (synth.tuning, per size bucket) ──► select.nccl.choose_with_nccl
+            (NCCL competes; select.choose: merge + fallback, emit.Emitter: interpreter-verified
+            XML; emit.program_times: the program model's veto, repeated until no file is vetoed)
+        ──► output.write_catalog (atomic folder swap: XML, MSCCL_CONFIG, catalog.json, catalog.md,
+            plots)
+
+**NCCL competes** as in ``synth solve`` (:func:`synth.select.nccl.with_nccl`): where NCCL runs
+(an NVIDIA GPU; the calibration's ``nccl_model`` section applies), a configuration whose
+protocol-model time at a bucket is not below NCCL's modelled time there ranks after NCCL, and a
+bucket NCCL wins gets no file: no XML, no ``MSCCL_CONFIG`` entry, so the runtime falls back to
+NCCL at those sizes. The written files are then run by the timed program model at their buckets
+(:func:`synth.catalog.emit.program_times`, the report's ``program_us``), and a configuration whose
+file is not faster than NCCL there under that model is vetoed at that bucket and the ranges are
+chosen again (:func:`synth.select.nccl.choose_with_nccl`), so no bucket is served by a file either
+model puts behind NCCL. Elsewhere (Trainium, MI300X, builder topologies) nothing changes.
 
 :func:`build_catalog` does everything up to the verified files in memory and returns a
 :class:`CatalogResult`; :func:`synth.catalog.output.write_catalog` writes it. Nothing touches the
@@ -31,7 +43,8 @@ from ..emit import XML_KINDS
 from ..errors import SynthError, unknown_name
 from ..guards import Budget
 from ..select.buckets import Bucket, make_buckets
-from ..select.ranges import BucketTuning, Choice, choose
+from ..select.nccl import NCCL, Veto, choose_with_nccl, nccl_choices
+from ..select.ranges import BucketTuning, Choice
 from ..select.tuned import Table, tune_buckets
 from ..timing.program_store import TimingStore
 from ..timing.protocol import ProtocolModel, default_model, model_with_calibration
@@ -46,7 +59,7 @@ from .candidates import (
     candidates_from,
     plan_jobs,
 )
-from .emit import Emitted, Emitter
+from .emit import Emitted, Emitter, program_times
 from .executor import check_executor, run_jobs
 
 DEFAULT_COLLECTIVES = ("allgather", "reducescatter", "allreduce", "alltoall")
@@ -93,12 +106,24 @@ class CollectiveResult:
     rejected: list[Rejected]
     table: Table
     tunings: list[BucketTuning]
+    """The tuner's rankings per bucket (its record: NCCL is not in them)."""
     choice: Choice
     emitted: list[Emitted]
+    """The files, one per range synth serves, in range order (a range left to NCCL has none)."""
     xml_verified: int = 0
     """Emissions compiled and executed by the interpreter in this run."""
     xml_reused: int = 0
     """Emissions whose verified result was reused from the cache."""
+    nccl: list[Any] | None = None
+    """What NCCL runs at each bucket's size and its time (:class:`synth.timing.nccl.Choice`),
+    the times it competed with; None where NCCL does not run."""
+    program_us: dict[int, float] = field(default_factory=dict)
+    """Per bucket a file serves, that file under the timed program model (µs; ``inf`` where it
+    deadlocks there): the report's ``program_us``, and what NCCL's veto compared."""
+    vetoes: list[Veto] = field(default_factory=list)
+    """The (configuration, bucket) pairs the program model put behind NCCL, in the order found."""
+    rounds: int = 1
+    """How many times the ranges were chosen (1: no veto)."""
 
 
 @dataclass
@@ -172,14 +197,16 @@ def build_catalog(topology: Topology, *, topo_spec: str, nodes: int, kinds: Sequ
             progress.advance(j.kind, "solve", grid_per_pair)  # not asked again (docstring)
     records += _resolve(second, cache, executor, workers, progress, counts, crashes)
     jobs = first + second
+    nccl_cal = calibration_of(calibration)
+    timings = TimingStore.beside(cache.root) if xml_cache else None
     results = [_collective(topology, kind, jobs, records, buckets, model, tuner, seed,
-                           progress, cache if xml_cache else None, plans, budget)
-                for kind in kinds]
+                           progress, cache if xml_cache else None, plans, budget, nccl_cal,
+                           timings)
+               for kind in kinds]
     return CatalogResult(topology, topo_spec, nodes, kinds, tuple(sorted(set(sizes))), buckets,
                          tuner, model, calibration.source if calibration is not None else None,
                          cal_notes, results, counts["solved"], counts["cached"], crashes,
-                         time.perf_counter() - start, calibration_of(calibration),
-                         TimingStore.beside(cache.root) if xml_cache else None)
+                         time.perf_counter() - start, nccl_cal, timings)
 
 
 def _resolve(jobs: list[SolveJob], cache: SolveCache, executor: str, workers: int,
@@ -209,7 +236,8 @@ def _resolve(jobs: list[SolveJob], cache: SolveCache, executor: str, workers: in
 def _collective(topology: Topology, kind: str, jobs: list[SolveJob], records: list[dict[str, Any]],
                 buckets: list[Bucket], model: ProtocolModel, tuner: str, seed: int,
                 progress: Progress, cache: SolveCache | None, plans: bool = False,
-                budget: Budget | None = None) -> CollectiveResult:
+                budget: Budget | None = None, nccl_calibration: Any = None,
+                timings: TimingStore | None = None) -> CollectiveResult:
     coll = make_collective(kind, topology.num_ranks)
     cands, rejected = candidates_from(jobs, records, topology, coll, budget)
     if not cands:
@@ -217,10 +245,16 @@ def _collective(topology: Topology, kind: str, jobs: list[SolveJob], records: li
         raise SynthError(f"no encoding produced a schedule for {kind} on '{topology.name}' ({why})")
     table = Table(cands, buckets, model)
     tunings = tune_buckets(table, tuner, seed, progress=lambda b: progress.advance(kind, "tune"))
+    # NCCL competes (module docstring): against each configuration's protocol-model time, the
+    # MSCCL runtime's floors included, as the tuner ranked it; then the written files' program
+    # times veto any (configuration, bucket) they put behind NCCL
+    nccl = nccl_choices(topology, kind, [b.size for b in buckets], nccl_calibration)
     lookup = {cfg: table.candidate(cfg) for t in tunings for cfg in t.ranking}
     emitter = Emitter(topology, lookup, cache, plans)
 
     def attempt(r: Any) -> str | None:
+        if r.config == NCCL:
+            return None     # left to NCCL: no file to produce
         fresh = (r.config, r.lo, r.hi) not in emitter.done
         if fresh:
             progress.more(kind, 1)
@@ -229,7 +263,14 @@ def _collective(topology: Topology, kind: str, jobs: list[SolveJob], records: li
             progress.advance(kind, "emit")
         return why
 
-    choice = choose(tunings, attempt)
-    return CollectiveResult(kind, cands, rejected, table, tunings, choice,
-                            [emitter.result(r) for r in choice.ranges], emitter.verified,
-                            emitter.reused)
+    def timed(choice: Choice) -> dict[int, float]:
+        return program_times([emitter.executor_file(r) for r in choice.ranges if r.config != NCCL],
+                             buckets, topology, model, timings)
+
+    vetted = choose_with_nccl(
+        tunings, [c.time_us for c in nccl] if nccl is not None else None,
+        lambda cfg, t: table.time(cfg, t.bucket.index), attempt, timed)
+    emitted = [emitter.result(r) for r in vetted.choice.ranges if r.config != NCCL]
+    return CollectiveResult(kind, cands, rejected, table, tunings, vetted.choice,
+                            emitted, emitter.verified, emitter.reused, nccl,
+                            vetted.program_us, vetted.vetoes, vetted.rounds)

@@ -21,13 +21,18 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..emit import XmlOptions, emit_verified_xml
 from ..errors import SynthError
 from ..mscclpp.emit import PlanOptions, emit_verified_plan
 from ..outputs.msccl import max_threadblocks, sm_count
+from ..select.buckets import Bucket
 from ..select.ranges import Config, Range
+from ..timing.program_store import TimingStore
+from ..timing.protocol import ProtocolModel
 from ..topology import Topology
 from .cache import SolveCache, xml_key
 from .candidates import Candidate
@@ -67,21 +72,35 @@ class Emitter:
         self.lookup = candidates
         self.cache = cache
         self.done: dict[tuple[Config, int, int], Emitted | str] = {}
+        self.finished: dict[tuple[Config, int, int], Emitted] = {}
         self.reused = 0
         self.verified = 0
 
     def attempt(self, r: Range) -> str | None:
-        """None when the range's file exists (now or from an earlier attempt), else why not."""
+        """None when the range's file exists (now or from an earlier attempt), else why not.
+
+        Only the executor file is produced here: it decides whether the range can be served, and
+        it is what the program model times. The legacy twin and the plan (which never decide it:
+        their failures are notes) wait for :meth:`result`, so a range the program model's veto
+        passes over (:func:`synth.select.nccl.choose_with_nccl`) costs one file, not two."""
         key = (r.config, r.lo, r.hi)
         if key not in self.done:
             self.done[key] = self._emit(r)
         got = self.done[key]
         return got if isinstance(got, str) else None
 
-    def result(self, r: Range) -> Emitted:
+    def executor_file(self, r: Range) -> Emitted:
+        """The range's executor file as :meth:`attempt` produced it (no legacy twin or plan yet)."""
         got = self.done[(r.config, r.lo, r.hi)]
         assert isinstance(got, Emitted)
         return got
+
+    def result(self, r: Range) -> Emitted:
+        """The range's files, the legacy twin and the plan included (produced on first call)."""
+        key = (r.config, r.lo, r.hi)
+        if key not in self.finished:
+            self.finished[key] = self._twins(self.executor_file(r))
+        return self.finished[key]
 
     def _verified(self, cand: Candidate, options: XmlOptions) -> tuple[str, tuple[str, ...]] | str:
         """(text, modes the interpreter ran) or why the file cannot be produced."""
@@ -123,14 +142,20 @@ class Emitter:
             return (f"needs {tbs} threadblocks per rank; all must be co-resident and the GPU has "
                     f"{self.sms} SMs (spec §5.1)")
         m = re.search(r'\bnchannels="(\d+)"', text)
+        return Emitted(r, text, None, "", modes, tbs, int(m.group(1)) if m else 0)
+
+    def _twins(self, e: Emitted) -> Emitted:
+        """``e`` with its legacy twin (``maxBytes=hi+1``, out-of-place) and, when asked, its plan."""
+        r, cfg = e.range, e.range.config
+        cand = self.lookup[cfg]
         legacy = self._verified(cand, XmlOptions(profile="legacy", proto=cfg.proto,
                                                  instances=cfg.instances, min_bytes=r.lo,
                                                  max_bytes=r.hi + 1))
         legacy_xml, note = (None, f"no legacy file: {legacy}") if isinstance(legacy, str) \
             else (legacy[0], "")
         plan_json, plan_note = self._plan(cand, r) if self.plans else (None, "")
-        return Emitted(r, text, legacy_xml, note, modes, tbs, int(m.group(1)) if m else 0,
-                       plan_json, plan_note)
+        return dataclasses.replace(e, legacy_xml=legacy_xml, legacy_note=note,
+                                   plan_json=plan_json, plan_note=plan_note)
 
     def _plan(self, cand: Candidate, r: Range) -> tuple[str | None, str]:
         """The same schedule and knobs as the range's XML, as a verified MSCCL++ plan whose
@@ -147,3 +172,30 @@ class Emitter:
         except SynthError as exc:
             return None, f"no MSCCL++ plan: {exc.message}"
         return text, ""
+
+
+def program_times(emitted: Sequence[Emitted], buckets: Sequence[Bucket], topology: Topology,
+                  protocols: ProtocolModel, store: TimingStore | None) -> dict[int, float]:
+    """Per bucket a file serves, that file run by the timed program model
+    (:mod:`synth.timing.program`) at the bucket's size: the file as the runtime would execute it
+    (threadblocks, grid iterations, FIFO slots, shared links), where the tuner ranked its lock-step
+    protocol-model time. What the catalog's NCCL veto (:func:`synth.select.nccl.choose_with_nccl`)
+    and its report's ``program_us`` both read, computed once.
+
+    Times are kept by the file's content (:func:`synth.timing.program.cached_times`; in ``store``
+    across runs), so another round or a rerun reads them instead of simulating again.
+    """
+    from ..timing.program import cached_times, program_model
+
+    out: dict[int, float] = {}
+    models: dict[str, Any] = {}
+    size = {b.index: b.size for b in buckets}
+    for e in emitted:
+        proto = e.range.config.proto
+        if proto not in models:
+            models[proto] = program_model(topology, proto, protocols=protocols)
+        idx = list(e.range.buckets)
+        times = cached_times(e.exec_xml, topology, [size[i] for i in idx], model=models[proto],
+                             store=store)
+        out.update(zip(idx, times, strict=True))
+    return out

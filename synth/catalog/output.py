@@ -2,7 +2,8 @@
 
 Layout of ``OUT``::
 
-    msccl-algorithms/   the winners' XML files (executor/RCCL profile): MSCCL_ALGO_DIR
+    msccl-algorithms/   the winners' XML files (executor/RCCL profile): MSCCL_ALGO_DIR; none for
+                        sizes left to NCCL (synth.select.nccl.with_nccl)
     legacy/             their legacy-profile twins, listed by msccl_config.xml
     msccl_config.xml    MSCCL_CONFIG for microsoft/msccl (absolute paths: the runtime opens them
                         relative to the job's working directory otherwise)
@@ -49,7 +50,6 @@ from .report import (
     catalog_json,
     catalog_md,
     dumps,
-    nccl_choices,
     xml_name,
 )
 
@@ -134,9 +134,8 @@ def render(result: CatalogResult, out: Path, group: Group | None = None
     for cr in result.results:
         title = (f"{cr.kind} on {result.topology.name} ({result.topology.num_ranks} ranks): "
                  "predicted algorithm bandwidth")
-        nccl = nccl_choices(result, cr.kind, [b.size for b in result.buckets])
         files[f"{PLOT_DIR}/{cr.kind}.png"] = plot_collective(
-            cr, result.buckets, title, [c.time_us for c in nccl] if nccl is not None else None)
+            cr, result.buckets, title, [c.time_us for c in cr.nccl] if cr.nccl is not None else None)
     if group is not None:
         xml = [rel for rel in files if rel.endswith(".xml")]
         files.update({f"{MAP_FOLDER}/{name}": text for name, text in rank_maps(xml, group).items()})

@@ -37,11 +37,11 @@ def plot_collective(cr: CollectiveResult, buckets: list[Bucket], title: str,
         style = "-" if fam.startswith("baseline/") else "-."
         ax.plot(sizes, bw, style, color=cmap(i % 20), linewidth=1.2, alpha=0.85, label=fam,
                 marker="o", markersize=2.5)
-    from .report import best_baseline, winners
+    from .report import best_baseline, winner_time, winners
 
     base_bw, env_bw = [], []
     for b, (_, cfg) in zip(buckets, winners(cr), strict=True):
-        env_bw.append(b.size / (t.time(cfg, b.index) * 1e3))
+        env_bw.append(b.size / (winner_time(cr, b.index, cfg) * 1e3))   # NCCL's where it serves
         base = best_baseline(cr, b.index)
         base_bw.append(b.size / (t.time(base, b.index) * 1e3) if base is not None else math.nan)
     ax.plot(sizes, base_bw, "--", color="black", linewidth=1.6, label="best baseline")
@@ -49,7 +49,7 @@ def plot_collective(cr: CollectiveResult, buckets: list[Bucket], title: str,
         ax.plot(sizes, [b.size / (t_us * 1e3) for b, t_us in zip(buckets, nccl_us, strict=True)],
                 ":", color="navy", linewidth=2.2, label="NCCL as it runs (synth.timing.nccl)")
     ax.plot(sizes, env_bw, "-", color="crimson", linewidth=3.2, alpha=0.8,
-            label="catalog envelope (chosen files)")
+            label="catalog envelope (chosen files; NCCL where left to it)")
     for r in cr.choice.ranges[1:]:
         ax.axvline(r.lo, color="crimson", linewidth=0.6, linestyle=":", alpha=0.7)
     ax.set_xscale("log", base=2)

@@ -10,6 +10,12 @@ latency floors; validated in ``results/reality.md``), the winner timed as the MS
 it: its written file under the timed program model where that was run (``speedup_timed_by`` =
 ``program``), else the protocol model with the runtime's floors (:mod:`synth.timing.protocol`,
 ``model``).
+
+Where NCCL's model is faster than every configuration at a bucket (:func:`synth.select.nccl.
+with_nccl`), or than every configuration whose written file the program model does not put behind
+NCCL there (:func:`synth.select.nccl.choose_with_nccl`; ``program_vetoes`` lists those), the
+bucket is left to NCCL: its row says ``served_by: "nccl"``, its winner's algorithm is ``nccl``,
+it has no file, and its times are NCCL's own.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import math
 import re
 from typing import Any
 
+from ..select.nccl import NCCL
+from ..select.nccl import nccl_choices as _nccl_choices
 from ..select.ranges import INSTANCES, Config
 from ..sizes import format_size
 from ..timing.protocol import PROTOCOLS
@@ -55,50 +63,41 @@ def best_baseline(cr: CollectiveResult, bucket: int) -> Config | None:
     return min(configs, key=rank_key(t, bucket))
 
 
-def winners(cr: CollectiveResult) -> list[tuple[int, Config]]:
-    """(range index, winning config) per bucket."""
-    out: list[tuple[int, Config]] = []
-    for i, r in enumerate(cr.choice.ranges):
-        out += [(i, r.config)] * len(r.buckets)
+def winners(cr: CollectiveResult) -> list[tuple[int | None, Config]]:
+    """(file index, winning config) per bucket; the file index counts the ranges that have a file
+    (:attr:`CollectiveResult.emitted`), None for a bucket left to NCCL (:data:`NCCL`)."""
+    out: list[tuple[int | None, Config]] = []
+    files = 0
+    for r in cr.choice.ranges:
+        if r.config == NCCL:
+            out += [(None, r.config)] * len(r.buckets)
+        else:
+            out += [(files, r.config)] * len(r.buckets)
+            files += 1
     return out
+
+
+def winner_time(cr: CollectiveResult, bucket: int, cfg: Config) -> float:
+    """The winner's predicted µs at a bucket: its protocol-model time, or NCCL's own modelled
+    time where the bucket is left to NCCL."""
+    if cfg == NCCL:
+        assert cr.nccl is not None, "NCCL won a bucket where it does not run"
+        return float(cr.nccl[bucket].time_us)
+    return cr.table.time(cfg, bucket)
 
 
 def nccl_choices(result: CatalogResult, kind: str, sizes: list[int]) -> list[Any] | None:
     """What NCCL runs at each size and its time (None where NCCL has no such collective)."""
-    from ..errors import NotApplicable
-    from ..timing.nccl import predict
-
-    try:
-        return predict(result.topology, kind, sizes, result.nccl_calibration)
-    except NotApplicable:
-        return None
+    return _nccl_choices(result.topology, kind, sizes, result.nccl_calibration)
 
 
 def program_times(result: CatalogResult, cr: CollectiveResult) -> dict[int, float]:
-    """Per bucket, the winning file run by the timed program model (:mod:`synth.timing.program`).
-
-    The files are the interpreter-verified ones the catalog writes; ``model_us`` (``time_us``)
-    is the lock-step protocol model the tuner ranks by, this is the same file as the runtime would
-    execute it (threadblocks, grid iterations, FIFO slots, shared links).
-    """
-    from ..timing.program import cached_times, program_model
-
-    out: dict[int, float] = {}
-    ranges = cr.choice.ranges
-    models: dict[str, Any] = {}
-    for ri, e in enumerate(cr.emitted):
-        if ri >= len(ranges) or e.range.config != ranges[ri].config:
-            continue
-        proto = e.range.config.proto
-        if proto not in models:
-            models[proto] = program_model(result.topology, proto, protocols=result.model)
-        sizes = [b for b in result.buckets if b.index in set(ranges[ri].buckets)]
-        # by the file's content: a rerun (or another bucket of this file) reads the times kept
-        # beside the solve cache instead of simulating again
-        times = cached_times(e.exec_xml, result.topology, [b.size for b in sizes],
-                             model=models[proto], store=result.timings)
-        out.update({b.index: t for b, t in zip(sizes, times, strict=True)})
-    return out
+    """Per bucket a file serves, the winning file run by the timed program model
+    (:func:`synth.catalog.emit.program_times`, computed once while choosing: the same times NCCL's
+    veto compared). ``model_us`` (``time_us``) is the lock-step protocol model the tuner ranks by;
+    this is the same file as the runtime would execute it (threadblocks, grid iterations, FIFO
+    slots, shared links)."""
+    return cr.program_us
 
 
 def _vs_nccl(nccl_us: float | None, model_us: float, program_us: float | None
@@ -114,19 +113,28 @@ def _vs_nccl(nccl_us: float | None, model_us: float, program_us: float | None
     return {"speedup_vs_nccl": None, "speedup_timed_by": None}
 
 
+def winner_dict(cfg: Config) -> dict[str, Any]:
+    """The winner's knobs; NCCL (no file) has none of synth's: only ``algorithm: nccl``."""
+    if cfg == NCCL:
+        return {"algorithm": "nccl", "chunks": None, "proto": None, "instances": None}
+    return cfg.to_dict()
+
+
 def bucket_rows(cr: CollectiveResult, buckets: list, nccl: list[Any] | None = None,
                 program_us: dict[int, float] | None = None) -> list[dict[str, Any]]:
     t = cr.table
     rows = []
     for j, (b, (ri, cfg)) in enumerate(zip(buckets, winners(cr), strict=True)):
-        tw = t.time(cfg, b.index)
+        tw = winner_time(cr, b.index, cfg)
         base = best_baseline(cr, b.index)
         tb = t.time(base, b.index) if base is not None else math.inf
         tun = cr.tunings[b.index]
         rows.append({
             "index": b.index, "size": b.size, "lo": b.lo, "hi": b.hi,
-            "file": xml_name(cr.kind, ri, cfg),
-            "winner": cfg.to_dict(), "time_us": _r(tw), "algbw_GBps": _r(algbw_GBps(b.size, tw)),
+            "served_by": "nccl" if ri is None else "synth",
+            "file": None if ri is None else xml_name(cr.kind, ri, cfg),
+            "winner": winner_dict(cfg), "time_us": _r(tw),
+            "algbw_GBps": _r(algbw_GBps(b.size, tw)),
             "program_us": _r(program_us[b.index]) if program_us and b.index in program_us else None,
             "best_baseline": base.to_dict() if base is not None else None,
             "baseline_time_us": _r(tb),
@@ -134,8 +142,9 @@ def bucket_rows(cr: CollectiveResult, buckets: list, nccl: list[Any] | None = No
             "nccl": None if nccl is None else {
                 "algo": nccl[j].algo, "proto": nccl[j].proto, "channels": nccl[j].channels,
                 "time_us": _r(nccl[j].time_us)},
-            **_vs_nccl(nccl[j].time_us if nccl is not None else None, tw,
-                       program_us.get(b.index) if program_us else None),
+            **({"speedup_vs_nccl": 1.0, "speedup_timed_by": "nccl"} if ri is None else
+               _vs_nccl(nccl[j].time_us if nccl is not None else None, tw,
+                        program_us.get(b.index) if program_us else None)),
             "tuner": {"evaluations": tun.evaluations, "full_evaluations": tun.full_evaluations,
                       "best": tun.tuner_best.to_dict(), "ranked": len(tun.ranking)},
         })
@@ -186,11 +195,13 @@ def catalog_json(result: CatalogResult, xml_dir: str, config_paths: dict[str, st
             })
         data["collectives"][cr.kind] = {
             "files": files,
-            "buckets": bucket_rows(cr, result.buckets,
-                                   nccl_choices(result, cr.kind, [b.size for b in result.buckets]),
-                                   program_times(result, cr)),
+            "buckets": bucket_rows(cr, result.buckets, cr.nccl, program_times(result, cr)),
+            "left_to_nccl": [{"minBytes": r.lo, "maxBytes": r.hi, "buckets": list(r.buckets)}
+                             for r in cr.choice.ranges if r.config == NCCL],
             "excluded": [{"config": c.to_dict(), "reason": why}
                          for c, why in sorted(cr.choice.excluded.items())],
+            "program_vetoes": [v.to_dict() for v in cr.vetoes],
+            "program_veto_rounds": cr.rounds,
             "candidates": cands,
             "not_candidates": [{"encoding": r.encoding, "chunks": r.chunks, "status": r.status,
                                 "message": r.message} for r in cr.rejected],
@@ -201,6 +212,8 @@ def catalog_json(result: CatalogResult, xml_dir: str, config_paths: dict[str, st
 def _cfg_text(cfg: dict[str, Any] | None) -> str:
     if cfg is None:
         return "-"
+    if cfg["algorithm"] == "nccl":
+        return "NCCL (no file)"
     return f"{cfg['algorithm']} c{cfg['chunks']} {cfg['proto']} x{cfg['instances']}"
 
 
@@ -240,18 +253,27 @@ def catalog_md(result: CatalogResult, data: dict[str, Any], out_abs: str) -> str
               "with the deadlock analysis at its `maxBytes`, before this folder was written.", ""]
     for cr in result.results:
         d = data["collectives"][cr.kind]
-        ups = [r["speedup_vs_nccl"] for r in d["buckets"] if r["speedup_vs_nccl"] is not None]
+        served = [r for r in d["buckets"] if r["served_by"] == "synth"]
+        ups = [r["speedup_vs_nccl"] for r in served if r["speedup_vs_nccl"] is not None]
         lines += [f"## {cr.kind}", ""]
         lines.append(f"{len(cr.candidates)} verified candidate schedules from "
                      f"{len(cr.table.families)} algorithms; {len(d['files'])} file(s).")
         if ups:
-            best = max(d["buckets"], key=lambda r: r["speedup_vs_nccl"] or 0.0)
+            best = max(served, key=lambda r: r["speedup_vs_nccl"] or 0.0)
             lines[-1] += (f" Against NCCL as it runs (its tuner's choice and time, "
-                          f"`synth.timing.nccl`, validated in results/reality.md) the catalog's "
+                          f"`synth.timing.nccl`, validated in results/reality.md) the files' "
                           f"predicted time is {min(ups):.2f}x – {max(ups):.2f}x NCCL's speed "
                           f"(median {sorted(ups)[len(ups) // 2]:.2f}x; largest at "
-                          f"{format_size(best['size'])}; below 1 = slower than NCCL: a user should "
-                          f"let NCCL serve those sizes).")
+                          f"{format_size(best['size'])}).")
+        if d["left_to_nccl"]:
+            spans = ", ".join(_range_text(x["minBytes"], x["maxBytes"]) for x in d["left_to_nccl"])
+            lines[-1] += (f" Left to NCCL (no file, no `MSCCL_CONFIG` entry: the runtime falls "
+                          f"back to NCCL, whose model is faster there than every configuration's "
+                          f"protocol-model time, or than the written file of every configuration "
+                          f"the protocol model puts ahead, run by the timed program model): "
+                          f"{spans}.")
+        elif d["buckets"] and d["buckets"][0]["nccl"] is not None:
+            lines[-1] += " No size is left to NCCL: a file is faster at every size."
         lines.append("")
         t = cr.table
         space = len(t.families) * len(PROTOCOLS) * t.chunk_levels() * len(INSTANCES)
@@ -283,6 +305,19 @@ def catalog_md(result: CatalogResult, data: dict[str, Any], out_abs: str) -> str
                          f"{_cfg_text(f['config'])}, {f['nchannels']} channel(s), "
                          f"{f['threadblocks_per_rank']} threadblocks per rank"
                          + (f"; {f['legacy_note']}" if f["legacy_note"] else ""))
+        if d["program_vetoes"]:
+            lines += ["", "Put behind NCCL by the timed program model (the protocol model ranked "
+                      "them ahead; their written file was not faster than NCCL there, so the "
+                      "bucket went to its next configuration or to NCCL):", ""]
+            per: dict[int, list[dict[str, Any]]] = {}
+            for v in d["program_vetoes"]:
+                per.setdefault(v["bucket"], []).append(v)
+            for b, vs in sorted(per.items()):
+                first = vs[0]   # the first found: the protocol model's best there
+                lines.append(f"- {format_size(result.buckets[b].size)}: {len(vs)} "
+                             f"configuration(s), first {_cfg_text(first['config'])} at "
+                             f"{_num(first['program_us'])} µs vs NCCL's "
+                             f"{_num(first['nccl_us'])} µs")
         if d["excluded"]:
             lines += ["", "Passed over (the bucket went to its next-best configuration):", ""]
             lines += [f"- {_cfg_text(e['config'])}: {e['reason']}" for e in d["excluded"]]

@@ -163,11 +163,16 @@ def catalog(topo_spec: str, nodes: int, group_spec: str | None, partition: str |
               f"{len(files)} files in {target} ({seconds:.1f} s)")
     written = json.loads((target / "catalog.json").read_text())
     for cr in result.results:
-        finite = [b["speedup_vs_nccl"] for b in written["collectives"][cr.kind]["buckets"]
-                  if b["speedup_vs_nccl"] is not None]
+        rows = written["collectives"][cr.kind]["buckets"]
+        finite = [b["speedup_vs_nccl"] for b in rows
+                  if b["speedup_vs_nccl"] is not None and b["served_by"] == "synth"]
+        left = [b for b in rows if b["served_by"] == "nccl"]
         out.print(f"  {cr.kind}: {len(cr.emitted)} file(s), {len(cr.candidates)} candidates; "
                   + (f"vs NCCL (its own model) {min(finite):.2f}x .. {max(finite):.2f}x"
-                     if finite else "no NCCL on this machine")
+                     if finite else "every size left to NCCL" if left
+                     else "no NCCL on this machine")
+                  + (f"; {len(left)} of {len(rows)} size bucket(s) left to NCCL (no file)"
+                     if left else "")
                   + (f"; {len(cr.choice.excluded)} passed over" if cr.choice.excluded else ""))
     if out_format == "mscclpp":
         plans = [e for cr in result.results for e in cr.emitted]

@@ -23,7 +23,7 @@ from ..mscclpp.emit import emit_verified_plan
 from ..timing.program import program_model, program_times_us
 from .buckets import make_buckets, runs_at
 from .candidates import Candidate, SolveResult
-from .nccl import NCCL, runtime_times
+from .nccl import NCCL, runtime_times, with_nccl
 from .program_scorer import XmlCache, compiled_xml
 from .ranges import NEAR_TIE, BucketTuning, Config, Range, choose
 from .scorers import Scorer, lockstep_scorer
@@ -114,11 +114,11 @@ def rank_sizes(result: SolveResult, xml: XmlOptions | None, model: Scorer = lock
     the name. Each bucket carries its configurations' times (``inf`` where they do not run) for
     the near-tie settling (:data:`NEAR_TIE`).
 
-    NCCL competes in every bucket where it runs (``result.nccl``; :data:`NCCL`, looked up as None):
-    a configuration slower than NCCL there as the runtime runs it
+    NCCL competes in every bucket where it runs (``result.nccl``; :data:`NCCL`, looked up as None)
+    by :func:`synth.select.nccl.with_nccl`, the rule ``synth catalog`` applies too: a
+    configuration not faster than NCCL there as the runtime runs it
     (:func:`synth.select.nccl.runtime_times`) ranks after NCCL, which always succeeds (no file), so
-    no size is served slower than NCCL. NCCL takes no part in near-tie settling: a bucket it wins
-    keeps it, and a bucket it does not win cannot settle on a configuration slower than NCCL.
+    no size is served slower than NCCL, and NCCL takes no part in near-tie settling.
     """
     sizes = [p.bytes for p in result.best.costs]
     lo = xml.min_bytes if xml else 0
@@ -146,25 +146,26 @@ def rank_sizes(result: SolveResult, xml: XmlOptions | None, model: Scorer = lock
     nccl = {p.bytes: p.time_us for p in result.nccl} if result.nccl is not None else None
     runtime = ({cfg: dict(zip(sizes, runtime_times(result, model, c, cfg), strict=True))
                 for cfg, c in lookup.items()} if nccl is not None else {})
+
+    def runs(cfg: Config, size: int) -> bool:
+        return xml is None or bool(runs_at(np.array([size]),
+                                           lookup[cfg].schedule.collective.buffer_chunks,
+                                           cfg.instances)[0])
+
     out = []
     for b in buckets:
-        def runs(cfg: Config, size: int = b.size) -> bool:
-            return xml is None or bool(runs_at(np.array([size]),
-                                               lookup[cfg].schedule.collective.buffer_chunks,
-                                               cfg.instances)[0])
-
         def key(cfg: Config, size: int = b.size) -> tuple:
             c = lookup[cfg]
-            return (not runs(cfg), times[cfg][size], cfg.instances, wire[c.name][size],
+            return (not runs(cfg, size), times[cfg][size], cfg.instances, wire[c.name][size],
                     c.report.steps, c.name)
         ranking = sorted(lookup, key=key)
-        at = {cfg: times[cfg][b.size] if runs(cfg) else math.inf for cfg in ranking}
-        if nccl is not None:
-            faster = [cfg for cfg in ranking
-                      if runs(cfg) and runtime[cfg][b.size] < nccl[b.size]]
-            at = {cfg: at[cfg] for cfg in faster} or {NCCL: nccl[b.size]}
-            ranking = [*faster, NCCL]
+        at = {cfg: times[cfg][b.size] if runs(cfg, b.size) else math.inf for cfg in ranking}
         out.append(BucketTuning(b, ranking, len(ranking), len(ranking), ranking[0], at))
+
+    def as_run(cfg: Config, t: BucketTuning) -> float:
+        size = t.bucket.size
+        return runtime[cfg][size] if runs(cfg, size) else math.inf
+    out = with_nccl(out, [nccl[b.size] for b in buckets] if nccl is not None else None, as_run)
     return out, {**lookup, **({NCCL: None} if nccl is not None else {})}
 
 
