@@ -38,12 +38,14 @@ from typing import Any
 from harness import RESULTS, commit, cpus, load_average, machine, python_version, stopwatch, write_results
 
 from synth.collectives import make_collective
+from synth.emit.program import PROTOCOLS
 from synth.emit.xml_parse import parse_program
 from synth.errors import SynthError
 from synth.guards import Budget, TooBig
 from synth.outputs import write_winners
 from synth.outputs.msccl import DEFAULT_XML
 from synth.select.ranges import INSTANCES
+from synth.select.ranking import splits_call_kinds
 from synth.select.scorers import deciding_scorer
 from synth.solve import solve, within_budget
 from synth.timing.program import program_times_us
@@ -92,10 +94,10 @@ def _program_at_1g(model: Any, result: Any) -> dict[str, dict[str, float]]:
         return {}
     i = sizes.index(GiB)
     out: dict[str, dict[str, float]] = {}
-    for (cand, inst), times in sorted(model.run().items()):
+    for (cand, proto, inst), times in sorted(model.run().items()):
         t = times[i]
         if math.isfinite(t) and (cand not in out or t < out[cand]["us"]):
-            out[cand] = {"instances": inst, "us": round(t, 1)}
+            out[cand] = {"proto": proto, "instances": inst, "us": round(t, 1)}
     return out
 
 
@@ -138,22 +140,37 @@ def run_case(name: str, topo: str, nodes: int, coll: str, winners_by: str = "aut
         with tempfile.TemporaryDirectory() as tmp:
             # the CLI's default: the program model decides (with the instance count) where its
             # estimated work fits its budget, else lock-step (the note says which)
-            model, by, notes = deciding_scorer(result, topology, DEFAULT_XML, winners_by,
-                                             instances=INSTANCES)
+            # as `synth solve` runs: every protocol, the in-place file ranked where each kind
+            # of call gets its own file (synth.select.ranking.splits_call_kinds)
+            split = splits_call_kinds(result.collective, DEFAULT_XML)
+            xml = replace(DEFAULT_XML, inplace=True) if split else DEFAULT_XML
+            model, by, notes = deciding_scorer(result, topology, xml, winners_by,
+                                               instances=INSTANCES, protocols=PROTOCOLS)
             result.notes += notes
-            written = write_winners(result, Path(tmp), DEFAULT_XML, model, winners_by=by)
+            written = write_winners(result, Path(tmp), xml, model, winners_by=by, split=split)
             row["winners_by"] = by
             if getattr(model, "cut", None) is not None:  # the budget ran out partway
                 row["lockstep_below"] = model.cut[0]
             if by == "program":
                 row["program_1g"] = _program_at_1g(model, result)
             serving = next(r for r in written.ranges if GiB in r.sizes)
+            if serving.candidate is None:   # left to NCCL: its model is faster at 1 GiB
+                nccl = {p.bytes: p for p in result.nccl or ()}[GiB]
+                row.update({"best": best, "best_pct": round(at[best].pct_of_bound, 2),
+                            "written": "nccl", "status": "nccl", "ranges": len(written.ranges),
+                            "nccl_us": round(nccl.time_us, 1), "notes": written.notes,
+                            "program_pct": round(100 * at[best].bound_us / nccl.time_us, 2),
+                            "why": "left to NCCL: its model is faster at 1 GiB than every "
+                                   "candidate's file as the runtime runs it"})
+                row["wall_s"] = round(start(), 1)
+                return row
             row["instances_1g"] = serving.instances
+            row["proto_1g"] = serving.proto
             if serving.text is not None and not time_program:
                 row["program_skipped"] = "--no-program: the written file was not timed"
             elif serving.text is not None:
                 sim = stopwatch()
-                program = parse_program(serving.xml, "serving 1 GiB", "exec")
+                program = parse_program(serving.text, "serving 1 GiB", "exec")
                 us = program_times_us(program, topology, [GiB])[0]
                 row["program_pct"] = round(100 * at[serving.candidate.name].bound_us / us, 2)
                 row["program_us"] = round(us, 1)
@@ -233,6 +250,12 @@ def markdown(data: dict[str, Any], lockstep: dict[str, Any] | None = None) -> st
                          f"— | — | — | — | {BARS.get(r['case'], '')} | 0 | {r['wall_s']} | "
                          f"{r['why']} |")
             continue
+        if r.get("status") == "nccl":   # program %: NCCL's model's time over the same bound
+            lines.append(f"| {r['case']} | {r['ranks']} | {r['best']} | {r['best_pct']} | NCCL "
+                         f"(no file) | — | {r['program_pct']} (NCCL) | {r.get('winners_by', '')} | "
+                         f"— | — | {BARS.get(r['case'], '')} | {r['ranges']} | {r['wall_s']} | "
+                         f"{r['why']} |")
+            continue
         if r.get("status") != "ok":
             lines.append(f"| {r['case']} | {r.get('ranks', '')} | — | — | — | — | — | — | — | — | "
                          f"{BARS.get(r['case'], '')} | — | {r['wall_s']} | error: "
@@ -242,7 +265,9 @@ def markdown(data: dict[str, Any], lockstep: dict[str, Any] | None = None) -> st
         if "bar" in r:
             bar = f"≥ {r['bar']:g}: {'meets' if r['meets_bar'] else 'misses'}"
         why = "" if r["lost"] <= 0 else r["why"].replace("|", "/")  # 0: a tie at 1 GiB
-        written = r["written"] + (f" x{r['instances_1g']}" if r.get("instances_1g", 1) > 1 else "")
+        written = r["written"] + (f" {r['proto_1g']}" if r.get("proto_1g", "Simple") != "Simple"
+                                  else "") + (f" x{r['instances_1g']}"
+                                              if r.get("instances_1g", 1) > 1 else "")
         if r.get("winners_by") == "program" and r["lost"] > 0:
             generic = why.endswith("another candidate's file was chosen")
             why = (f"the program model runs the written file faster at 1 GiB than {r['best']}'s "

@@ -195,9 +195,9 @@ def prepare_best(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DE
 
 def write_winners(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML,
                   model: Scorer = lockstep_scorer, tag: str = "", winners_by: str = "lockstep",
-                  plan: PlanTarget | None = None) -> Written:
+                  plan: PlanTarget | None = None, split: bool = False) -> Written:
     """:func:`prepare_winners`, then deploy its files."""
-    return commit(prepare_winners(result, out_dir, xml, model, tag, winners_by, plan))
+    return commit(prepare_winners(result, out_dir, xml, model, tag, winners_by, plan, split))
 
 
 def prepare_winners(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML,
