@@ -1,8 +1,8 @@
 """What is written against what was found: per case, the best candidate's % of bound at 1 GiB and
 the % of the program ``synth solve`` writes for 1 GiB (issue 15).
 
-Each case is the default ``solve`` (``--encoding auto``, sizes 1 KB..1 GB, exec profile, Simple,
-one instance, the default threadblock budget): :func:`synth.solve.solve` then
+Each case is the default ``solve`` (``--encoding auto``, sizes 1 KB..1 GB, exec profile, every
+protocol and instance count, the default threadblock budget): :func:`synth.solve.solve` then
 :func:`synth.solve.write_winners` into a scratch folder, which writes the winner of every size
 range with its interpreter-verified XML. Figures, all from the lock-step model (``synth.timing.lockstep``)
 that decides the winners today:
@@ -229,8 +229,10 @@ def markdown(data: dict[str, Any], lockstep: dict[str, Any] | None = None) -> st
         "",
         f"Machine: {env['machine']}, {env['cpu_count']} CPUs shared with other jobs (load "
         f"averages per case in emit.json); Python {env['python']}; {commits}. "
-        f"Default `solve` per case (auto encoding, 1 KB..1 GB, exec profile, Simple, threadblock "
-        f"budget 64), winners decided `--winners-by {data.get('winners_by', 'lockstep')}` (auto: "
+        f"Default `solve` per case (auto encoding, 1 KB..1 GB, exec profile, threadblock budget "
+        f"64; rows from bf9fe7a on: every protocol, and the in-place file where each kind of call "
+        f"gets its own; earlier rows: Simple, one file for both kinds), winners decided "
+        f"`--winners-by {data.get('winners_by', 'lockstep')}` (auto: "
         "the timed program model, which also picks each file's instance count, on GPU machines "
         "where its estimated work fits its budget, else lock-step: the trn1 rows are ranked by "
         "lock-step because their ranks are NeuronCores, which run no MSCCL GPU executor; `by` "
