@@ -26,14 +26,13 @@ Solvers that search for a while (the MILP backends) report through a :class:`Sol
 each solve is a short phase of its own (``routing (highs)``) whose detail is the live incumbent,
 bound and gap, and whose result becomes a line. The solver layer asks :func:`solver_progress` for
 one, so it needs no display code and the command line no object to pass in.
-=======
+
 The same phases are what a measurement counts: inside :func:`ledger`, every phase (whatever the
 display mode) adds its wall-clock and CPU seconds to a :class:`Ledger` under its *kind* (the
 ``kind`` argument, else the ledger's own classification of the label), and :func:`span` marks work
 too fine-grained to show (a compile, a parse, one simulation) that a measurement still wants
 counted. ``benchmarks/speed.py`` reads per-phase times this way, so there is one account of where
 a run's time goes, not a second set of timers.
->>>>>>> wt-speed
 """
 
 from __future__ import annotations
