@@ -157,12 +157,16 @@ class Budget:
     None: no such limit."""
 
     @classmethod
-    def of(cls, max_memory: str | None, xml: Any = None) -> Budget:
-        """From ``--max-memory`` and the solve's XmlOptions (None: ``--no-xml``)."""
+    def of(cls, max_memory: str | None, xml: Any = None, max_xml_steps: int | None = None
+           ) -> Budget:
+        """From ``--max-memory``, the solve's XmlOptions (None: ``--no-xml``) and
+        ``--max-xml-steps`` (None: :data:`MAX_XML_STEPS`; 0: no limit)."""
+        if max_xml_steps is not None and max_xml_steps < 0:
+            raise SynthError(f"--max-xml-steps must be 0 (no limit) or more, got {max_xml_steps}")
         return cls(parse_memory(max_memory), None if xml is None else xml.profile,
                    1 if xml is None else xml.instances,
                    None if xml is None else getattr(xml, "max_threadblocks", None),
-                   MAX_XML_STEPS)
+                   MAX_XML_STEPS if max_xml_steps is None else max_xml_steps or None)
 
     def memory_per_transfer(self) -> int:
         return SCHEDULE_BYTES_PER_TRANSFER + (XML_BYTES_PER_TRANSFER if self.xml_profile else 0)
@@ -394,7 +398,7 @@ def check_schedule(schedule: Any, budget: Budget, held: int = 0) -> None:
                      f"steps over its {coll.num_ranks} ranks (at least), over the "
                      f"{budget.max_xml_steps:,} one file may take to compile and prove (about "
                      f"{XML_SECONDS_PER_STEP * budget.max_xml_steps / 60:.0f} min); use --no-xml, "
-                     "fewer --chunks, or another --encoding")
+                     "fewer --chunks, another --encoding, or raise --max-xml-steps")
     if est.nodes > MAX_NODES:
         raise TooBig(f"{schedule.algorithm} ({coll.chunks_per_rank} chunks per rank, "
                      f"{schedule.num_steps} steps) needs {est.describe()}; the runtime's tokenizer "

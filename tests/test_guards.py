@@ -356,3 +356,20 @@ def test_the_compile_phase_names_the_candidate(monkeypatch):
     assert not isinstance(got, str)
     assert seen == [f"XML of {cand.name} (LL x2, {cand.schedule.num_transfers:,} transfers): "
                     "compile and prove"]
+
+
+def test_cli_max_xml_steps_refuses_in_one_line_and_0_lifts_it(synth_cli, tmp_path):
+    """``--max-xml-steps`` is the work budget's knob: below a ring's estimate the solve exits 2 in
+    one line naming the estimate and the knob; 0 lifts the limit and the file is written."""
+    args = ("solve", "--topo", "ring:4", "--coll", "allgather", "--algo", "ring",
+            "--sizes", "1KB,1MB", "--no-program-model")
+    r = synth_cli(*args, "--max-xml-steps", "5", "--out", str(tmp_path / "a"))
+    assert r.returncode == 2, r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("synth: error: no candidate fits: ring passed over: ring: its program "
+                           "is estimated at ") and "MSCCL-IR steps" in line, line
+    assert "--max-xml-steps" in line and "--no-xml" in line
+    assert not (tmp_path / "a").exists()
+    r = synth_cli(*args, "--max-xml-steps", "0", "--out", str(tmp_path / "b"))
+    assert r.returncode == 0, r.stderr
+    assert list((tmp_path / "b").rglob("*.xml"))
