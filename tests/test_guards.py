@@ -8,6 +8,7 @@ import pytest
 
 from synth import guards
 from synth.collectives import make_collective
+from synth.emit import XmlOptions
 from synth.emit.compile import compile_schedule
 from synth.encodings import Options, run_encoding
 from synth.encodings.baseline import baseline
@@ -339,7 +340,6 @@ def test_the_compile_phase_names_the_candidate(monkeypatch):
     never shows as a bare "still running" (issue 32: minutes at 512 ranks)."""
     import synth.select.program_scorer as PS
     from synth import progress
-    from synth.emit import XmlOptions
     from synth.solve import solve
 
     result = solve(load_topology("ring:4"), make_collective("allgather", 4), encoding="baseline",
@@ -373,3 +373,23 @@ def test_cli_max_xml_steps_refuses_in_one_line_and_0_lifts_it(synth_cli, tmp_pat
     r = synth_cli(*args, "--max-xml-steps", "0", "--out", str(tmp_path / "b"))
     assert r.returncode == 0, r.stderr
     assert list((tmp_path / "b").rglob("*.xml"))
+
+
+@pytest.mark.slow  # plans dgx_h100 x 64's rail-striped trees (25-80 s on a shared 2-core machine)
+def test_512_rank_trees_striped_is_refused_by_its_estimate_not_its_blocks():
+    """Issue 32: dgx_h100 x 64 allgather's ``trees_striped`` fits the threadblocks and the node
+    limit, so before the work budget it went on to a compile that ran for many minutes. Its
+    estimate (seconds) is what passes it over now."""
+    from synth.encodings.trees.encoding import TreesOptions, _striped
+
+    topo = load_topology("dgx_h100", nodes=64)
+    sched = _striped(topo, "allgather", make_collective("allgather", 512), TreesOptions.parse({}),
+                     300.0)
+    start = time.perf_counter()
+    est = guards.xml_estimate(sched)
+    assert est.threadblocks <= 64 and est.nodes <= guards.MAX_NODES
+    assert est.steps > 3 * guards.MAX_XML_STEPS
+    with pytest.raises(TooBig, match=r"trees_striped: its program is estimated at [\d,]+ MSCCL-IR "
+                                     r"steps over its 512 ranks"):
+        guards.check_schedule(sched, Budget.of("12GB", XmlOptions()))
+    assert time.perf_counter() - start < 30
