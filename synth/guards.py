@@ -14,8 +14,9 @@ Checks, each before the phase it protects:
   candidate's exact transfer count against the memory budget and, for XML, an estimate of the
   program's per-rank node count (receives and non-fusable sends after aggregation, one node per
   peer's threadblock) against the tokenizer limit, and the same count summed over every rank
-  against :data:`MAX_XML_STEPS` (the work of compiling the program and proving it in the
-  interpreter: a 512-rank tree program would take tens of minutes). ``synth solve`` passes over a
+  against the memory budget (:data:`XML_BYTES_PER_STEP`) and :data:`MAX_XML_STEPS` (the work of
+  compiling the program and proving it in the interpreter: a 512-rank tree program would take
+  tens of minutes). ``synth solve`` passes over a
   candidate that does not fit (and says so); when none fits it refuses, naming ``--no-xml``.
 
 Memory figures are per transfer of a schedule, measured by ``benchmarks/guards_memory.py``
@@ -55,6 +56,12 @@ MAX_STEPS = 64
 default build): the profile programs are written for unless told otherwise."""
 MAX_OFFSET = 32767
 """``srcoff``/``dstoff`` are int16 (spec §6 field widths): no addressed chunk index above this."""
+XML_BYTES_PER_STEP = 10_000
+"""Compile + parse + interpreter, per estimated program step over all ranks
+(:attr:`XmlEstimate.steps`): measured 13.7 KB (1.56 GB over 113,568 estimated steps,
+``trees_striped`` on dgx_h100 x 8 allgather, ``emit_verified_xml``), rounded down. At hundreds of
+ranks a program has far more steps per transfer than the ring :data:`XML_BYTES_PER_TRANSFER` was
+measured on, so :func:`check_schedule` asks both."""
 MAX_XML_STEPS = 300_000
 """Estimated MSCCL-IR steps, over all ranks (:attr:`XmlEstimate.steps`), that one candidate's
 program may have: beyond it the compile and the interpreter's proof take longer than a run should
@@ -393,6 +400,12 @@ def check_schedule(schedule: Any, budget: Budget, held: int = 0) -> None:
                      f"each{f', x {budget.instances} instances' if budget.instances > 1 else ''}); "
                      f"--max-threadblocks is {budget.max_threadblocks}: raise it, use --no-xml, "
                      "or another --encoding")
+    xml_need = BASE_BYTES + (moves + held) * SCHEDULE_BYTES_PER_TRANSFER + \
+        est.steps * XML_BYTES_PER_STEP
+    if xml_need > budget.max_memory:
+        raise TooBig(f"{schedule.algorithm}: its program, estimated at {est.steps:,} MSCCL-IR steps "
+                     f"over its {coll.num_ranks} ranks, needs {_over_memory(xml_need, budget)} to "
+                     "compile and prove; use --no-xml, fewer --chunks or raise --max-memory")
     if budget.max_xml_steps is not None and est.steps > budget.max_xml_steps:
         raise TooBig(f"{schedule.algorithm}: its program is estimated at {est.steps:,} MSCCL-IR "
                      f"steps over its {coll.num_ranks} ranks (at least), over the "

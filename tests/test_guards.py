@@ -393,3 +393,20 @@ def test_512_rank_trees_striped_is_refused_by_its_estimate_not_its_blocks():
                                      r"steps over its 512 ranks"):
         guards.check_schedule(sched, Budget.of("12GB", XmlOptions()))
     assert time.perf_counter() - start < 30
+
+
+def test_xml_memory_is_sized_by_the_programs_steps():
+    """A program's compile needs memory by its steps over all ranks (XML_BYTES_PER_STEP), which at
+    many ranks is far above what its transfers alone suggest: a budget the transfers fit but the
+    steps do not refuses before compiling, naming the estimate."""
+    sched = baseline(load_topology("ring:16"), make_collective("allgather", 16), "ring")
+    est = guards.xml_estimate(sched)
+    by_transfers = guards.BASE_BYTES + sched.num_transfers * Budget(0).memory_per_transfer()
+    by_steps = guards.BASE_BYTES + sched.num_transfers * guards.SCHEDULE_BYTES_PER_TRANSFER + \
+        est.steps * guards.XML_BYTES_PER_STEP
+    assert by_transfers < by_steps
+    guards.check_schedule(sched, Budget(by_steps, "exec"))
+    with pytest.raises(TooBig, match=rf"estimated at {est.steps:,} MSCCL-IR steps over its 16 "
+                                     r"ranks, needs about .* with XML against --max-memory"):
+        guards.check_schedule(sched, Budget(by_steps - 1, "exec"))
+    guards.check_schedule(sched, Budget(by_transfers, None))    # --no-xml: no program to size
