@@ -13,8 +13,11 @@ Checks, each before the phase it protects:
 * :func:`check_schedule` -- after an encoding, before verification, costing and compilation: the
   candidate's exact transfer count against the memory budget and, for XML, an estimate of the
   program's per-rank node count (receives and non-fusable sends after aggregation, one node per
-  peer's threadblock) against the tokenizer limit. ``synth solve`` passes over a candidate that
-  does not fit (and says so); when none fits it refuses, naming ``--no-xml``.
+  peer's threadblock) against the tokenizer limit, and the same count summed over every rank
+  against the memory budget (:data:`XML_BYTES_PER_STEP`) and :data:`MAX_XML_STEPS` (the work of
+  compiling the program and proving it in the interpreter: a 512-rank tree program would take
+  tens of minutes). ``synth solve`` passes over a
+  candidate that does not fit (and says so); when none fits it refuses, naming ``--no-xml``.
 
 Memory figures are per transfer of a schedule, measured by ``benchmarks/guards_memory.py``
 (peak RSS of ``synth solve --algo ring`` on dgx1 across chunk counts, ``results/guards_memory.json``):
@@ -53,6 +56,25 @@ MAX_STEPS = 64
 default build): the profile programs are written for unless told otherwise."""
 MAX_OFFSET = 32767
 """``srcoff``/``dstoff`` are int16 (spec §6 field widths): no addressed chunk index above this."""
+XML_BYTES_PER_STEP = 10_000
+"""Compile + parse + interpreter, per estimated program step over all ranks
+(:attr:`XmlEstimate.steps`): measured 13.7 KB (1.56 GB over 113,568 estimated steps,
+``trees_striped`` on dgx_h100 x 8 allgather, ``emit_verified_xml``), rounded down. At hundreds of
+ranks a program has far more steps per transfer than the ring :data:`XML_BYTES_PER_TRANSFER` was
+measured on, so :func:`check_schedule` asks both."""
+MAX_XML_STEPS = 300_000
+"""Estimated MSCCL-IR steps, over all ranks (:attr:`XmlEstimate.steps`), that one candidate's
+program may have: beyond it the compile and the interpreter's proof take longer than a run should
+spend on one file, so the candidate steps aside before anything is compiled. A count, not a clock,
+so every machine decides alike. Measured on the project's shared 2-core machine (compile, parse and
+interpreter in every mode, ``emit_verified_xml``): ``trees_striped`` on dgx_h100 x 8 allgather,
+113,568 estimated steps (130,048 compiled), 152 s and 1.6 GB, about 1.3 ms and 14 KB a step; so
+this budget is about 7 minutes and 4 GB. It holds any 64-rank program within the tokenizer's
+node limit and a 512-rank ring (about 263,000); dgx_h100 x 64's ``trees_striped`` (980,288
+estimated, so about 22 minutes) is refused in the seconds its estimate takes."""
+XML_SECONDS_PER_STEP = 0.0013
+"""Compile and prove one estimated step, as measured for :data:`MAX_XML_STEPS` (only to word a
+refusal: the decision is the count)."""
 DEFAULT_MEMORY_FRACTION = 0.5
 """``--max-memory`` defaults to this share of the machine's physical memory."""
 
@@ -137,13 +159,21 @@ class Budget:
     instances: int = 1
     max_threadblocks: int | None = None
     """Threadblocks per rank the XML may use (``--max-threadblocks``); None: the runtime's limit."""
+    max_xml_steps: int | None = MAX_XML_STEPS
+    """Estimated steps over all ranks one candidate's XML may have (:data:`MAX_XML_STEPS`);
+    None: no such limit."""
 
     @classmethod
-    def of(cls, max_memory: str | None, xml: Any = None) -> Budget:
-        """From ``--max-memory`` and the solve's XmlOptions (None: ``--no-xml``)."""
+    def of(cls, max_memory: str | None, xml: Any = None, max_xml_steps: int | None = None
+           ) -> Budget:
+        """From ``--max-memory``, the solve's XmlOptions (None: ``--no-xml``) and
+        ``--max-xml-steps`` (None: :data:`MAX_XML_STEPS`; 0: no limit)."""
+        if max_xml_steps is not None and max_xml_steps < 0:
+            raise SynthError(f"--max-xml-steps must be 0 (no limit) or more, got {max_xml_steps}")
         return cls(parse_memory(max_memory), None if xml is None else xml.profile,
                    1 if xml is None else xml.instances,
-                   None if xml is None else getattr(xml, "max_threadblocks", None))
+                   None if xml is None else getattr(xml, "max_threadblocks", None),
+                   MAX_XML_STEPS if max_xml_steps is None else max_xml_steps or None)
 
     def memory_per_transfer(self) -> int:
         return SCHEDULE_BYTES_PER_TRANSFER + (XML_BYTES_PER_TRANSFER if self.xml_profile else 0)
@@ -230,6 +260,10 @@ class XmlEstimate:
     """Fewest threadblocks a rank needs: one per peer it sends to (resp. receives from), at least,
     on every instance (a threadblock has one send peer and one receive peer); its rank below."""
     tb_rank: int = 0
+    steps: int = 0
+    """Estimated steps summed over every rank (threadblocks, receives and unfused sends, the same
+    counting; the per-rank header nodes left out): the work of compiling the program and proving
+    it in the interpreter grows with it (:data:`MAX_XML_STEPS`)."""
 
     def describe(self) -> str:
         return (f"about {self.nodes:,} MSCCL-IR nodes on rank {self.rank} (1 + gpus + "
@@ -322,7 +356,7 @@ def xml_estimate(schedule: Any, instances: int = 1) -> XmlEstimate:
     r = int(np.argmax(nodes))
     t = int(np.argmax(tbs))
     return XmlEstimate(int(nodes[r]), r, int(receives[r]), int(sends[r]), int(peers[r]),
-                       int(tbs[t]), t)
+                       int(tbs[t]), t, int(nodes.sum()) - n * (1 + n))
 
 
 def narrow_fits(num_ranks: int, ops: int, max_steps: int = MAX_STEPS) -> bool:
@@ -366,6 +400,18 @@ def check_schedule(schedule: Any, budget: Budget, held: int = 0) -> None:
                      f"each{f', x {budget.instances} instances' if budget.instances > 1 else ''}); "
                      f"--max-threadblocks is {budget.max_threadblocks}: raise it, use --no-xml, "
                      "or another --encoding")
+    xml_need = BASE_BYTES + (moves + held) * SCHEDULE_BYTES_PER_TRANSFER + \
+        est.steps * XML_BYTES_PER_STEP
+    if xml_need > budget.max_memory:
+        raise TooBig(f"{schedule.algorithm}: its program, estimated at {est.steps:,} MSCCL-IR steps "
+                     f"over its {coll.num_ranks} ranks, needs {_over_memory(xml_need, budget)} to "
+                     "compile and prove; use --no-xml, fewer --chunks or raise --max-memory")
+    if budget.max_xml_steps is not None and est.steps > budget.max_xml_steps:
+        raise TooBig(f"{schedule.algorithm}: its program is estimated at {est.steps:,} MSCCL-IR "
+                     f"steps over its {coll.num_ranks} ranks (at least), over the "
+                     f"{budget.max_xml_steps:,} one file may take to compile and prove (about "
+                     f"{XML_SECONDS_PER_STEP * budget.max_xml_steps / 60:.0f} min); use --no-xml, "
+                     "fewer --chunks, another --encoding, or raise --max-xml-steps")
     if est.nodes > MAX_NODES:
         raise TooBig(f"{schedule.algorithm} ({coll.chunks_per_rank} chunks per rank, "
                      f"{schedule.num_steps} steps) needs {est.describe()}; the runtime's tokenizer "

@@ -96,6 +96,8 @@ class SolveRequest:
     calibration: str | None = None
     out_dir: Path = Path("out")
     max_memory: str | None = None
+    max_xml_steps: int | None = None
+    """``--max-xml-steps``: None: :data:`synth.guards.MAX_XML_STEPS`; 0: no limit."""
     time_program: bool = True
     winners_by: str = "auto"
     nccl: bool = True
@@ -187,7 +189,8 @@ def run(req: SolveRequest) -> SolveOutcome | ClosedOutcome:
     req = replace(req, format=fmt)
     check_byte_range(req)
     xml = req.xml
-    budget = Budget.of(req.max_memory, None if req.format == "mscclpp" else xml)
+    budget = Budget.of(req.max_memory, None if req.format == "mscclpp" else xml,
+                       req.max_xml_steps)
     if req.coll in KINDS:  # sized before the collective is built (10^9 chunks do not fit)
         check_request(req.coll, topology.num_ranks, req.chunks, budget)
     collective = load_collective(req.coll, topology.num_ranks, req.chunks or 1, req.root,

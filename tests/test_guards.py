@@ -8,6 +8,7 @@ import pytest
 
 from synth import guards
 from synth.collectives import make_collective
+from synth.emit import XmlOptions
 from synth.emit.compile import compile_schedule
 from synth.encodings import Options, run_encoding
 from synth.encodings.baseline import baseline
@@ -269,3 +270,143 @@ def test_the_memory_backstop_names_the_stage():
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("synth: error: out of memory during solving allgather"), last
     assert "Traceback" not in r.stderr
+
+
+def _program_steps(prog) -> int:
+    """Threadblocks and steps over every rank of a compiled program (what XmlEstimate.steps
+    under-counts)."""
+    return sum(len(g.tbs) + sum(len(tb.steps) for tb in g.tbs) for g in prog.gpus)
+
+
+def test_xml_steps_estimate_is_a_floor_of_the_whole_program():
+    """The all-ranks count the work budget refuses by is never above what the compiler emits (so a
+    refusal never overstates), and it is the per-rank counts summed (the busiest rank's is one of
+    them)."""
+    cases = [("dgx1", "allgather", "ring", 4), ("dgx1", "allreduce", "ring", 2),
+             ("switch:5", "allgather", "direct", 2), ("dgx1", "broadcast", "binomial_tree", 4)]
+    for spec, kind, algo, k in cases:
+        topo = load_topology(spec)
+        coll = make_collective(kind, topo.num_ranks, k, root=0 if kind == "broadcast" else None)
+        sched = baseline(topo, coll, algo)
+        est = guards.xml_estimate(sched)
+        assert est.nodes - 1 - topo.num_ranks <= est.steps <= _program_steps(
+            compile_schedule(sched)), (spec, kind, algo, est)
+        assert guards.xml_estimate(sched, 2).steps == 2 * est.steps
+
+
+def _emit_forbidden(monkeypatch):
+    """Any compile fails the test: the work budget must refuse before compiling."""
+    import synth.select.program_scorer as PS
+
+    def never(schedule, options):
+        raise AssertionError(f"{schedule.algorithm} was compiled")
+    monkeypatch.setattr(PS, "emit_verified_xml", never)
+
+
+def test_candidate_over_the_xml_work_budget_steps_aside_before_compiling(monkeypatch, tmp_path):
+    """A candidate whose program is estimated above the work budget (MAX_XML_STEPS, lowered here
+    to what a 16-rank ring's file takes) is passed over with a one-line note naming it and the
+    estimate, before it is verified or compiled; the run goes on with the candidates that fit, and
+    when none does it refuses in one line naming --no-xml (exit 2), having compiled nothing."""
+    from synth.solve import SolveRequest, run
+
+    topo = load_topology("ring:16")
+    ring = baseline(topo, make_collective("allgather", 16), "ring")
+    direct = baseline(topo, make_collective("allgather", 16), "direct")
+    small, large = sorted((ring, direct), key=lambda s: guards.xml_estimate(s).steps)
+    limit = guards.xml_estimate(small).steps
+    assert guards.xml_estimate(large).steps > limit
+    budget = Budget(64 * guards.GB, "exec", max_xml_steps=limit)
+    kept, notes = within_budget({"small": small, "large": large}, budget)
+    assert list(kept) == ["small"]
+    [note] = notes
+    est = guards.xml_estimate(large).steps
+    assert note.startswith(f"large passed over: {large.algorithm}: its program is estimated at "
+                           f"{est:,} MSCCL-IR steps over its 16 ranks")
+    assert f"over the {limit:,} one file" in note and "--no-xml" in note and "\n" not in note
+    assert within_budget({"large": large}, Budget(64 * guards.GB, None, max_xml_steps=limit))[0]
+    # the command: every candidate over the budget -> exit 2, one line, nothing compiled
+    monkeypatch.setattr(guards, "MAX_XML_STEPS", 10)
+    _emit_forbidden(monkeypatch)
+    with pytest.raises(TooBig, match=r"no candidate fits: .*MSCCL-IR steps.*--no-xml") as exc:
+        run(SolveRequest("ring:16", "allgather", encoding="baseline", algorithm="ring",
+                         out_dir=tmp_path / "o", sizes=(1024, 2**20)))
+    assert exc.value.exit_code == 2 and "\n" not in exc.value.message
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_compile_phase_names_the_candidate(monkeypatch):
+    """Every compile runs inside a progress phase naming its candidate and form, so a long one
+    never shows as a bare "still running" (issue 32: minutes at 512 ranks)."""
+    import synth.select.program_scorer as PS
+    from synth import progress
+    from synth.solve import solve
+
+    result = solve(load_topology("ring:4"), make_collective("allgather", 4), encoding="baseline",
+                   algorithm="ring", sizes=(1024,), budget=BIG, nccl=False)
+    seen: list[str] = []
+    real = PS.emit_verified_xml
+
+    def spy(schedule, options):
+        seen.append(progress.stage())
+        return real(schedule, options)
+    monkeypatch.setattr(PS, "emit_verified_xml", spy)
+    cand = result.candidates[0]
+    got = PS.compiled_xml({}, cand, XmlOptions(proto="LL", instances=2))
+    assert not isinstance(got, str)
+    assert seen == [f"XML of {cand.name} (LL x2, {cand.schedule.num_transfers:,} transfers): "
+                    "compile and prove"]
+
+
+def test_cli_max_xml_steps_refuses_in_one_line_and_0_lifts_it(synth_cli, tmp_path):
+    """``--max-xml-steps`` is the work budget's knob: below a ring's estimate the solve exits 2 in
+    one line naming the estimate and the knob; 0 lifts the limit and the file is written."""
+    args = ("solve", "--topo", "ring:4", "--coll", "allgather", "--algo", "ring",
+            "--sizes", "1KB,1MB", "--no-program-model")
+    r = synth_cli(*args, "--max-xml-steps", "5", "--out", str(tmp_path / "a"))
+    assert r.returncode == 2, r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("synth: error: no candidate fits: ring passed over: ring: its program "
+                           "is estimated at ") and "MSCCL-IR steps" in line, line
+    assert "--max-xml-steps" in line and "--no-xml" in line
+    assert not (tmp_path / "a").exists()
+    r = synth_cli(*args, "--max-xml-steps", "0", "--out", str(tmp_path / "b"))
+    assert r.returncode == 0, r.stderr
+    assert list((tmp_path / "b").rglob("*.xml"))
+
+
+@pytest.mark.slow  # plans dgx_h100 x 64's rail-striped trees (25-80 s on a shared 2-core machine)
+def test_512_rank_trees_striped_is_refused_by_its_estimate_not_its_blocks():
+    """Issue 32: dgx_h100 x 64 allgather's ``trees_striped`` fits the threadblocks and the node
+    limit, so before the work budget it went on to a compile that ran for many minutes. Its
+    estimate (seconds) is what passes it over now."""
+    from synth.encodings.trees.encoding import TreesOptions, _striped
+
+    topo = load_topology("dgx_h100", nodes=64)
+    sched = _striped(topo, "allgather", make_collective("allgather", 512), TreesOptions.parse({}),
+                     300.0)
+    start = time.perf_counter()
+    est = guards.xml_estimate(sched)
+    assert est.threadblocks <= 64 and est.nodes <= guards.MAX_NODES
+    assert est.steps > 3 * guards.MAX_XML_STEPS
+    with pytest.raises(TooBig, match=r"trees_striped: its program is estimated at [\d,]+ MSCCL-IR "
+                                     r"steps over its 512 ranks"):
+        guards.check_schedule(sched, Budget.of("12GB", XmlOptions()))
+    assert time.perf_counter() - start < 30
+
+
+def test_xml_memory_is_sized_by_the_programs_steps():
+    """A program's compile needs memory by its steps over all ranks (XML_BYTES_PER_STEP), which at
+    many ranks is far above what its transfers alone suggest: a budget the transfers fit but the
+    steps do not refuses before compiling, naming the estimate."""
+    sched = baseline(load_topology("ring:16"), make_collective("allgather", 16), "ring")
+    est = guards.xml_estimate(sched)
+    by_transfers = guards.BASE_BYTES + sched.num_transfers * Budget(0).memory_per_transfer()
+    by_steps = guards.BASE_BYTES + sched.num_transfers * guards.SCHEDULE_BYTES_PER_TRANSFER + \
+        est.steps * guards.XML_BYTES_PER_STEP
+    assert by_transfers < by_steps
+    guards.check_schedule(sched, Budget(by_steps, "exec"))
+    with pytest.raises(TooBig, match=rf"estimated at {est.steps:,} MSCCL-IR steps over its 16 "
+                                     r"ranks, needs about .* with XML against --max-memory"):
+        guards.check_schedule(sched, Budget(by_steps - 1, "exec"))
+    guards.check_schedule(sched, Budget(by_transfers, None))    # --no-xml: no program to size

@@ -22,7 +22,7 @@ from ..emit.xml_parse import parse_program
 from ..errors import SynthError
 from ..files import check_output_file, dumps_json, read_input
 from ..groups import concurrent, induced, parse_partition
-from ..guards import memory_backstop, parse_memory
+from ..guards import MAX_XML_STEPS, XML_SECONDS_PER_STEP, memory_backstop, parse_memory
 from ..mscclpp import is_plan_text, verify_plan_file
 from ..schedule import Schedule
 from ..select.candidates import cost_profile
@@ -106,6 +106,11 @@ from .solve_report import closed_json, print_closed, print_solve, solve_json
 @click.option("--max-memory", default=None,
               help="Memory budget (e.g. 8GB; default: half the machine's RAM): requests and "
                    "candidates estimated above it are refused before the work starts.")
+@click.option("--max-xml-steps", type=int, default=None,
+              help="XML work budget: a candidate whose program is estimated above this many steps "
+                   f"over all ranks (default {MAX_XML_STEPS}: compiling and proving them took about"
+                   f" {XML_SECONDS_PER_STEP * MAX_XML_STEPS / 60:.0f} min on 2 cores) is passed "
+                   "over before it is compiled. 0: no limit.")
 @click.option("--program-model/--no-program-model", "want_program", default=True,
               show_default=True,
               help="Also time the written XML with the timed program model (program_us).")
@@ -128,7 +133,8 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
           xml_profile: str, proto: str | None, instances: int | None, max_threadblocks: int,
           min_bytes: str, max_bytes: str, out_format: str, target: str | None,
           calibration: str | None, out_dir: str, max_memory: str | None,
-          want_program: bool, winners_by: str, compete: bool, as_json: bool) -> None:
+          max_xml_steps: int | None, want_program: bool, winners_by: str, compete: bool,
+          as_json: bool) -> None:
     """Synthesize verified schedules and write, per size range, the fastest, or leave the range
     to NCCL where NCCL is faster."""
     if target is not None:
@@ -154,7 +160,7 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
         sizes=parse_sizes(sizes) if sizes else DEFAULT_SIZES, time_limit_s=time_limit,
         extra=extra, xml=xml, proto=proto, instances=instances, format=out_format,
         calibration=calibration, out_dir=Path(out_dir), max_memory=max_memory,
-        time_program=want_program, winners_by=winners_by, nccl=compete)
+        max_xml_steps=max_xml_steps, time_program=want_program, winners_by=winners_by, nccl=compete)
     memory_backstop(parse_memory(max_memory))
     with progress.activate(console=err, quiet_on_terminal=as_json):
         done = run(request)

@@ -69,11 +69,19 @@ be produced: shared by the program model and :func:`choose_ranges` so no file is
 
 def compiled_xml(cache: XmlCache, candidate: Candidate, options: XmlOptions
                  ) -> tuple[str, tuple[Any, ...]] | str:
-    """``candidate``'s interpreter-verified XML under ``options`` (or why there is none), once."""
+    """``candidate``'s interpreter-verified XML under ``options`` (or why there is none), once.
+
+    Each compile is a progress phase naming the candidate and its form: at hundreds of ranks one
+    takes minutes, and the display must say which file is being made. (Its label is no kind of
+    :func:`benchmarks.speed.classify`'s: the compile, parse and interpreter inside count as their
+    own spans.)"""
     key = (candidate.name, options)
     if key not in cache:
         try:
-            text, reports = emit_verified_xml(candidate.schedule, options)
+            with progress.phase(f"XML of {candidate.name} ({options.proto} x{options.instances}, "
+                                f"{candidate.schedule.num_transfers:,} transfers): compile and "
+                                "prove"):
+                text, reports = emit_verified_xml(candidate.schedule, options)
             cache[key] = (text, tuple(reports))
         except SynthError as exc:
             cache[key] = exc.message
