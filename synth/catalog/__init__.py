@@ -266,7 +266,8 @@ def _collective(topology: Topology, kind: str, jobs: list[SolveJob], records: li
 
     def timed(choice: Choice) -> dict[int, float]:
         return program_times([emitter.executor_file(r) for r in choice.ranges if r.config != NCCL],
-                             buckets, topology, model, timings)
+                             buckets, topology, model, timings,
+                             [c.time_us for c in nccl] if nccl is not None else None)
 
     # the ranges are chosen on compiled files; the interpreter proves the chosen ones, and one it
     # fails is excluded (its attempt fails from then on) and the ranges are chosen again

@@ -19,6 +19,8 @@ ranges are chosen again. The compile depends on the range's ``maxBytes`` only (i
 and placement weigh messages at that size; ``minBytes`` is only written into the file), so one
 compile per (configuration, ``maxBytes``) serves every range ending there: the file is that
 program with the range's ``minBytes`` set, byte for byte what compiling with both bounds writes.
+The compiled text is kept in the cache's ``compiled/`` section (keyed like a verified file, with
+``minBytes`` 0, but never read as one), so a rerun compiles none of the ranges it passes over.
 
 A file the runtime could not run is not produced: the compiler's hard limits (threadblocks, steps,
 channels, tokenizer nodes; spec §6) raise, and so does this module's co-residency check — all of a
@@ -38,11 +40,13 @@ from typing import Any
 from ..emit import XmlOptions, emit_verified_xml, verify_text, xml_unsupported_reason
 from ..emit.compile import compile_schedule
 from ..emit.program import Program
+from ..emit.xml_parse import parse_program
 from ..emit.xml_write import program_to_xml
 from ..errors import SynthError
 from ..mscclpp.emit import PlanOptions, emit_verified_plan
 from ..outputs.msccl import max_threadblocks, sm_count
 from ..select.buckets import Bucket
+from ..select.nccl import Timed
 from ..select.ranges import Config, Range
 from ..timing.program_store import TimingStore
 from ..timing.protocol import ProtocolModel
@@ -182,8 +186,18 @@ class Emitter:
         text, or why it cannot be (the compiler's limits: the same verdict
         :func:`synth.emit.emit_verified_xml` reaches before it interprets anything)."""
         key = (cfg, opts.max_bytes)
-        if key not in self.programs:
-            cand = self.lookup[cfg]
+        if key in self.programs:
+            return self.programs[key]
+        cand = self.lookup[cfg]
+        opts = dataclasses.replace(opts, min_bytes=0)
+        disk = xml_key(cand.schedule.to_json(), dataclasses.asdict(opts))
+        rec = self.cache.get(disk, "compiled") if self.cache is not None else None
+        if rec is not None and rec.get("error") is not None:
+            self.programs[key] = str(rec["error"])
+        elif rec is not None and _sha(rec.get("xml", "")) == rec.get("sha256"):
+            text = rec["xml"]
+            self.programs[key] = (parse_program(text, f"{cand.name}.xml", opts.profile), text)
+        else:
             why = xml_unsupported_reason(cand.schedule, opts)
             try:
                 if why:
@@ -194,10 +208,15 @@ class Emitter:
                                            max_threadblocks=opts.max_threadblocks,
                                            gather=opts.gather, channels=opts.channels,
                                            aggregate=opts.aggregate)
-                self.programs[key] = (program, program_to_xml(program, opts.profile))
+                text = program_to_xml(program, opts.profile)
+                self.programs[key] = (program, text)
+                record: dict[str, Any] = {"xml": text, "sha256": _sha(text), "error": None}
             except SynthError as exc:
                 self.programs[key] = exc.message
+                record = {"error": exc.message}
             self.compiled += 1
+            if self.cache is not None:
+                self.cache.put(disk, record, "compiled")
         return self.programs[key]
 
     def _file(self, r: Range, text: str, modes: tuple[str, ...], timed: str = "") -> Emitted | str:
@@ -268,7 +287,8 @@ class Emitter:
 
 
 def program_times(emitted: Sequence[Emitted], buckets: Sequence[Bucket], topology: Topology,
-                  protocols: ProtocolModel, store: TimingStore | None) -> dict[int, float]:
+                  protocols: ProtocolModel, store: TimingStore | None,
+                  nccl_us: Sequence[float] | None = None) -> Timed:
     """Per bucket a file serves, that file run by the timed program model
     (:mod:`synth.timing.program`) at the bucket's size: the file as the runtime would execute it
     (threadblocks, grid iterations, FIFO slots, shared links), where the tuner ranked its lock-step
@@ -277,18 +297,35 @@ def program_times(emitted: Sequence[Emitted], buckets: Sequence[Bucket], topolog
 
     Times are kept by the file's content (:func:`synth.timing.program.cached_times`; in ``store``
     across runs), so another round or a rerun reads them instead of simulating again.
-    """
-    from ..timing.program import cached_times, program_model
 
-    out: dict[int, float] = {}
+    ``nccl_us`` (NCCL's time per bucket index; None: NCCL does not compete): where the program
+    model's lower bound (:func:`synth.timing.program_bound.time_lower_bound`, milliseconds against
+    up to seconds a size for an LL file at large sizes) is already not below NCCL's time, the file
+    is vetoed there whatever its time, so the bound is returned (listed in ``Timed.bounds``) and
+    nothing is simulated; every bucket a final file serves is below NCCL's time, so simulated.
+    """
+    from ..emit.xml_parse import parse_program
+    from ..timing.program import cached_times, program_model
+    from ..timing.program_bound import time_lower_bound
+
+    out = Timed()
     models: dict[str, Any] = {}
     size = {b.index: b.size for b in buckets}
     for e in emitted:
         proto = e.range.config.proto
         if proto not in models:
             models[proto] = program_model(topology, proto, protocols=protocols)
+        text = e.timed_xml or e.exec_xml
         idx = list(e.range.buckets)
-        times = cached_times(e.timed_xml or e.exec_xml, topology, [size[i] for i in idx], model=models[proto],
+        if nccl_us is not None:
+            program = parse_program(text, "<program>", "exec")
+            for i in list(idx):
+                low = time_lower_bound(program, topology, size[i], models[proto])
+                if not low < nccl_us[i]:
+                    out[i] = low
+                    out.bounds.add(i)
+                    idx.remove(i)
+        times = cached_times(text, topology, [size[i] for i in idx], model=models[proto],
                              store=store)
         out.update(zip(idx, times, strict=True))
     return out
