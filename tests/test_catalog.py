@@ -231,29 +231,63 @@ def test_corrupt_cache_entry_is_a_miss(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ fallback
-def test_winner_without_a_file_falls_back_to_the_next_best(tmp_path, built, monkeypatch):
+@pytest.mark.parametrize("stage", ["compile", "interpreter"])
+def test_winner_without_a_file_falls_back_to_the_next_best(tmp_path, built, monkeypatch, stage):
+    """A configuration whose file breaks a limit while the ranges are chosen (``compile``), or
+    whose chosen file the interpreter then fails (``interpreter``: files are proved only once
+    chosen), is excluded and its buckets go to the next best."""
     import synth.catalog.emit as emit_mod
     from synth.catalog import build_catalog
     from synth.errors import SynthError
 
-    real = emit_mod.emit_verified_xml
+    name = "compile_schedule" if stage == "compile" else "verify_text"
+    real = getattr(emit_mod, name)
+    failed: list[int] = []
 
-    def picky(schedule, options):
-        if options.instances > 1:
+    def picky(schedule, *args, **kw):
+        instances = args[-1].instances if args else kw["instances"]
+        if instances > 1:
+            failed.append(instances)
             raise SynthError("threadblocks per rank is 99; the exec runtime allows at most 1 (test)")
-        return real(schedule, options)
+        return real(schedule, *args, **kw)
 
-    monkeypatch.setattr(emit_mod, "emit_verified_xml", picky)
+    monkeypatch.setattr(emit_mod, name, picky)
     _, cache = built
     res = build_catalog(load_topology(TOPO), topo_spec=TOPO, nodes=1, kinds=("allgather",),
-                        sizes=parse_sizes("64KB:1MB"), cache_dir=cache)
+                        sizes=parse_sizes("64KB:1MB"), cache_dir=cache, xml_cache=False)
     cr = res.results[0]
+    assert failed
     assert cr.choice.excluded and all("(test)" in why for why in cr.choice.excluded.values())
     assert all(r.config.instances == 1 for r in cr.choice.ranges)
     for r in cr.choice.ranges:  # each bucket got the best configuration that could be emitted
         for b in r.buckets:
             ok = [c for c in cr.tunings[b].ranking if c.instances == 1]
             assert r.config == ok[0]
+
+
+def test_a_range_file_is_one_compile_per_max_bytes_with_its_min_bytes_set():
+    """The catalog compiles once per (configuration, ``maxBytes``) and sets each range's
+    ``minBytes`` (synth.catalog.emit, drafts): byte for byte the file compiling with both bounds
+    writes, and the interpreter proves it."""
+    from synth.catalog.emit import Emitter
+    from synth.emit import XmlOptions, emit_verified_xml
+    from synth.select.ranges import Config, Range
+
+    topo = load_topology("ring:4")
+    sched = baseline(topo, make_collective("allgather", 4), "ring")
+    cfg = Config("ring", 1, "LL", 2)
+    cand = type("C", (), {"schedule": sched, "name": "ring"})()
+    em = Emitter(topo, {cfg: cand})
+    hi = 1 << 20
+    for lo in (1024, 65536):
+        r = Range(cfg, (0,), lo, hi)
+        assert em.attempt(r) is None
+        want, _ = emit_verified_xml(sched, XmlOptions(proto="LL", instances=2, min_bytes=lo,
+                                                      max_bytes=hi))
+        assert em.executor_file(r).exec_xml == want
+        assert em.verify(r) is None and em.verify(r) is None    # interpreted once
+    assert em.compiled == 1 and em.verified == 2
+    assert em.result(Range(cfg, (0,), 1024, hi)).modes
 
 
 # ------------------------------------------------------------------------------------ atomicity

@@ -206,3 +206,24 @@ def test_a_size_the_program_model_gives_nccl_gets_no_file(h100_16mb):
     assert f'maxbytes="{small["hi"] + 1}"' in (out / "msccl_config.xml").read_text()
     md = (out / "catalog.md").read_text()
     assert "Put behind NCCL by the timed program model" in md
+
+
+def test_a_lower_bound_not_below_nccl_vetoes_without_a_time():
+    """The timer may give the program model's lower bound where it already is not below NCCL's
+    time (synth.catalog.emit.program_times): the veto says so, and the next configuration is
+    timed; a bound cannot stand for a time a file is served with."""
+    from synth.select.nccl import Timed
+
+    tunings = [_tuning(0, [A, B])]
+
+    def times(choice: Choice) -> Timed:
+        (r,) = choice.ranges
+        return Timed({0: 9.0}, bounds={0}) if r.config == A else Timed({0: 7.0})
+
+    got = choose_with_nccl(tunings, [8.0], lambda cfg, t: 5.0, lambda r: None, times)
+    assert [r.config for r in got.choice.ranges] == [B] and got.program_us == {0: 7.0}
+    assert [(v.config, v.bound, v.to_dict()["lower_bound"]) for v in got.vetoes] == [
+        (A, True, True)]
+    with pytest.raises(AssertionError, match="a bound below NCCL"):
+        choose_with_nccl(tunings, [8.0], lambda cfg, t: 5.0, lambda r: None,
+                         lambda c: Timed({0: 7.0}, bounds={0}))

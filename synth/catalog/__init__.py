@@ -7,8 +7,9 @@ Pipeline (one module each)::
                          └─► executor ────┴─► candidates.candidates_from (verify every schedule)
         ──► select.Table (protocols: predicted µs per config and size)
         ──► select.tune_buckets (synth.tuning, per size bucket) ──► select.nccl.choose_with_nccl
-            (NCCL competes; select.choose: merge + fallback, emit.Emitter: interpreter-verified
-            XML; emit.program_times: the program model's veto, repeated until no file is vetoed)
+            (NCCL competes; select.choose: merge + fallback, emit.Emitter: compiled XML;
+            emit.program_times: the program model's veto, repeated until no file is vetoed;
+            then the interpreter proves the chosen files, choosing again past one it fails)
         ──► output.write_catalog (atomic folder swap: XML, MSCCL_CONFIG, catalog.json, catalog.md,
             plots)
 
@@ -265,12 +266,22 @@ def _collective(topology: Topology, kind: str, jobs: list[SolveJob], records: li
 
     def timed(choice: Choice) -> dict[int, float]:
         return program_times([emitter.executor_file(r) for r in choice.ranges if r.config != NCCL],
-                             buckets, topology, model, timings)
+                             buckets, topology, model, timings,
+                             [c.time_us for c in nccl] if nccl is not None else None)
 
-    vetted = choose_with_nccl(
-        tunings, [c.time_us for c in nccl] if nccl is not None else None,
-        lambda cfg, t: table.time(cfg, t.bucket.index), attempt, timed)
+    # the ranges are chosen on compiled files; the interpreter proves the chosen ones, and one it
+    # fails is excluded (its attempt fails from then on) and the ranges are chosen again
+    rounds = 0
+    while True:
+        vetted = choose_with_nccl(
+            tunings, [c.time_us for c in nccl] if nccl is not None else None,
+            lambda cfg, t: table.time(cfg, t.bucket.index), attempt, timed)
+        rounds += vetted.rounds
+        failed = [r for r in vetted.choice.ranges if r.config != NCCL
+                  and emitter.verify(r) is not None]
+        if not failed:
+            break
     emitted = [emitter.result(r) for r in vetted.choice.ranges if r.config != NCCL]
     return CollectiveResult(kind, cands, rejected, table, tunings, vetted.choice,
                             emitted, emitter.verified, emitter.reused, nccl,
-                            vetted.program_us, vetted.vetoes, vetted.rounds)
+                            vetted.program_us, vetted.vetoes, rounds)

@@ -316,6 +316,7 @@ def catalog_md(result: CatalogResult, data: dict[str, Any], out_abs: str) -> str
                 first = vs[0]   # the first found: the protocol model's best there
                 lines.append(f"- {format_size(result.buckets[b].size)}: {len(vs)} "
                              f"configuration(s), first {_cfg_text(first['config'])} at "
+                             f"{'at least ' if first.get('lower_bound') else ''}"
                              f"{_num(first['program_us'])} µs vs NCCL's "
                              f"{_num(first['nccl_us'])} µs")
         if d["excluded"]:

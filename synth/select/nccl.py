@@ -78,17 +78,29 @@ def with_nccl(tunings: Sequence[BucketTuning], nccl_us: Sequence[float] | None,
 @dataclass(frozen=True)
 class Veto:
     """A configuration the program model ruled out at one bucket: its written file's program
-    time there (``program_us``) is not below NCCL's (``nccl_us``)."""
+    time there (``program_us``) is not below NCCL's (``nccl_us``). ``bound``: ``program_us`` is
+    the program model's lower bound (:func:`synth.timing.program_bound.time_lower_bound`), already
+    not below NCCL's, so the file was not simulated there: its time is at least that."""
 
     config: Config
     bucket: int
     program_us: float
     nccl_us: float
+    bound: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {"config": self.config.to_dict(), "bucket": self.bucket,
                 "program_us": round(self.program_us, 6) if math.isfinite(self.program_us)
-                else None, "nccl_us": round(self.nccl_us, 6)}
+                else None, "nccl_us": round(self.nccl_us, 6), "lower_bound": self.bound}
+
+
+class Timed(dict[int, float]):
+    """Program times per bucket index, and ``bounds``: the buckets whose value is only the
+    program model's lower bound (enough to veto there, :class:`Veto`), not a simulated time."""
+
+    def __init__(self, *args: Any, bounds: set[int] | None = None) -> None:
+        super().__init__(*args)
+        self.bounds: set[int] = set(bounds or ())
 
 
 @dataclass
@@ -113,7 +125,8 @@ def choose_with_nccl(tunings: Sequence[BucketTuning], nccl_us: Sequence[float] |
     ``model_us(cfg, tuning)``: the configuration's time at the bucket as ranked (the protocol
     model with the runtime's floors); ``program_us(choice)``: the program time, per bucket index,
     of the file ``attempt`` produced for the range serving that bucket (bucket indices missing:
-    not timed, no veto). A (configuration, bucket) whose program time is not below NCCL's there
+    not timed, no veto; a :class:`Timed` may give, where that already vetoes, the program model's
+    lower bound instead of the time). A (configuration, bucket) whose program time is not below NCCL's there
     competes with that time from then on, so it ranks after NCCL at that bucket only; the
     ranking itself stays the protocol model's. Each round vetoes at least one new pair (a vetoed
     pair cannot serve its bucket again), so it ends; it is deterministic when ``attempt`` and
@@ -129,12 +142,16 @@ def choose_with_nccl(tunings: Sequence[BucketTuning], nccl_us: Sequence[float] |
         competing = with_nccl(tunings, nccl_us, lambda cfg, t: timed.get(
             (cfg, t.bucket.index), model_us(cfg, t)))
         choice = choose(competing, attempt, tolerance)
-        times = dict(program_us(choice)) if program_us is not None else {}
+        got = program_us(choice) if program_us is not None else {}
+        bounds = getattr(got, "bounds", set())
+        times = dict(got)
         if nccl_us is None:
             return Vetted(choice, times, vetoes, rounds)
-        fresh = [Veto(r.config, b, times[b], nccl_us[at[b]]) for r in choice.ranges
+        fresh = [Veto(r.config, b, times[b], nccl_us[at[b]], b in bounds) for r in choice.ranges
                  if r.config != NCCL for b in r.buckets
                  if b in times and not times[b] < nccl_us[at[b]]]
+        assert all(b not in bounds for r in choice.ranges for b in r.buckets
+                   if b in times and times[b] < nccl_us[at[b]]), "a bound below NCCL is no time"
         if not fresh:
             return Vetted(choice, times, vetoes, rounds)
         for v in fresh:
