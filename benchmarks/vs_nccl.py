@@ -59,6 +59,9 @@ COLLECTIVES = ["allreduce", "allgather", "reducescatter", "alltoall"]
 QUICK = [("dgx_h100", 1, "allreduce"), ("dgx1", 1, "allgather")]
 REPORTED = [1 << p for p in range(10, 31, 2)]       # 1 KB .. 1 GiB, x4
 MSCCL_DATA = ROOT / "tests" / "data" / "msccl_ndv5"
+CODE_COMMIT = commit()
+"""The checkout's commit when this process started and imported synth: what every case runs, even
+if the checkout moves on during a long run."""
 NCCL_DATA = ROOT / "tests" / "data" / "nccl-tests"
 
 
@@ -129,7 +132,7 @@ def measure_case(topo_name: str, nodes: int, coll: str) -> dict[str, Any]:
     served = [r for r in rows if r["served_by"] == "synth"]
     forms = sorted({f"{r.candidate.name} {r.proto} x{r.instances}" for r in done.written.ranges
                     if r.candidate is not None})
-    return {"topology": topo_name, "nodes": nodes, "collective": coll, "commit": commit(),
+    return {"topology": topo_name, "nodes": nodes, "collective": coll, "commit": CODE_COMMIT,
             "ranks": done.result.topology.num_ranks, "solve_s": round(seconds, 1),
             "served": len(served), "sizes": len(rows),
             "geomean_speedup": round(math.exp(sum(map(math.log, ups)) / len(ups)), 4) if ups
@@ -157,7 +160,7 @@ def measure(cases: list[tuple[str, int, str]], done: list[dict[str, Any]] | None
         out.append(rec)
         order = {case: i for i, case in enumerate(cases)}
         out.sort(key=lambda c: order.get((c["topology"], c["nodes"], c["collective"]), len(order)))
-        data = {"commit": commit(), "machine": machine(), "load_average": load_average(2),
+        data = {"commit": CODE_COMMIT, "machine": machine(), "load_average": load_average(2),
                 "sizes": REPORTED, "complete": len(out) == len(cases), "cases": out}
         if save is not None:
             save(data)
