@@ -252,7 +252,8 @@ def test_threadblock_budget_floor():
 def test_the_memory_backstop_names_the_stage():
     """An allocation the estimates missed fails as one line naming the phase it struck in, exit 2
     (here the address space is capped below what the program model needs, as the backstop that
-    `solve` sets from --max-memory would be on a smaller machine)."""
+    `solve` sets from --max-memory would be on a smaller machine; ``--max-xml-steps 0`` so the
+    step estimate does not pass the big candidates over before they are compiled)."""
     import subprocess
     import sys
 
@@ -260,7 +261,8 @@ def test_the_memory_backstop_names_the_stage():
             "resource.setrlimit(resource.RLIMIT_AS, (1400 * 2**20, resource.RLIM_INFINITY))\n"
             "from synth.cli import main\n"
             "main(['solve', '--topo', 'dgx_h100', '--nodes', '16', '--coll', 'allgather',\n"
-            "      '--encoding', 'trees', '--max-memory', '64GB', '--out', sys.argv[1]])\n")
+            "      '--encoding', 'trees', '--max-memory', '64GB', '--max-xml-steps', '0',\n"
+            "      '--out', sys.argv[1]])\n")
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
