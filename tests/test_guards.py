@@ -99,16 +99,21 @@ def test_model_variable_refusal_suggests_a_request_that_fits():
     guards.check_encoding("smt", "allgather", 8, 48, fit, budget)
 
 
+def _estimated(spec: str, kind: str, algo: str, k: int):
+    """A baseline schedule on ``spec`` and its XML size estimate."""
+    topo = load_topology(spec)
+    coll = make_collective(kind, topo.num_ranks, k, root=0 if kind == "broadcast" else None)
+    sched = baseline(topo, coll, algo)
+    return topo, sched, guards.xml_estimate(sched)
+
+
 def test_xml_estimate_never_exceeds_the_compiled_program():
     """The estimate is a floor of what the compiler emits (so a refusal is never wrong)."""
     cases = [("dgx1", "allgather", "ring", 4), ("dgx1", "allreduce", "ring", 2),
              ("ring:6", "reducescatter", "bidir_ring", 4), ("dgx1", "alltoall", "direct", 1),
              ("switch:5", "allgather", "direct", 2), ("dgx1", "broadcast", "binomial_tree", 4)]
     for spec, kind, algo, k in cases:
-        topo = load_topology(spec)
-        coll = make_collective(kind, topo.num_ranks, k, root=0 if kind == "broadcast" else None)
-        sched = baseline(topo, coll, algo)
-        est = guards.xml_estimate(sched)
+        topo, sched, est = _estimated(spec, kind, algo, k)
         prog = compile_schedule(sched)
         nodes = [1 + len(prog.gpus) + len(g.tbs) + sum(len(tb.steps) for tb in g.tbs)
                  for g in prog.gpus]
@@ -287,10 +292,7 @@ def test_xml_steps_estimate_is_a_floor_of_the_whole_program():
     cases = [("dgx1", "allgather", "ring", 4), ("dgx1", "allreduce", "ring", 2),
              ("switch:5", "allgather", "direct", 2), ("dgx1", "broadcast", "binomial_tree", 4)]
     for spec, kind, algo, k in cases:
-        topo = load_topology(spec)
-        coll = make_collective(kind, topo.num_ranks, k, root=0 if kind == "broadcast" else None)
-        sched = baseline(topo, coll, algo)
-        est = guards.xml_estimate(sched)
+        topo, sched, est = _estimated(spec, kind, algo, k)
         assert est.nodes - 1 - topo.num_ranks <= est.steps <= _program_steps(
             compile_schedule(sched)), (spec, kind, algo, est)
         assert guards.xml_estimate(sched, 2).steps == 2 * est.steps
