@@ -9,6 +9,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -47,9 +48,10 @@ def run(argv: list[str], capsys) -> tuple[int, str, str]:
 
 
 def catalog_args(out: Path, cache: Path, *, colls: str = "allgather,allreduce",
-                 workers: int = 1) -> list[str]:
+                 workers: int = 1, rebuild: bool = False) -> list[str]:
     return ["catalog", "--topo", TOPO, "--collectives", colls, "--sizes", SIZES, "--out", str(out),
-            "--cache-dir", str(cache), "--workers", str(workers), "--quiet"]
+            "--cache-dir", str(cache), "--workers", str(workers), "--quiet",
+            *(["--rebuild"] if rebuild else [])]
 
 
 def digest(folder: Path) -> dict[str, str]:
@@ -149,7 +151,7 @@ def test_plots_exist(built):
 def test_rerun_solves_nothing_and_is_byte_identical(built, capsys):
     out, cache = built
     before = digest(out)
-    code, stdout, _ = run(catalog_args(out, cache), capsys)
+    code, stdout, _ = run(catalog_args(out, cache, rebuild=True), capsys)
     assert code == 0
     m = re.search(r"(\d+) solved, (\d+) cached", stdout)
     assert m and m.group(1) == "0" and int(m.group(2)) > 0
@@ -167,9 +169,50 @@ def test_rerun_simulates_nothing_and_reads_the_kept_times(built, capsys, monkeyp
     before = digest(out)
     monkeypatch.setattr(pm, "_TIMES", {})               # nothing remembered in this process
     simulated = pm.CACHE_STATS.simulated
-    code, _, _ = run(catalog_args(out, cache), capsys)
+    code, _, _ = run(catalog_args(out, cache, rebuild=True), capsys)
     assert code == 0
     assert pm.CACHE_STATS.simulated == simulated and pm.CACHE_STATS.disk > 0
+    assert digest(out) == before
+
+
+def test_a_rerun_with_the_same_inputs_rewrites_the_stored_folder_without_building(
+        built, tmp_path, capsys, monkeypatch):
+    """The warm rerun of an unchanged catalog takes its whole folder from the cache: nothing is
+    solved, tuned, compiled or timed (build_catalog is not called), the bytes are the same, and
+    what it printed is printed again; any changed input (here the seed, and the output folder:
+    MSCCL_CONFIG holds absolute paths) builds again."""
+    import synth.cli.catalog as cli_catalog
+
+    out, cache = built
+    before = digest(out)
+    shutil.rmtree(out / "plots")  # a damaged folder is written whole again
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("built again")
+
+    with monkeypatch.context() as m:
+        m.setattr(cli_catalog, "build_catalog", no_build)
+        code, stdout, _ = run(catalog_args(out, cache), capsys)
+    assert code == 0 and "inputs unchanged" in stdout and "MSCCL_ALGO_DIR=" in stdout
+    assert "allgather: " in stdout and "allreduce: " in stdout
+    assert digest(out) == before
+    calls = {"n": 0}
+    real = cli_catalog.build_catalog
+
+    def counted(*args, **kwargs):
+        calls["n"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cli_catalog, "build_catalog", counted)
+    code, stdout, _ = run([*catalog_args(out, cache), "--seed", "1"], capsys)
+    assert code == 0 and calls["n"] == 1 and "inputs unchanged" not in stdout
+    code, stdout, _ = run(catalog_args(tmp_path / "elsewhere", cache), capsys)
+    assert code == 0 and calls["n"] == 2
+    # a corrupt stored run is a miss, never an error
+    for entry in (cache / "catalogs").rglob("*.json"):
+        entry.write_text("{not json")
+    code, stdout, _ = run(catalog_args(out, cache), capsys)
+    assert code == 0 and calls["n"] == 3 and "inputs unchanged" not in stdout
     assert digest(out) == before
 
 

@@ -35,6 +35,16 @@ sources of the compiler and the interpreter (:func:`emit_fingerprint`). Compilin
 file is a deterministic function of exactly those, so a stored verdict is the verdict a rerun
 would reach; the stored text is checked against its SHA-256 before use. ``--no-xml-cache``
 re-runs every emission and interpretation.
+
+A whole catalog is stored too, under ``catalogs/`` (:func:`catalog_key`): every file of the folder
+and the lines ``synth catalog`` printed, keyed by everything the folder can depend on -- the bytes
+of every synth source and shipped data file (:func:`package_fingerprint`), the versions of the
+solver and numeric libraries, the topology (its content hash, name and meta), the request (spec,
+collectives, sizes, tuner, seed, time limit, memory budget, format), the calibration file's bytes
+and the output path (``msccl_config.xml`` holds absolute paths). A rerun whose inputs did not change
+(the warm rerun of a cluster's catalog) writes that folder again without solving, tuning,
+compiling or timing anything: every file in it was verified by the run that stored it, and that
+run's inputs are this run's. A run with a failed solve (not cached, so retried) is not stored.
 """
 
 from __future__ import annotations
@@ -54,6 +64,14 @@ from ..topology import Topology
 
 CACHE_FORMAT = "synth-catalog-solve/1"
 XML_FORMAT = "synth-catalog-xml/1"
+RUN_FORMAT = "synth-catalog-run/1"
+FORMATS = {"solves": CACHE_FORMAT, "xml": XML_FORMAT, "compiled": XML_FORMAT,
+           "catalogs": RUN_FORMAT}
+"""The format tag of each section of the cache."""
+LIBRARIES = ("highspy", "ortools", "z3-solver", "pulp", "networkx", "numpy", "scipy", "lxml",
+             "matplotlib", "optuna")
+"""Distributions whose release can change a catalog's bytes (solvers' incumbents, numerics,
+plots): part of :func:`package_fingerprint`."""
 STRUCTURAL_ENCODINGS = frozenset({"baseline"})
 """Encodings whose schedules depend on the topology's structure, not its α/β values."""
 MAX_PAIRS_FOR_STRUCTURE = 1 << 18
@@ -84,6 +102,68 @@ def code_fingerprint(dirs: tuple[str, ...] = _CODE_DIRS, files: tuple[str, ...] 
         h.update(f"{rel}\n".encode())
         h.update(hashlib.sha256(p.read_bytes()).digest())
     return h.hexdigest()
+
+
+@cache
+def package_fingerprint() -> str:
+    """SHA-256 over every file of the synth package (sources and shipped data) and the releases
+    of :data:`LIBRARIES`: what a whole catalog run depends on besides its request."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    h = hashlib.sha256(f"synth {__version__}\n".encode())
+    for p in sorted((q for q in _SYNTH_ROOT.rglob("*") if q.is_file() and "__pycache__" not in
+                     q.parts and not q.name.endswith(".pyc")),
+                    key=lambda q: q.relative_to(_SYNTH_ROOT).as_posix()):
+        h.update(f"{p.relative_to(_SYNTH_ROOT).as_posix()}\n".encode())
+        h.update(hashlib.sha256(p.read_bytes()).digest())
+    for dist in LIBRARIES:
+        try:
+            release = version(dist)
+        except PackageNotFoundError:
+            release = "-"
+        h.update(f"{dist}=={release}\n".encode())
+    return h.hexdigest()
+
+
+def catalog_key(topology: Topology, request: dict[str, Any], calibration: Path | None) -> str:
+    """The cache key of a whole catalog run (module docstring): ``request`` holds the CLI's
+    resolved choices (spec, collectives, sizes, tuner, seed, time limit, memory budget, format,
+    output path)."""
+    cal = hashlib.sha256(calibration.read_bytes()).hexdigest() if calibration is not None else None
+    return _digest({"format": RUN_FORMAT, "code": package_fingerprint(),
+                    "topology": [topology.content_hash, topology.name, list(map(list, topology.meta))],
+                    "request": request, "calibration": cal})
+
+
+def encode_files(files: dict[str, str | bytes]) -> dict[str, dict[str, str]]:
+    """A folder's files as JSON values (bytes, e.g. plots, in base64)."""
+    import base64
+
+    return {rel: ({"bytes": base64.b64encode(data).decode()} if isinstance(data, bytes)
+                  else {"text": data}) for rel, data in sorted(files.items())}
+
+
+def decode_files(stored: Any) -> dict[str, str | bytes] | None:
+    """Inverse of :func:`encode_files`; None when ``stored`` is not such a mapping (a miss)."""
+    import base64
+    import binascii
+
+    if not isinstance(stored, dict):
+        return None
+    out: dict[str, str | bytes] = {}
+    for rel, value in stored.items():
+        if not isinstance(rel, str) or not isinstance(value, dict):
+            return None
+        if isinstance(value.get("text"), str):
+            out[rel] = value["text"]
+        elif isinstance(value.get("bytes"), str):
+            try:
+                out[rel] = base64.b64decode(value["bytes"], validate=True)
+            except (binascii.Error, ValueError):
+                return None
+        else:
+            return None
+    return out
 
 
 def emit_fingerprint() -> str:
@@ -175,7 +255,8 @@ def solve_key(topology: Topology, collective: dict[str, Any], encoding: str, chu
 
 @dataclass(frozen=True)
 class SolveCache:
-    """The on-disk store under ``root``: ``solves/`` and ``xml/`` (created when first written)."""
+    """The on-disk store under ``root``: ``solves/``, ``xml/``, ``compiled/`` and ``catalogs/``
+    (created when first written)."""
 
     root: Path
 
@@ -184,7 +265,7 @@ class SolveCache:
 
     def get(self, key: str, section: str = "solves") -> dict[str, Any] | None:
         """The stored record, or None (missing or unreadable entries are misses)."""
-        fmt = CACHE_FORMAT if section == "solves" else XML_FORMAT
+        fmt = FORMATS[section]
         p = self.path(key, section)
         try:
             data = json.loads(p.read_text())
@@ -195,7 +276,7 @@ class SolveCache:
         return data
 
     def put(self, key: str, record: dict[str, Any], section: str = "solves") -> None:
-        fmt = CACHE_FORMAT if section == "solves" else XML_FORMAT
+        fmt = FORMATS[section]
         p = self.path(key, section)
         try:
             p.parent.mkdir(parents=True, exist_ok=True)

@@ -145,9 +145,15 @@ def render(result: CatalogResult, out: Path, group: Group | None = None
 def write_catalog(result: CatalogResult, out: Path, group: Group | None = None) -> list[Path]:
     """Write the catalog folder atomically (module docstring); returns the files, sorted."""
     out = check_out_dir(out)
+    return write_files(render(result, out, group), out)
+
+
+def write_files(files: dict[str, str | bytes], out: Path) -> list[Path]:
+    """Write a rendered catalog folder (:func:`render`'s mapping, or the one a warm rerun takes
+    from the cache) atomically in place of ``out``; returns the files, sorted."""
+    out = check_out_dir(out)
     ensure_writable_dir(out.parent)
     clean_stale(out)
-    files = render(result, out, group)
     token = secrets.token_hex(4)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{token}"
     try:

@@ -16,9 +16,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from .. import progress
 from ..calibration import load_calibration
 from ..catalog import build_catalog, check_collectives
-from ..catalog.cache import default_cache_dir
+from ..catalog.cache import (
+    SolveCache,
+    catalog_key,
+    check_cache_dir,
+    decode_files,
+    default_cache_dir,
+    encode_files,
+)
 from ..catalog.executor import check_executor
-from ..catalog.output import check_out_dir, write_catalog
+from ..catalog.output import check_out_dir, render, write_files
 from ..errors import SynthError, unknown_name
 from ..guards import Budget, memory_backstop
 from ..sizes import format_size, parse_sizes
@@ -108,6 +115,10 @@ class _Lines:
 @click.option("--no-xml-cache", "no_xml_cache", is_flag=True,
               help="Compile and run the interpreter on every file again, even when an identical "
                    "file was verified before.")
+@click.option("--rebuild", is_flag=True,
+              help="Build the catalog again even when a stored run had exactly these inputs (by "
+                   "default that run's folder is written again at once); solves, verified XML "
+                   "and program-model times still come from the cache.")
 @click.option("--max-memory", default=None,
               help="Memory budget (e.g. 8GB; default: half the machine's RAM): candidates "
                    "estimated above it, or over the runtime's XML limits, are passed over.")
@@ -121,7 +132,7 @@ def catalog(topo_spec: str, nodes: int, group_spec: str | None, partition: str |
             calibration: str | None,
             tuner: str, workers: int | None, executor: str, out_dir: str | None,
             cache_dir: str | None, time_limit: float, seed: int, no_xml_cache: bool,
-            out_format: str, max_memory: str | None, quiet: bool) -> None:
+            rebuild: bool, out_format: str, max_memory: str | None, quiet: bool) -> None:
     """Regenerate the per-cluster catalog: best verified algorithm per collective and size range."""
     start = time.perf_counter()
     if tuner not in TUNERS:
@@ -139,8 +150,18 @@ def catalog(topo_spec: str, nodes: int, group_spec: str | None, partition: str |
 
     budget = Budget.of(max_memory, None)
     memory_backstop(budget.max_memory)
+    spec = spec_with_group(topo_spec, group, partition)
+    # a rerun whose inputs did not change takes the whole folder from the cache (synth.catalog.cache)
+    run_key = None if no_xml_cache else catalog_key(topology, {
+        "spec": spec, "nodes": nodes, "collectives": list(kinds), "sizes": list(size_list),
+        "tuner": tuner, "seed": seed, "time_limit_s": time_limit,
+        "max_memory": budget.max_memory, "format": out_format, "out": str(target.resolve()),
+        "calibration": calibration}, Path(calibration) if calibration else None)
+    store = SolveCache(check_cache_dir(cache))
+    if run_key is not None and not rebuild and _reuse(store, run_key, target, start):
+        return
     mode = "off" if quiet else progress.choose_mode()
-    kw = dict(topo_spec=spec_with_group(topo_spec, group, partition), nodes=nodes, kinds=kinds,
+    kw = dict(topo_spec=spec, nodes=nodes, kinds=kinds,
               sizes=size_list, tuner=tuner, workers=workers, executor=executor,
               time_limit_s=time_limit, cache_dir=cache,
               calibration=cal, seed=seed, xml_cache=not no_xml_cache, budget=budget,
@@ -153,7 +174,8 @@ def catalog(topo_spec: str, nodes: int, group_spec: str | None, partition: str |
         with progress.activate(mode, console=err), \
                 progress.phase(f"catalog {topology.name} ({', '.join(kinds)})"):
             result = build_catalog(topology, progress=_Lines(), **kw)
-    files = write_catalog(result, target, group)
+    rendered = render(result, target, group)
+    files = write_files(rendered, target)
     seconds = time.perf_counter() - start
     out.print(f"[bold]catalog[/bold] {topology.name} ({topology.num_ranks} ranks), "
               f"{format_size(size_list[0])} – {format_size(size_list[-1])}: "
@@ -161,32 +183,52 @@ def catalog(topo_spec: str, nodes: int, group_spec: str | None, partition: str |
               f"{sum(c.xml_verified for c in result.results)} verified by the interpreter now, "
               f"{sum(c.xml_reused for c in result.results)} verified before (cached); "
               f"{len(files)} files in {target} ({seconds:.1f} s)")
-    written = json.loads((target / "catalog.json").read_text())
+    written = json.loads(str(rendered["catalog.json"]))
+    lines: list[str] = []
     for cr in result.results:
         rows = written["collectives"][cr.kind]["buckets"]
         finite = [b["speedup_vs_nccl"] for b in rows
                   if b["speedup_vs_nccl"] is not None and b["served_by"] == "synth"]
         left = [b for b in rows if b["served_by"] == "nccl"]
-        out.print(f"  {cr.kind}: {len(cr.emitted)} file(s), {len(cr.candidates)} candidates; "
-                  + (f"vs NCCL (its own model) {min(finite):.2f}x .. {max(finite):.2f}x"
-                     if finite else "every size left to NCCL" if left
-                     else "no NCCL on this machine")
-                  + (f"; {len(left)} of {len(rows)} size bucket(s) left to NCCL (no file)"
-                     if left else "")
-                  + (f"; {len(cr.choice.excluded)} passed over" if cr.choice.excluded else ""))
+        lines.append(f"  {cr.kind}: {len(cr.emitted)} file(s), {len(cr.candidates)} candidates; "
+                     + (f"vs NCCL (its own model) {min(finite):.2f}x .. {max(finite):.2f}x"
+                        if finite else "every size left to NCCL" if left
+                        else "no NCCL on this machine")
+                     + (f"; {len(left)} of {len(rows)} size bucket(s) left to NCCL (no file)"
+                        if left else "")
+                     + (f"; {len(cr.choice.excluded)} passed over" if cr.choice.excluded else ""))
     if out_format == "mscclpp":
         plans = [e for cr in result.results for e in cr.emitted]
         made = sum(e.plan_json is not None for e in plans)
-        out.print(f"MSCCL++ plans: {made} of {len(plans)} written to {target}/mscclpp-plans, each "
-                  "verified by the plan interpreter")
-        for e in plans:
-            if e.plan_note:
-                out.print(f"[yellow]{e.range.config.family} {e.range.lo}-{e.range.hi}: "
-                          f"{e.plan_note}[/yellow]")
+        lines.append(f"MSCCL++ plans: {made} of {len(plans)} written to {target}/mscclpp-plans, "
+                     "each verified by the plan interpreter")
+        lines += [f"[yellow]{e.range.config.family} {e.range.lo}-{e.range.hi}: "
+                  f"{e.plan_note}[/yellow]" for e in plans if e.plan_note]
+    lines += [f"[yellow]calibration: {n}[/yellow]" for n in result.calibration_notes]
+    lines.append(f"MSCCL_ALGO_DIR={target}/msccl-algorithms   MSCCL_CONFIG={target}/msccl_config.xml")
+    for line in lines[:-1]:
+        out.print(line)
     for c in result.crashes:
         out.print(f"[yellow]solve failed (not cached): {c}[/yellow]")
-    for n in result.calibration_notes:
-        out.print(f"[yellow]calibration: {n}[/yellow]")
-    out.print(f"MSCCL_ALGO_DIR={target}/msccl-algorithms   MSCCL_CONFIG={target}/msccl_config.xml")
+    out.print(lines[-1])
+    if run_key is not None and not result.crashes:  # a failed solve is retried next time
+        store.put(run_key, {"files": encode_files(rendered), "lines": lines}, "catalogs")
+
+
+def _reuse(store: SolveCache, key: str, target: Path, start: float) -> bool:
+    """Write the folder a run with the same inputs stored (module docstring of
+    :mod:`synth.catalog.cache`) and print what it printed; False on a miss."""
+    stored = store.get(key, "catalogs")
+    files = decode_files(stored.get("files")) if stored is not None else None
+    lines = stored.get("lines") if stored is not None else None
+    if files is None or not isinstance(lines, list) or not all(isinstance(x, str) for x in lines):
+        return False
+    written = write_files(files, target)
+    out.print(f"[bold]catalog[/bold]: inputs unchanged since a stored run (key {key[:12]}): its "
+              f"folder written again, nothing solved, tuned, compiled or timed; {len(written)} "
+              f"files in {target} ({time.perf_counter() - start:.1f} s)")
+    for line in lines:
+        out.print(line)
+    return True
 
 
