@@ -230,6 +230,8 @@ class Layout:
         self.conn_min_cap = [min(self.res_cap_list[r] for r in res) if res else math.inf
                              for res in self.conn_res]
         self.memo: dict[tuple, list[float]] = {}
+        self.op_count = sum(len(ops) for ops in self.ops)
+        """Operations over every block: what :data:`LAYOUT_OPS_KEPT` counts."""
 
     def fair(self, key: tuple, flow_res: list, flow_cap: list) -> list[float]:
         """Max-min fair rates of one component (remembered by ``key``: its connections and caps)."""
@@ -244,11 +246,19 @@ class Layout:
 
 _LAYOUTS: OrderedDict[tuple, tuple[Any, Any, Layout]] = OrderedDict()
 _LAYOUTS_KEPT = 8
+"""Layouts always kept (the most recent), whatever their size."""
+LAYOUT_OPS_KEPT = 1_500_000
+"""Beyond :data:`_LAYOUTS_KEPT`, layouts are kept while their operations add up to at most this
+many (about 150 bytes each: ~220 MB at most). Why: the program scorer walks sizes in its outer loop
+and every (candidate, protocol, instances) program in the inner one, so a cache of 8 rebuilt a
+layout on 2,329 of 2,872 calls on dgx1 allreduce (``synth solve --topo dgx1 --coll allreduce``,
+measured), a fifth of the program-model phase; the programs of an 8- or 16-rank solve fit."""
 
 
 def layout_of(program: Program, topology: Topology, nvlink_efficiency: float) -> Layout:
     """The :class:`Layout` of ``program`` on ``topology``, built once while both are alive (the
-    few most recent are kept, by identity: a program is not hashed)."""
+    most recent are kept, by identity -- a program is not hashed -- up to
+    :data:`LAYOUT_OPS_KEPT` operations)."""
     key = (id(program), id(topology), nvlink_efficiency)
     hit = _LAYOUTS.get(key)
     if hit is not None and hit[0]() is program and hit[1]() is topology:
@@ -256,8 +266,13 @@ def layout_of(program: Program, topology: Topology, nvlink_efficiency: float) ->
         return hit[2]
     layout = Layout(program, topology, nvlink_efficiency)
     _LAYOUTS[key] = (weakref.ref(program), weakref.ref(topology), layout)
-    while len(_LAYOUTS) > _LAYOUTS_KEPT:
-        _LAYOUTS.popitem(last=False)
+    _LAYOUTS.move_to_end(key)
+    for k in [k for k, (p, t, _) in _LAYOUTS.items() if p() is None or t() is None]:
+        del _LAYOUTS[k]  # its program or machine is gone: nobody can ask for it again
+    held = sum(e[2].op_count for e in _LAYOUTS.values())
+    while len(_LAYOUTS) > _LAYOUTS_KEPT and held > LAYOUT_OPS_KEPT:
+        _, (_, _, old) = _LAYOUTS.popitem(last=False)
+        held -= old.op_count
     return layout
 
 
