@@ -181,7 +181,7 @@ def test_a_rerun_with_the_same_inputs_rewrites_the_stored_folder_without_buildin
     solved, tuned, compiled or timed (build_catalog is not called), the bytes are the same, and
     what it printed is printed again; any changed input (here the seed, and the output folder:
     MSCCL_CONFIG holds absolute paths) builds again."""
-    import synth.cli.catalog as cli_catalog
+    import synth.catalog.build as cli_catalog
 
     out, cache = built
     before = digest(out)

@@ -36,7 +36,8 @@ file is a deterministic function of exactly those, so a stored verdict is the ve
 would reach; the stored text is checked against its SHA-256 before use. ``--no-xml-cache``
 re-runs every emission and interpretation.
 
-A whole catalog is stored too, under ``catalogs/`` (:func:`catalog_key`): every file of the folder
+A whole catalog is stored too, under ``catalogs/`` (:func:`catalog_key`): the SHA-256 of every
+file of the folder (the bytes themselves under ``blobs/``, content-addressed, so runs share them)
 and the lines ``synth catalog`` printed, keyed by everything the folder can depend on -- the bytes
 of every synth source and shipped data file (:func:`package_fingerprint`), the versions of the
 solver and numeric libraries, the topology (its content hash, name and meta), the request (spec,
@@ -135,37 +136,6 @@ def catalog_key(topology: Topology, request: dict[str, Any], calibration: Path |
                     "request": request, "calibration": cal})
 
 
-def encode_files(files: dict[str, str | bytes]) -> dict[str, dict[str, str]]:
-    """A folder's files as JSON values (bytes, e.g. plots, in base64)."""
-    import base64
-
-    return {rel: ({"bytes": base64.b64encode(data).decode()} if isinstance(data, bytes)
-                  else {"text": data}) for rel, data in sorted(files.items())}
-
-
-def decode_files(stored: Any) -> dict[str, str | bytes] | None:
-    """Inverse of :func:`encode_files`; None when ``stored`` is not such a mapping (a miss)."""
-    import base64
-    import binascii
-
-    if not isinstance(stored, dict):
-        return None
-    out: dict[str, str | bytes] = {}
-    for rel, value in stored.items():
-        if not isinstance(rel, str) or not isinstance(value, dict):
-            return None
-        if isinstance(value.get("text"), str):
-            out[rel] = value["text"]
-        elif isinstance(value.get("bytes"), str):
-            try:
-                out[rel] = base64.b64decode(value["bytes"], validate=True)
-            except (binascii.Error, ValueError):
-                return None
-        else:
-            return None
-    return out
-
-
 def emit_fingerprint() -> str:
     """The sources a verified XML file depends on: the compiler, printer, parser and interpreter
     (``synth/emit``) and the collective/schedule model they read."""
@@ -255,8 +225,8 @@ def solve_key(topology: Topology, collective: dict[str, Any], encoding: str, chu
 
 @dataclass(frozen=True)
 class SolveCache:
-    """The on-disk store under ``root``: ``solves/``, ``xml/``, ``compiled/`` and ``catalogs/``
-    (created when first written)."""
+    """The on-disk store under ``root``: ``solves/``, ``xml/``, ``compiled/``, ``catalogs/`` and
+    ``blobs/`` (created when first written)."""
 
     root: Path
 
@@ -275,14 +245,48 @@ class SolveCache:
             return None
         return data
 
+    def put_files(self, files: dict[str, str | bytes]) -> dict[str, str]:
+        """Store each file's bytes under ``blobs/`` by its SHA-256; returns path -> digest."""
+        digests: dict[str, str] = {}
+        for rel, data in sorted(files.items()):
+            raw = data.encode() if isinstance(data, str) else data
+            digest = hashlib.sha256(raw).hexdigest()
+            p = self.path(digest, "blobs").with_suffix("")
+            if not p.is_file():
+                self._mkdir(p.parent)
+                atomic_write(p, raw)
+            digests[rel] = digest
+        return digests
+
+    def get_files(self, digests: Any) -> dict[str, bytes] | None:
+        """The files :meth:`put_files` stored (each checked against its digest), or None when one
+        is missing, damaged or ``digests`` is not such a mapping (a miss)."""
+        if not isinstance(digests, dict):
+            return None
+        files: dict[str, bytes] = {}
+        for rel, digest in digests.items():
+            if not isinstance(rel, str) or not isinstance(digest, str) or len(digest) != 64:
+                return None
+            try:
+                raw = self.path(digest, "blobs").with_suffix("").read_bytes()
+            except OSError:
+                return None
+            if hashlib.sha256(raw).hexdigest() != digest:
+                return None
+            files[rel] = raw
+        return files
+
+    def _mkdir(self, folder: Path) -> None:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SynthError(f"cannot create cache folder '{folder}': {exc.strerror or exc} "
+                             "(choose another with --cache-dir)") from None
+
     def put(self, key: str, record: dict[str, Any], section: str = "solves") -> None:
         fmt = FORMATS[section]
         p = self.path(key, section)
-        try:
-            p.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise SynthError(f"cannot create cache folder '{p.parent}': {exc.strerror or exc} "
-                             "(choose another with --cache-dir)") from None
+        self._mkdir(p.parent)
         atomic_write(p, json.dumps({**record, "format": fmt, "key": key}, sort_keys=True) + "\n")
 
 

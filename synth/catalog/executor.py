@@ -14,10 +14,12 @@ from __future__ import annotations
 import multiprocessing
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import SynthError, unknown_name
-from .candidates import SolveJob, run_job
+
+if TYPE_CHECKING:  # the solving code loads when jobs run, not when options are checked
+    from .candidates import SolveJob
 
 EXECUTORS = ("local", "ray")
 Done = Callable[[int, dict[str, Any]], None]
@@ -58,7 +60,7 @@ def run_jobs(jobs: Sequence[SolveJob], *, executor: str = "local", workers: int 
         _run_ray(jobs, workers, done)
     elif workers == 1 or len(jobs) == 1:
         for i, job in enumerate(jobs):
-            done(i, run_job(job))
+            done(i, _run_job(job))
     else:
         _run_pool(jobs, workers, done)
     assert all(r is not None for r in results)
@@ -68,7 +70,7 @@ def run_jobs(jobs: Sequence[SolveJob], *, executor: str = "local", workers: int 
 def _run_pool(jobs: Sequence[SolveJob], workers: int, done: Done) -> None:
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx) as pool:
-        pending = {pool.submit(run_job, job): i for i, job in enumerate(jobs)}
+        pending = {pool.submit(_run_job, job): i for i, job in enumerate(jobs)}
         try:
             while pending:
                 finished, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -95,7 +97,7 @@ def _run_ray(jobs: Sequence[SolveJob], workers: int, done: Done) -> None:
             ray.init(num_cpus=workers, include_dashboard=False, **quiet)
         started = True
     try:
-        task = ray.remote(num_cpus=1, max_retries=0)(run_job)
+        task = ray.remote(num_cpus=1, max_retries=0)(_run_job)
         refs = {task.remote(job): i for i, job in enumerate(jobs)}
         while refs:
             ready, _ = ray.wait(list(refs), num_returns=1)
@@ -104,3 +106,10 @@ def _run_ray(jobs: Sequence[SolveJob], workers: int, done: Done) -> None:
     finally:
         if started:
             ray.shutdown()
+
+
+def _run_job(job: SolveJob) -> dict[str, Any]:
+    """:func:`synth.catalog.candidates.run_job` (imported here, in the process that runs it)."""
+    from .candidates import run_job
+
+    return run_job(job)

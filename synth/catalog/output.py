@@ -34,24 +34,14 @@ import re
 import secrets
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import SynthError
 from ..files import check_writable_dir, ensure_writable_dir
 from ..groups import Group, rank_maps
-from ..outputs.layout import MAP_FOLDER, swap_folder
-from . import CatalogResult
-from .plot import plot_collective
-from .report import (
-    CONFIG_FILE,
-    LEGACY_DIR,
-    PLAN_DIR,
-    PLOT_DIR,
-    XML_DIR,
-    catalog_json,
-    catalog_md,
-    dumps,
-    xml_name,
-)
+
+if TYPE_CHECKING:
+    from .build import CatalogResult
 
 MARKER = "catalog.json"
 """A folder holding this file is a catalog and may be replaced as a whole."""
@@ -111,6 +101,20 @@ def render(result: CatalogResult, out: Path, group: Group | None = None
     """Every file of the catalog (relative path -> content), nothing written yet; with a process
     ``group``, each XML's group rank -> global rank map in ``maps/`` (never beside the XML: the
     executor runtimes parse every file in ``MSCCL_ALGO_DIR``)."""
+    from ..outputs.layout import MAP_FOLDER
+    from .plot import plot_collective  # matplotlib: not loaded by a warm rerun (write_files)
+    from .report import (
+        CONFIG_FILE,
+        LEGACY_DIR,
+        PLAN_DIR,
+        PLOT_DIR,
+        XML_DIR,
+        catalog_json,
+        catalog_md,
+        dumps,
+        xml_name,
+    )
+
     files: dict[str, str | bytes] = {}
     config_paths: dict[str, str] = {}
     loads: list[str] = []
@@ -154,6 +158,8 @@ def write_files(files: dict[str, str | bytes], out: Path) -> list[Path]:
     out = check_out_dir(out)
     ensure_writable_dir(out.parent)
     clean_stale(out)
+    from ..outputs.layout import swap_folder  # loads synth.outputs: only when writing
+
     token = secrets.token_hex(4)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{token}"
     try:

@@ -13,7 +13,7 @@ import math
 
 from ..select.buckets import Bucket
 from ..sizes import format_size
-from . import CollectiveResult
+from .build import CollectiveResult
 
 
 def plot_collective(cr: CollectiveResult, buckets: list[Bucket], title: str,

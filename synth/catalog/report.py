@@ -30,7 +30,7 @@ from ..select.nccl import nccl_choices as _nccl_choices
 from ..select.ranges import INSTANCES, Config
 from ..sizes import format_size
 from ..timing.protocol import PROTOCOLS
-from . import CatalogResult, CollectiveResult
+from .build import CatalogResult, CollectiveResult
 
 FORMAT = "synth-catalog/1"
 XML_DIR = "msccl-algorithms"
