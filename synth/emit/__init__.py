@@ -66,19 +66,25 @@ def emit_verified_program(schedule: Schedule, options: XmlOptions = XmlOptions()
                           ) -> tuple[str, Program, list]:
     """:func:`emit_verified_xml` plus the program parsed back from the text (what the interpreter
     proved, and what :mod:`synth.timing.program` times)."""
-    from .compile import emit_xml
-
     reason = xml_unsupported_reason(schedule, options)
     if reason:
         raise SynthError(f"cannot emit XML: {reason}")
+    text = emit_xml_text(schedule, options)
+    program, reports = verify_text(text, schedule, options)
+    return text, program, reports
+
+
+def emit_xml_text(schedule: Schedule, options: XmlOptions) -> str:
+    """The compiler's MSCCL-IR text for ``schedule``, not yet proven (:func:`verify_text` proves
+    it; nothing is written unproven)."""
+    from .compile import emit_xml
+
     with progress.span("compile"):
-        text = emit_xml(schedule, profile=options.profile, proto=options.proto,
+        return emit_xml(schedule, profile=options.profile, proto=options.proto,
                         instances=options.instances, min_bytes=options.min_bytes,
                         max_bytes=options.max_bytes, inplace=options.inplace,
                         max_threadblocks=options.max_threadblocks, gather=options.gather,
                         channels=options.channels, aggregate=options.aggregate)
-    program, reports = verify_text(text, schedule, options)
-    return text, program, reports
 
 
 def verify_text(text: str, schedule: Schedule, options: XmlOptions) -> tuple[Program, list]:
