@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
 
-from .. import progress
+from .. import progress, relabel
 from ..bounds import lower_bound
 from ..calibrated import apply_calibration
 from ..collectives import KINDS, load_collective, make_collective
@@ -20,14 +21,15 @@ from ..emit.interpreter import MODES, verify_program
 from ..emit.runtimes import normalize_coll
 from ..emit.xml_parse import parse_program
 from ..errors import SynthError
-from ..files import check_output_file, dumps_json, read_input
-from ..groups import concurrent, induced, parse_partition
+from ..files import check_output_file, check_writable_dir, dumps_json, read_input
+from ..groups import Group, concurrent, induced, parse_partition
 from ..guards import MAX_XML_STEPS, XML_SECONDS_PER_STEP, memory_backstop, parse_memory
 from ..mscclpp import is_plan_text, verify_plan_file
+from ..outputs import commit
 from ..schedule import Schedule
 from ..select.candidates import cost_profile
 from ..sizes import DEFAULT_SIZES, format_size, parse_size, parse_sizes
-from ..solve import SolveRequest, run
+from ..solve import SolveOutcome, SolveRequest, machine_of, run
 from ..solve_closed import ClosedOutcome
 from ..timing.program import program_model, program_time, sweep, write_trace
 from ..topology import Topology
@@ -134,9 +136,10 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
           min_bytes: str, max_bytes: str, out_format: str, target: str | None,
           calibration: str | None, out_dir: str, max_memory: str | None,
           max_xml_steps: int | None, want_program: bool, winners_by: str, compete: bool,
-          as_json: bool) -> None:
+          as_json: bool) -> SolveOutcome | ClosedOutcome | None:
     """Synthesize verified schedules and write, per size range, the fastest, or leave the range
-    to NCCL where NCCL is faster."""
+    to NCCL where NCCL is faster. Returns what was solved (None for a whole partition), so
+    ``--concurrent`` can relabel one group's files for another on the same machine."""
     if target is not None:
         err.print("note: --target is deprecated; use --format (the same values)")
         if out_format != "auto" and out_format != target:
@@ -146,7 +149,7 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
     if partition is not None and group_spec is None:
         _solve_partition(click.get_current_context(), topo_spec, nodes, partition, coll_spec,
                          out_dir, as_json)
-        return
+        return None
     extra = {k: v for k, v in (("steps", steps), ("rounds", rounds), ("engine", engine),
                                ("sketch", sketch), ("solver", solver)) if v is not None}
     if least_steps:
@@ -167,13 +170,14 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
     if isinstance(done, ClosedOutcome):
         if as_json:
             click.echo(dumps_json(closed_json(done), indent=2))
-            return
+            return done
         print_closed(done)
-        return
+        return done
     if as_json:
         click.echo(dumps_json(solve_json(done, request.sizes), indent=2))
-        return
+        return done
     print_solve(done)
+    return done
 
 
 def _solve_partition(ctx: click.Context, topo_spec: str, nodes: int, partition: str,
@@ -204,15 +208,58 @@ def _solve_partition(ctx: click.Context, topo_spec: str, nodes: int, partition: 
               + (f", e.g. {shares[0].resource} by {', '.join(shares[0].groups)}" if shares else ""))
     base = Path(out_dir)
     created = [p for p in (base, *(base / g.label for g in groups)) if not p.exists()]
+    solved: list[tuple[Group, Topology, SolveOutcome]] = []   # one per machine (relabel.REUSE)
     try:
         for g in groups:
             out.print(f"[bold]group {g.spec}[/bold]")
-            ctx.invoke(solve, **{**ctx.params, "group_spec": g.spec, "out_dir": str(base / g.label)})
+            params = {**ctx.params, "group_spec": g.spec, "out_dir": str(base / g.label)}
+            if relabel.REUSE and _relabelled(ctx, params, g, solved):
+                continue
+            done = ctx.invoke(solve, **params)
+            if relabel.REUSE and isinstance(done, SolveOutcome):
+                solved.append((g, done.result.topology, done))
     except BaseException:
         # all groups or none: a later group's failure takes back the folders this call made
         for path in reversed(created):
             shutil.rmtree(path, ignore_errors=True)
         raise
+
+
+def _relabelled(ctx: click.Context, params: dict[str, Any], group: Group,
+                solved: list[tuple[Group, Topology, SolveOutcome]]) -> bool:
+    """Write ``group``'s files as those of an earlier group on the same machine relabelled
+    (:mod:`synth.relabel`), committed as a solve commits them, and print them as ``solve`` does;
+    False (nothing written) where no earlier group is this machine or its files cannot be
+    relabelled (a note says why), so the caller solves the group."""
+    request = _request(ctx.params["topo_spec"], ctx.params["nodes"], group.spec,
+                       ctx.params["partition"], ctx.params["coll_spec"], ctx.params["calibration"],
+                       params["out_dir"])
+    member, _ = machine_of(request)
+    for rep_group, rep, done in solved:
+        if not relabel.same_machine(rep, member):
+            continue
+        try:
+            mine, rank_files = relabel.relabel(done, rep, member, group,
+                                               check_writable_dir(Path(params["out_dir"])))
+        except relabel.NotRelabelled as exc:
+            out.print(f"[yellow]same machine as group {rep_group.spec}, but its files are not "
+                      f"relabelled ({exc}): solving it[/yellow]")
+            return False
+        memory_backstop(parse_memory(params["max_memory"]))
+        commit(mine.written, rank_files)
+        print_solve(mine)
+        out.print(f"group {group.spec} is the same machine as group {rep_group.spec} (up to its "
+                  f"name): its files are {rep_group.spec}'s relabelled, every schedule and XML "
+                  "verified again")
+        return True
+    return False
+
+
+def _request(topo: str, nodes: int, group: str, partition: str, coll: str,
+             calibration: str | None, out_dir: str) -> SolveRequest:
+    """The request whose machine :func:`synth.solve.machine_of` gives (the group's, as solved)."""
+    return SolveRequest(topo=topo, coll=coll, nodes=nodes, group=group, partition=partition,
+                        calibration=calibration, out_dir=Path(out_dir))
 
 
 def _with_calibration(topology: Topology, calibration: str | None) -> Topology:
