@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -61,13 +62,34 @@ class NotRelabelled(Exception):
     """The representative's files cannot be relabelled for a member; the message says why."""
 
 
+def resource_names(topology: Topology) -> list[str]:
+    """The names of ``topology``'s switches, ports and NICs, sorted (a port and the NIC behind it
+    share one)."""
+    return sorted({*(sw.name for sw in topology.switches),
+                   *(p.name for sw in topology.switches for p in sw.ports),
+                   *(n.name for n in topology.nics)})
+
+
 def machine_key(topology: Topology) -> str:
     """What a solve can depend on, as canonical JSON: ``to_dict`` without the name, description,
     sources and per-group meta, plus the name with its group part (``.g-<label>``) left out. Two
-    groups with one key are solved alike; a topology not named as a group gets a key of its own."""
+    groups with one key are solved alike; a topology not named as a group gets a key of its own.
+
+    Switch, port and NIC names are replaced by their place in :func:`resource_names`: the groups
+    of ``stride:8`` on a DGX-1 sit behind different NICs (``ib0@k``, ``ib1@k``), alike in all
+    else. Two machines with one key then differ by a renaming of those resources that keeps
+    which names are equal and how they sort, so code that matches or orders resources by name
+    treats both alike; :func:`relabel` refuses files that print such a name."""
     data = topology.to_dict()
     for k in ("name", "description", "sources"):
         data.pop(k)
+    place = {name: f"#{i}" for i, name in enumerate(resource_names(topology))}
+    for sw in data["switches"]:
+        sw["name"] = place[sw["name"]]
+        for p in sw["ports"]:
+            p["name"] = place[p["name"]]
+    for n in data["nics"]:
+        n["name"] = place[n["name"]]
     data["meta"] = {k: v for k, v in data["meta"].items() if k not in PER_GROUP_META}
     m = GROUP_NAME.fullmatch(topology.name)
     data["name_shape"] = ([m.group("base"), m.group("part")] if m else [topology.name])
@@ -112,7 +134,9 @@ def relabel(done: SolveOutcome, rep: Topology, member: Topology, group: Group,
     """The representative's outcome ``done`` (solved on ``rep``) as the member's (``member``,
     ``group``, into ``out_dir``), with the member's rank maps (path relative to ``out_dir`` ->
     text), every schedule and XML verified again; nothing is written (pass both to
-    :func:`synth.outputs.commit`). NotRelabelled where the files cannot be relabelled."""
+    :func:`synth.outputs.commit`). NotRelabelled where the files cannot be relabelled. The
+    result's ``seconds`` are this call's (what the member's files took), not the solve's."""
+    start = time.perf_counter()
     if not same_machine(rep, member):
         raise NotRelabelled(f"{member.name} is not the machine {rep.name} is")
     written = done.written
@@ -120,8 +144,12 @@ def relabel(done: SolveOutcome, rep: Topology, member: Topology, group: Group,
         raise NotRelabelled("the representative's files were not committed")
     rep_dir = written.out_dir
     names = _Names(rep.name, member.name)
-    for rel, text in done.texts.items():
-        for marker, what in ((rep.description, "description"), (str(rep_dir), "output folder")):
+    renamed = [a for a, b in zip(resource_names(rep), resource_names(member), strict=True)
+               if a != b]
+    markers = [(rep.description, "description"), (str(rep_dir), "output folder"),
+               *((name, f"switch, port or NIC {name}") for name in renamed)]
+    for rel, text in [*done.texts.items(), *(("a note", n) for n in done.written.notes)]:
+        for marker, what in markers:
             if marker and marker in text:
                 raise NotRelabelled(f"{rel} names the representative's {what}")
     xml_folders = set(XML_FOLDERS.values())
@@ -179,7 +207,8 @@ def relabel(done: SolveOutcome, rep: Topology, member: Topology, group: Group,
         legacy=[replace(e, path=names(e.path)) for e in written.legacy])
     new_result = replace(result, topology=member, best=cand(result.best),
                          candidates=[cand(c) for c in result.candidates],
-                         notes=[names(n) for n in result.notes], files=[])
+                         notes=[names(n) for n in result.notes], files=[],
+                         seconds=time.perf_counter() - start)
     rank_files = {f"{MAP_FOLDER}/{name}": text for name, text in
                   rank_maps(new_written.files, group).items()}
     return replace(done, result=new_result, written=new_written, texts=dict(texts)), rank_files
