@@ -52,7 +52,8 @@ from .solve_report import closed_json, print_closed, print_solve, solve_json
               help="A partition running all at once: stride:S | rail | node | 0,1|2,3. With "
                    "--group (one of its groups): synthesize for it with the ports and NICs it "
                    "shares at its share of their bandwidth; alone: every group, each into "
-                   "OUT/<group>/.")
+                   "OUT/<group>/ (a group on an earlier group's machine, up to the name, gets "
+                   "that group's files relabelled and verified again).")
 @click.option("--encoding", default="auto", show_default=True, help="auto | baseline | ...")
 @click.option("--algo", default=None, help="Baseline algorithm (ring, bidir_ring, direct, ...).")
 @click.option("--chunks", type=int, default=None, help="Chunks per rank (default: per algorithm).")
@@ -183,9 +184,13 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
 def _solve_partition(ctx: click.Context, topo_spec: str, nodes: int, partition: str,
                      coll_spec: str, out_dir: str, as_json: bool) -> None:
     """``solve --concurrent P`` without ``--group``: each group of P, into OUT/<group>/, after a
-    table of each group's bound alone and with the others running. When a group fails, the
-    folders this call created for the groups before it are removed (a folder that was there
-    before keeps what the earlier groups wrote into it)."""
+    table of each group's bound alone and with the others running. A group whose machine is an
+    earlier group's up to its name (:func:`synth.relabel.same_machine`: the stride groups of a
+    symmetric machine) is not solved again: it gets that group's files relabelled, verified
+    again and committed as a solve commits them (:func:`synth.relabel.relabel`; off with
+    ``synth.relabel.REUSE``). When a group fails, the folders this call created for the groups
+    before it are removed (a folder that was there before keeps what the earlier groups wrote
+    into it)."""
     if as_json:
         raise SynthError("--json with --concurrent needs --group (one JSON object per solve)")
     whole = load_topology(topo_spec, nodes)
