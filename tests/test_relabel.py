@@ -98,3 +98,16 @@ def test_a_name_inside_a_longer_word_is_refused():
         names("m.g-stride-8+1.c-stride-80")
     with pytest.raises(relabel.NotRelabelled, match="already occurs"):
         names("m.g-stride-8+2.c-stride-8")
+
+
+def test_files_that_cannot_be_relabelled_are_solved(monkeypatch, tmp_path):
+    """Where relabelling refuses (here: forced), the group is solved as usual, with a note."""
+    def refuse(*_args, **_kwargs):
+        raise relabel.NotRelabelled("forced by the test")
+
+    monkeypatch.setattr(relabel, "relabel", refuse)
+    r = _solve(monkeypatch, True, "--topo", "switch:8", "--coll", "allgather", "--concurrent",
+               "0,1|2,3", "--algo", "ring", "--sizes", "1KB", "--out", str(tmp_path))
+    assert r.exit_code == 0, r.output
+    assert "not relabelled (forced by the test): solving it" in r.output and SAME not in r.output
+    assert list((tmp_path / "2_3" / "schedules").glob("*.g-2-3.*.schedule.json"))

@@ -218,7 +218,7 @@ def _solve_partition(ctx: click.Context, topo_spec: str, nodes: int, partition: 
         for g in groups:
             out.print(f"[bold]group {g.spec}[/bold]")
             params = {**ctx.params, "group_spec": g.spec, "out_dir": str(base / g.label)}
-            if relabel.REUSE and _relabelled(ctx, params, g, solved):
+            if relabel.REUSE and _relabelled(params, g, solved):
                 continue
             done = ctx.invoke(solve, **params)
             if relabel.REUSE and isinstance(done, SolveOutcome):
@@ -230,16 +230,15 @@ def _solve_partition(ctx: click.Context, topo_spec: str, nodes: int, partition: 
         raise
 
 
-def _relabelled(ctx: click.Context, params: dict[str, Any], group: Group,
+def _relabelled(params: dict[str, Any], group: Group,
                 solved: list[tuple[Group, Topology, SolveOutcome]]) -> bool:
     """Write ``group``'s files as those of an earlier group on the same machine relabelled
     (:mod:`synth.relabel`), committed as a solve commits them, and print them as ``solve`` does;
     False (nothing written) where no earlier group is this machine or its files cannot be
     relabelled (a note says why), so the caller solves the group."""
-    request = _request(ctx.params["topo_spec"], ctx.params["nodes"], group.spec,
-                       ctx.params["partition"], ctx.params["coll_spec"], ctx.params["calibration"],
-                       params["out_dir"])
-    member, _ = machine_of(request)
+    member, _ = machine_of(SolveRequest(
+        topo=params["topo_spec"], coll=params["coll_spec"], nodes=params["nodes"],
+        group=group.spec, partition=params["partition"], calibration=params["calibration"]))
     for rep_group, rep, done in solved:
         if not relabel.same_machine(rep, member):
             continue
@@ -258,13 +257,6 @@ def _relabelled(ctx: click.Context, params: dict[str, Any], group: Group,
                   "verified again")
         return True
     return False
-
-
-def _request(topo: str, nodes: int, group: str, partition: str, coll: str,
-             calibration: str | None, out_dir: str) -> SolveRequest:
-    """The request whose machine :func:`synth.solve.machine_of` gives (the group's, as solved)."""
-    return SolveRequest(topo=topo, coll=coll, nodes=nodes, group=group, partition=partition,
-                        calibration=calibration, out_dir=Path(out_dir))
 
 
 def _with_calibration(topology: Topology, calibration: str | None) -> Topology:
