@@ -24,9 +24,13 @@ What a member gets, and why each file is right:
 
 A whole-name replace is safe only where the name occurs as a whole word: every occurrence must
 be bounded by characters a name does not continue with, the member's name must occur nowhere
-before, and no text may carry the representative's description or output folder. Where any of
-that fails, or the files are of a kind not relabelled here (MSCCL++ plans), :class:`NotRelabelled`
-says why and the caller solves the group as usual.
+before, and no file or note may carry the representative's description, output folder (a note
+on files synth did not write there) or the name of a switch, port or NIC the member's machine
+calls otherwise. Where any of that fails, or the files are of a kind not relabelled here
+(MSCCL++ plans), :class:`NotRelabelled` says why and the caller solves the group as usual.
+
+Cost: relabelling and verifying again one dgx1 x2 stride:8 allreduce group took 0.05-0.12 s
+against 3.6 s for its solve alone (benchmarks/concurrent_reuse.py times whole runs).
 """
 
 from __future__ import annotations
