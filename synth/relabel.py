@@ -30,7 +30,8 @@ calls otherwise. Where any of that fails, or the files are of a kind not relabel
 (MSCCL++ plans), :class:`NotRelabelled` says why and the caller solves the group as usual.
 
 Cost: relabelling and verifying again one dgx1 x2 stride:8 allreduce group took 0.05-0.12 s
-against 3.6 s for its solve alone (benchmarks/concurrent_reuse.py times whole runs).
+against 3.6 s for the encodings alone of the group it came from, before the program model
+ranked them (benchmarks/concurrent_reuse.py times whole runs).
 """
 
 from __future__ import annotations
