@@ -37,7 +37,7 @@ from .emit.program import PROTOCOLS
 from .encodings import Options, run_encoding
 from .errors import SynthError
 from .files import check_writable_dir
-from .groups import rank_maps
+from .groups import Group, rank_maps
 from .guards import Budget, TooBig, check_request, check_schedule
 from .mscclpp.emit import PlanOptions
 from .outputs import Written, commit, prepare_winners
@@ -117,6 +117,14 @@ class SolveOutcome:
     """The written XML's time per size under the program model (None: not timed, or no XML)."""
     vs_nccl: list[NcclComparison] | None
     """Against NCCL's own model per size (None where NCCL does not run)."""
+    texts: dict[str, str] = field(default_factory=dict)
+    """Every file :func:`run` committed (path relative to ``written.out_dir`` -> text), the rank
+    maps left out: what :mod:`synth.relabel` gives a concurrent group whose machine is this one's
+    up to its name."""
+    xml: XmlOptions | None = None
+    """The options the range files were compiled from (in-place where a range has one file per
+    kind of call; each range's own byte range, protocol and instances via
+    :func:`synth.select.ranking.range_options`): what a relabelled XML is verified with again."""
 
 
 def checked(req: SolveRequest) -> SolveRequest:
@@ -174,15 +182,21 @@ def resolve_format(fmt: str, topology: Topology) -> str:
     return fmt
 
 
-def run(req: SolveRequest) -> SolveOutcome | ClosedOutcome:
-    """Solve one request, write its files (all or none) and return what was done: a
-    :class:`SolveOutcome`, or on Trainium/TPU formats a :class:`synth.solve_closed.ClosedOutcome`."""
-    req = checked(req)
+def machine_of(req: SolveRequest) -> tuple[Topology, Group | None]:
+    """The machine ``req`` is solved on (its group's induced topology where it names one, with
+    its calibration applied) and the group (None: the whole machine)."""
     if req.topo.startswith(TPU_PREFIXES) and req.group is None and req.partition is None:
         base, group = resolve_topology(req.topo, req.nodes), None  # TPU slices: synth.closed.mesh
     else:
         base, group = load_group(req.topo, req.nodes, req.group, req.partition)
-    topology = apply_calibration(base, req.calibration) if req.calibration else base
+    return (apply_calibration(base, req.calibration) if req.calibration else base), group
+
+
+def run(req: SolveRequest) -> SolveOutcome | ClosedOutcome:
+    """Solve one request, write its files (all or none) and return what was done: a
+    :class:`SolveOutcome`, or on Trainium/TPU formats a :class:`synth.solve_closed.ClosedOutcome`."""
+    req = checked(req)
+    topology, group = machine_of(req)
     fmt = resolve_format(req.format, topology)
     if fmt in CLOSED_FORMATS:
         return run_closed_request(req, topology, group, fmt)
@@ -230,12 +244,12 @@ def run(req: SolveRequest) -> SolveOutcome | ClosedOutcome:
             mine = [r.candidate for r in written.ranges if r.candidate is not None]
             if mine:
                 result.best = mine[-1]  # the one serving the largest size synth serves
-    texts = written.texts
+    abs_texts = written.texts
     rank_files = ({f"{MAP_FOLDER}/{name}": text for name, text in
                    rank_maps(written.files, group).items()} if group is not None else {})
     runtime = served_runtime(result, written, topology, list(req.sizes), req.proto or "Simple",
                              req.instances or 1, req.calibration)
-    program_us = (program_times(written, result, texts, topology, list(req.sizes), xml.profile,
+    program_us = (program_times(written, result, abs_texts, topology, list(req.sizes), xml.profile,
                                 req.calibration)
                   if req.time_program and req.format == "msccl" and xml is not None else None)
     vs_nccl = compare_with_nccl(result, written.ranges, req.sizes, req.proto or "Simple",
@@ -246,8 +260,10 @@ def run(req: SolveRequest) -> SolveOutcome | ClosedOutcome:
         written.notes.append(f"no {topology.name} runtime loads MSCCL-IR: {why}; the program it "
                              f"runs is --format {'jax' if hardware_of(topology) == 'tpu' else 'neuron'}"
                              " (the default there)")
+    texts = dict(written.pending)
     commit(written, rank_files)
-    return SolveOutcome(result, written, runtime, program_us, vs_nccl)
+    return SolveOutcome(result, written, runtime, program_us, vs_nccl, texts,
+                        xml if req.format == "msccl" else None)
 
 
 def run_closed_request(req: SolveRequest, topology: Topology, group: Any, fmt: str) -> ClosedOutcome:

@@ -101,7 +101,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("synth.outputs", "synth.closed.emit", "synth.closed.columns", "synth.closed.nki",
      "synth.closed.winner", "synth.closed"),
     # 7: whole commands as a library
-    ("synth.solve", "synth.solve_closed", "synth.catalog", "synth.calibrate"),
+    ("synth.solve", "synth.solve_closed", "synth.relabel", "synth.catalog", "synth.calibrate"),
     # 8: the command line (``python -m synth`` is the command line)
     ("synth.cli", "synth.__main__"),
 )

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
 
-from .. import progress
+from .. import progress, relabel
 from ..bounds import lower_bound
 from ..calibrated import apply_calibration
 from ..collectives import KINDS, load_collective, make_collective
@@ -20,14 +21,15 @@ from ..emit.interpreter import MODES, verify_program
 from ..emit.runtimes import normalize_coll
 from ..emit.xml_parse import parse_program
 from ..errors import SynthError
-from ..files import check_output_file, dumps_json, read_input
-from ..groups import concurrent, induced, parse_partition
+from ..files import check_output_file, check_writable_dir, dumps_json, read_input
+from ..groups import Group, concurrent, induced, parse_partition
 from ..guards import MAX_XML_STEPS, XML_SECONDS_PER_STEP, memory_backstop, parse_memory
 from ..mscclpp import is_plan_text, verify_plan_file
+from ..outputs import commit
 from ..schedule import Schedule
 from ..select.candidates import cost_profile
 from ..sizes import DEFAULT_SIZES, format_size, parse_size, parse_sizes
-from ..solve import SolveRequest, run
+from ..solve import SolveOutcome, SolveRequest, machine_of, run
 from ..solve_closed import ClosedOutcome
 from ..timing.program import program_model, program_time, sweep, write_trace
 from ..topology import Topology
@@ -50,7 +52,8 @@ from .solve_report import closed_json, print_closed, print_solve, solve_json
               help="A partition running all at once: stride:S | rail | node | 0,1|2,3. With "
                    "--group (one of its groups): synthesize for it with the ports and NICs it "
                    "shares at its share of their bandwidth; alone: every group, each into "
-                   "OUT/<group>/.")
+                   "OUT/<group>/ (a group on an earlier group's machine, up to the name, gets "
+                   "that group's files relabelled and verified again).")
 @click.option("--encoding", default="auto", show_default=True, help="auto | baseline | ...")
 @click.option("--algo", default=None, help="Baseline algorithm (ring, bidir_ring, direct, ...).")
 @click.option("--chunks", type=int, default=None, help="Chunks per rank (default: per algorithm).")
@@ -134,9 +137,10 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
           min_bytes: str, max_bytes: str, out_format: str, target: str | None,
           calibration: str | None, out_dir: str, max_memory: str | None,
           max_xml_steps: int | None, want_program: bool, winners_by: str, compete: bool,
-          as_json: bool) -> None:
+          as_json: bool) -> SolveOutcome | ClosedOutcome | None:
     """Synthesize verified schedules and write, per size range, the fastest, or leave the range
-    to NCCL where NCCL is faster."""
+    to NCCL where NCCL is faster. Returns what was solved (None for a whole partition), so
+    ``--concurrent`` can relabel one group's files for another on the same machine."""
     if target is not None:
         err.print("note: --target is deprecated; use --format (the same values)")
         if out_format != "auto" and out_format != target:
@@ -146,7 +150,7 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
     if partition is not None and group_spec is None:
         _solve_partition(click.get_current_context(), topo_spec, nodes, partition, coll_spec,
                          out_dir, as_json)
-        return
+        return None
     extra = {k: v for k, v in (("steps", steps), ("rounds", rounds), ("engine", engine),
                                ("sketch", sketch), ("solver", solver)) if v is not None}
     if least_steps:
@@ -167,21 +171,26 @@ def solve(topo_spec: str, coll_spec: str, nodes: int, group_spec: str | None,
     if isinstance(done, ClosedOutcome):
         if as_json:
             click.echo(dumps_json(closed_json(done), indent=2))
-            return
+            return done
         print_closed(done)
-        return
+        return done
     if as_json:
         click.echo(dumps_json(solve_json(done, request.sizes), indent=2))
-        return
+        return done
     print_solve(done)
+    return done
 
 
 def _solve_partition(ctx: click.Context, topo_spec: str, nodes: int, partition: str,
                      coll_spec: str, out_dir: str, as_json: bool) -> None:
     """``solve --concurrent P`` without ``--group``: each group of P, into OUT/<group>/, after a
-    table of each group's bound alone and with the others running. When a group fails, the
-    folders this call created for the groups before it are removed (a folder that was there
-    before keeps what the earlier groups wrote into it)."""
+    table of each group's bound alone and with the others running. A group whose machine is an
+    earlier group's up to its name (:func:`synth.relabel.same_machine`: the stride groups of a
+    symmetric machine) is not solved again: it gets that group's files relabelled, verified
+    again and committed as a solve commits them (:func:`synth.relabel.relabel`; off with
+    ``synth.relabel.REUSE``). When a group fails, the folders this call created for the groups
+    before it are removed (a folder that was there before keeps what the earlier groups wrote
+    into it)."""
     if as_json:
         raise SynthError("--json with --concurrent needs --group (one JSON object per solve)")
     whole = load_topology(topo_spec, nodes)
@@ -204,15 +213,50 @@ def _solve_partition(ctx: click.Context, topo_spec: str, nodes: int, partition: 
               + (f", e.g. {shares[0].resource} by {', '.join(shares[0].groups)}" if shares else ""))
     base = Path(out_dir)
     created = [p for p in (base, *(base / g.label for g in groups)) if not p.exists()]
+    solved: list[tuple[Group, Topology, SolveOutcome]] = []   # one per machine (relabel.REUSE)
     try:
         for g in groups:
             out.print(f"[bold]group {g.spec}[/bold]")
-            ctx.invoke(solve, **{**ctx.params, "group_spec": g.spec, "out_dir": str(base / g.label)})
+            params = {**ctx.params, "group_spec": g.spec, "out_dir": str(base / g.label)}
+            if relabel.REUSE and _relabelled(params, g, solved):
+                continue
+            done = ctx.invoke(solve, **params)
+            if relabel.REUSE and isinstance(done, SolveOutcome):
+                solved.append((g, done.result.topology, done))
     except BaseException:
         # all groups or none: a later group's failure takes back the folders this call made
         for path in reversed(created):
             shutil.rmtree(path, ignore_errors=True)
         raise
+
+
+def _relabelled(params: dict[str, Any], group: Group,
+                solved: list[tuple[Group, Topology, SolveOutcome]]) -> bool:
+    """Write ``group``'s files as those of an earlier group on the same machine relabelled
+    (:mod:`synth.relabel`), committed as a solve commits them, and print them as ``solve`` does;
+    False (nothing written) where no earlier group is this machine or its files cannot be
+    relabelled (a note says why), so the caller solves the group."""
+    member, _ = machine_of(SolveRequest(
+        topo=params["topo_spec"], coll=params["coll_spec"], nodes=params["nodes"],
+        group=group.spec, partition=params["partition"], calibration=params["calibration"]))
+    for rep_group, rep, done in solved:
+        if not relabel.same_machine(rep, member):
+            continue
+        try:
+            mine, rank_files = relabel.relabel(done, rep, member, group,
+                                               check_writable_dir(Path(params["out_dir"])))
+        except relabel.NotRelabelled as exc:
+            out.print(f"[yellow]same machine as group {rep_group.spec}, but its files are not "
+                      f"relabelled ({exc}): solving it[/yellow]")
+            return False
+        memory_backstop(parse_memory(params["max_memory"]))
+        commit(mine.written, rank_files)
+        print_solve(mine)
+        out.print(f"group {group.spec} is the same machine as group {rep_group.spec} (up to its "
+                  f"name): its files are {rep_group.spec}'s relabelled, every schedule and XML "
+                  "verified again")
+        return True
+    return False
 
 
 def _with_calibration(topology: Topology, calibration: str | None) -> Topology:
