@@ -37,6 +37,11 @@ and each scheduling MILP gets :data:`STAGE3_NODES` nodes / a quarter of it.
 So which chunkings are routed, and each solve's incumbent, are the same on any machine; the
 wall-clock limit (ten times the budget) is only a safety net, noted in ``synth solve``'s notes
 when it is what stopped a solve.
+
+Since each scheduling MILP has its own budget, they are independent once the plans are picked:
+:class:`_Finishes` runs them on spawned worker processes (:data:`PARALLEL_WORKERS`), the 1 MB
+candidate's while the main target still routes, and the schedules are assembled in pick order,
+byte-identical to the inline path.
 """
 
 from __future__ import annotations
@@ -328,7 +333,8 @@ def _schedule_in_worker(tasks: Tasks, initial: list[int], chunk_mb: float, windo
 PARALLEL_WORKERS: int | None = None
 """Processes the scheduling MILPs (stage 3) run on. None: ``SYNTH_MILP_WORKERS`` when set, else
 ``os.cpu_count()`` capped at :data:`MAX_WORKERS`, and only for a request big enough to pay for the
-workers' start (:data:`PARALLEL_MIN_TASKS`). 1 runs them in this process, one after another (the
+workers' start (:data:`PARALLEL_MIN_TASKS`) made outside a worker process (a catalog's workers
+already share the cores). 1 runs them in this process, one after another (the
 inline path, as before); a test or benchmark may set it to compare the two paths. Either way the
 schedules are byte-identical: each scheduling MILP has its own deterministic work budget, only the
 wall-clock safety net is shared, and the results are assembled in the same order."""
@@ -360,6 +366,10 @@ def scheduling_workers(per_plan_tasks: int) -> int:
         return int(raw)
     if per_plan_tasks < PARALLEL_MIN_TASKS:
         return 1
+    import multiprocessing
+
+    if multiprocessing.parent_process() is not None:
+        return 1  # already a worker (``synth catalog``'s pool shares the cores among its solves)
     return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
 
 
