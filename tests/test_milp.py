@@ -408,3 +408,36 @@ def test_stage3_workers_setting(monkeypatch):
     monkeypatch.setenv(enc.WORKERS_ENV, "zero")
     with pytest.raises(SynthError, match=enc.WORKERS_ENV):
         enc.scheduling_workers(1)
+
+
+def test_a_dead_worker_falls_back_to_the_inline_solve():
+    """A stage-3 worker that dies (killed, or unable to start under the address-space backstop)
+    breaks the pool; its plan is then solved in this process, with the inline path's answer."""
+    import os
+    import signal
+    from concurrent.futures.process import BrokenProcessPool
+
+    from synth.encodings.milp.encoding import _Finishes, _Phase
+    from synth.encodings.milp.schedule import order
+    from synth.encodings.options import MilpOptions
+    from synth.encodings.work import WorkBudget
+
+    topo = load_topology("torus:2x2")
+    phase = _Phase.solve(topo, make_collective("allgather", 4, 2), all_links(topo), (),
+                         reverse=False, opts=MilpOptions(), solver="highs", work=None,
+                         safety=WorkBudget(60), progress=None)
+    initial, _, _ = order(phase.tasks, 1.0)
+    results = []
+    for workers in (1, 2):
+        finishes = _Finishes(workers, WorkBudget(60), None)
+        try:
+            handle = finishes.submit(phase.tasks, initial, 1.0, window=2, solver="highs", work=1)
+            if workers == 2:
+                future = finishes._jobs[handle][0]
+                for pid in list(finishes._pool._processes):  # still importing: seconds from done
+                    os.kill(pid, signal.SIGKILL)
+                assert isinstance(future.exception(timeout=60), BrokenProcessPool)
+            results.append(finishes.result(handle))
+        finally:
+            finishes.close()
+    assert results[0] == results[1]

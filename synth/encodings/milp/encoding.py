@@ -388,7 +388,7 @@ class _Finishes:
         self.safety = safety
         self.progress = progress
         self._jobs: list = []
-        """Per submitted plan: its (steps, report) when solved inline, else its future."""
+        """Per submitted plan: its (steps, report) once solved, else (its future, its arguments)."""
         self._pool = None
 
     @property
@@ -413,17 +413,26 @@ class _Finishes:
 
                 self._pool = ProcessPoolExecutor(max_workers=self.workers,
                                                  mp_context=multiprocessing.get_context("spawn"))
-            self._jobs.append(self._pool.submit(_schedule_in_worker, tasks, initial, chunk_mb,
-                                                window, solver, work, self.safety))
+            args = (tasks, initial, chunk_mb, window, solver, work)
+            self._jobs.append((self._pool.submit(_schedule_in_worker, *args, self.safety), args))
         return len(self._jobs) - 1
 
     def result(self, handle: int) -> tuple[list[int], dict]:
         """The plan's (steps, report); raises the worker's error, if it raised one."""
+        from concurrent.futures import Future
+        from concurrent.futures.process import BrokenProcessPool
+
         job = self._jobs[handle]
-        if isinstance(job, tuple):
+        if not isinstance(job[0], Future):
             return job
-        steps, report, notes = job.result()
-        self.safety.safety_notes.extend(n for n in notes if n not in self.safety.safety_notes)
+        future, args = job
+        try:
+            steps, report, notes = future.result()
+            self.safety.safety_notes.extend(n for n in notes if n not in self.safety.safety_notes)
+        except BrokenProcessPool:
+            # a worker died (killed, or no room to start under the address-space backstop of
+            # :mod:`synth.guards`): solve this plan here instead, as the inline path does
+            steps, report = _schedule(*args, self.safety, self.progress)
         self._jobs[handle] = (steps, report)
         return steps, report
 
