@@ -345,11 +345,11 @@ MAX_WORKERS = 4
 two targets' picks times its directions)."""
 PARALLEL_MIN_TASKS = 500
 """By default stage 3 goes to worker processes only when the finest chunking tried has at least
-this many representative transfers: a spawned worker costs about a second to start (it imports
-numpy, PuLP and HiGHS), more than the scheduling MILPs of a small request take (a 4-rank torus:
-milliseconds). trn1_32 allgather (32 chunks per rank: 992 transfers) is over it; its stage 3 took
-~57 s in one process on the 2-core machine (the 1 MB candidate's 10 s, then the main one's 53 s
-and the coarse one's 3 s)."""
+this many representative transfers: a spawned worker costs a second or more to start (it imports
+numpy, PuLP and HiGHS; measured 1.2 and 3.2 s more than inline for one 15 s scheduling MILP on the
+loaded 2-core machine), more than a small request's scheduling MILPs take. trn1_32 allgather
+(32 chunks per rank: 992 transfers) is over it: its stage 3 took 80 s in one process there (the
+1 MB candidate's 14 s, the main one's 63 s, the coarse one's 3 s; load average 2.7)."""
 
 
 def scheduling_workers(per_plan_tasks: int) -> int:
