@@ -100,6 +100,22 @@ def test_smt_and_milp_encodings_byte_identical_under_load(under_load) -> None:
     assert under_load(once) == quiet
 
 
+def test_a_pickled_budget_keeps_its_safety_net() -> None:
+    """A budget sent to a worker process (pickled) keeps the seconds its safety net had left, and
+    its notes and spending, not a reading of the sender's monotonic clock."""
+    import pickle
+
+    budget = WorkBudget(10.0)
+    budget.charge(2.0)
+    budget.note_safety_stop("milp scheduling (highs)")
+    copy = pickle.loads(pickle.dumps(budget))
+    assert copy.spent == 2.0 and copy.safety_notes == budget.safety_notes
+    left, copied = budget.wall_left(), copy.wall_left()
+    assert left is not None and copied is not None and abs(copied - left) < 1.0 and copied > 90
+    unlimited = pickle.loads(pickle.dumps(WorkBudget(None)))
+    assert unlimited.wall_left() is None and unlimited.left() is None
+
+
 def test_safety_net_stop_is_noted() -> None:
     """When the wall clock, not the work budget, stops a solve, the budget says so."""
     budget = WorkBudget(1.0, safety_factor=0.0)  # floor only

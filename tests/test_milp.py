@@ -332,3 +332,112 @@ def test_a_wide_stage3_window_runs_after_the_narrow_one_and_never_loses():
     _, small = schedule_tasks(phase.tasks, initial, chunk_mb, window=4, solver="highs",
                               time_limit_s=120, work=2)
     assert [p["window"] for p in small["stage3_passes"]] == [2]
+
+
+def test_parallel_stage3_gives_the_inline_schedules(monkeypatch):
+    """Stage 3 on worker processes (``PARALLEL_WORKERS``) returns the same candidates, in the same
+    order, byte for byte (meta included), as the inline path: each scheduling MILP has its own
+    deterministic budget, and the results are assembled in pick order."""
+    import synth.encodings.milp.encoding as enc
+
+    pooled: list[bool] = []
+    close = enc._Finishes.close
+
+    def spy(self):
+        pooled.append(self._pool is not None)
+        close(self)
+
+    monkeypatch.setattr(enc._Finishes, "close", spy)
+    topo = load_topology("torus:4x4")
+
+    def run(workers: int) -> dict[str, str]:
+        monkeypatch.setattr(enc, "PARALLEL_WORKERS", workers)
+        out = milp_encoding(topo, make_collective("allgather", 16, 1),
+                            Options(time_limit_s=8, extra={"window": 2}))
+        return {name: s.to_json() for name, s in out.items()}
+
+    inline, parallel = run(1), run(2)
+    assert pooled == [False, True]  # the second run did use worker processes
+    assert list(inline) == list(parallel) == ["milp_1MB", "milp", "milp_coarse"]
+    # stage 3 ran (a skipped stage 3 would make the comparison vacuous)
+    assert all('"stage3_passes"' in text for text in inline.values())
+    assert inline == parallel
+
+
+def test_a_worker_error_surfaces_as_the_inline_one(monkeypatch):
+    """A SynthError raised in a stage-3 worker comes back with the inline path's message and exit
+    code when its result is asked for."""
+    from synth.encodings.milp.encoding import _Finishes, _Phase
+    from synth.encodings.milp.schedule import order
+    from synth.encodings.options import MilpOptions
+    from synth.encodings.work import WorkBudget
+
+    topo = load_topology("torus:2x2")
+    phase = _Phase.solve(topo, make_collective("allgather", 4, 2), all_links(topo), (),
+                         reverse=False, opts=MilpOptions(), solver="highs", work=None,
+                         safety=WorkBudget(60), progress=None)
+    initial, _, _ = order(phase.tasks, 1.0)
+    errors = []
+    for workers in (1, 2):
+        finishes = _Finishes(workers, WorkBudget(60), None)
+        try:
+            handle = finishes.submit(phase.tasks, initial, 1.0, window=2, solver="no-such-solver",
+                                     work=1)
+            with pytest.raises(SynthError) as exc:
+                finishes.result(handle)
+        except SynthError as raised:  # the inline path raises at submit
+            assert workers == 1
+            errors.append((raised.message, raised.exit_code))
+        else:
+            errors.append((exc.value.message, exc.value.exit_code))
+        finally:
+            finishes.close()
+    assert errors[0] == errors[1] and "no-such-solver" in errors[0][0]
+
+
+def test_stage3_workers_setting(monkeypatch):
+    """``SYNTH_MILP_WORKERS`` sets the stage-3 processes; a bad value is a clear error; by default
+    a small request stays inline (a worker's start would cost more than its scheduling MILPs)."""
+    import synth.encodings.milp.encoding as enc
+
+    monkeypatch.setattr(enc, "PARALLEL_WORKERS", None)
+    monkeypatch.delenv(enc.WORKERS_ENV, raising=False)
+    assert enc.scheduling_workers(enc.PARALLEL_MIN_TASKS - 1) == 1
+    monkeypatch.setenv(enc.WORKERS_ENV, "3")
+    assert enc.scheduling_workers(1) == 3
+    monkeypatch.setenv(enc.WORKERS_ENV, "zero")
+    with pytest.raises(SynthError, match=enc.WORKERS_ENV):
+        enc.scheduling_workers(1)
+
+
+def test_a_dead_worker_falls_back_to_the_inline_solve():
+    """A stage-3 worker that dies (killed, or unable to start under the address-space backstop)
+    breaks the pool; its plan is then solved in this process, with the inline path's answer."""
+    import os
+    import signal
+    from concurrent.futures.process import BrokenProcessPool
+
+    from synth.encodings.milp.encoding import _Finishes, _Phase
+    from synth.encodings.milp.schedule import order
+    from synth.encodings.options import MilpOptions
+    from synth.encodings.work import WorkBudget
+
+    topo = load_topology("torus:2x2")
+    phase = _Phase.solve(topo, make_collective("allgather", 4, 2), all_links(topo), (),
+                         reverse=False, opts=MilpOptions(), solver="highs", work=None,
+                         safety=WorkBudget(60), progress=None)
+    initial, _, _ = order(phase.tasks, 1.0)
+    results = []
+    for workers in (1, 2):
+        finishes = _Finishes(workers, WorkBudget(60), None)
+        try:
+            handle = finishes.submit(phase.tasks, initial, 1.0, window=2, solver="highs", work=1)
+            if workers == 2:
+                future = finishes._jobs[handle][0]
+                for pid in list(finishes._pool._processes):  # still importing: seconds from done
+                    os.kill(pid, signal.SIGKILL)
+                assert isinstance(future.exception(timeout=60), BrokenProcessPool)
+            results.append(finishes.result(handle))
+        finally:
+            finishes.close()
+    assert results[0] == results[1]

@@ -139,6 +139,24 @@ class WorkBudget:
         left = self.wall_left()
         return left is not None and left <= 0.0
 
+    def __getstate__(self) -> dict:
+        """Pickled (sent to a worker process) as the seconds the safety net has left, not as a
+        reading of this process's monotonic clock, whose origin another process need not share;
+        the send time (wall clock) lets the receiver deduct the time the budget spent in transit
+        (a job may wait in a pool's queue)."""
+        state = dict(self.__dict__)
+        state["_wall_deadline"] = self.wall_left()
+        state["_sent_at"] = time.time()
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        state = dict(state)
+        sent_at = state.pop("_sent_at")
+        left = state["_wall_deadline"]
+        if left is not None:
+            state["_wall_deadline"] = time.monotonic() + left - max(0.0, time.time() - sent_at)
+        self.__dict__.update(state)
+
     def note_safety_stop(self, what: str) -> None:
         """A wall-clock limit, not the deterministic budget, stopped ``what``."""
         line = (f"{what}: stopped by the wall-clock safety net, not the deterministic work budget "

@@ -37,6 +37,11 @@ and each scheduling MILP gets :data:`STAGE3_NODES` nodes / a quarter of it.
 So which chunkings are routed, and each solve's incumbent, are the same on any machine; the
 wall-clock limit (ten times the budget) is only a safety net, noted in ``synth solve``'s notes
 when it is what stopped a solve.
+
+Since each scheduling MILP has its own budget, they are independent once the plans are picked:
+:class:`_Finishes` runs them on spawned worker processes (:data:`PARALLEL_WORKERS`), the 1 MB
+candidate's while the main target still routes, and the schedules are assembled in pick order,
+byte-identical to the inline path.
 """
 
 from __future__ import annotations
@@ -256,9 +261,14 @@ class _Phase:
 
     def finish(self, initial: list[int], rate: float, chunk_mb: float, *, window: int, solver: str,
                work: float, safety: WorkBudget, progress) -> tuple[list[Step], dict]:
-        steps, report = schedule_tasks(self.tasks, initial, chunk_mb, window=window, solver=solver,
-                                       time_limit_s=_wall(safety), progress=progress, work=work,
-                                       safety=safety)
+        """Stage 3 and replication in this process (:class:`_Finishes` runs the same two halves,
+        :func:`_schedule` possibly in a worker process, then :meth:`replicate`)."""
+        steps, report = _schedule(self.tasks, initial, chunk_mb, window, solver, work, safety,
+                                  progress)
+        return self.replicate(steps, report, rate)
+
+    def replicate(self, steps: list[int], report: dict, rate: float) -> tuple[list[Step], dict]:
+        """The whole schedule's steps from the representative's ``steps`` (stage 3's plan)."""
         report["stage2_steps_per_load"] = round(1.0 / rate, 3) if rate else None
         return _replicate(self.problem, self.tasks, steps, self.problem.topology), report
 
@@ -299,6 +309,144 @@ def _used(result, work: float | None) -> float:
     if result.work_used is not None:
         return result.work_used
     return work or 0.0
+
+
+def _schedule(tasks: Tasks, initial: list[int], chunk_mb: float, window: int, solver: str,
+              work: float, safety: WorkBudget, progress=None) -> tuple[list[int], dict]:
+    """Stage 3 of one plan (:func:`.schedule.schedule_tasks`): a deterministic work budget of its
+    own (``work``), only the wall-clock safety net shared. Module-level so a worker process can
+    run it (:class:`_Finishes`)."""
+    return schedule_tasks(tasks, initial, chunk_mb, window=window, solver=solver,
+                          time_limit_s=_wall(safety), progress=progress, work=work, safety=safety)
+
+
+def _schedule_in_worker(tasks: Tasks, initial: list[int], chunk_mb: float, window: int,
+                        solver: str, work: float, safety: WorkBudget
+                        ) -> tuple[list[int], dict, list[str]]:
+    """:func:`_schedule` in a worker process: also returns the safety-net notes it raised (the
+    worker's ``safety`` is a copy, so the parent merges them into its own). The worker's progress
+    reporter is the library's default, ``off``: its solver lines would garble the parent's."""
+    steps, report = _schedule(tasks, initial, chunk_mb, window, solver, work, safety)
+    return steps, report, list(safety.safety_notes)
+
+
+PARALLEL_WORKERS: int | None = None
+"""Processes the scheduling MILPs (stage 3) run on. None: ``SYNTH_MILP_WORKERS`` when set, else
+``os.cpu_count()`` capped at :data:`MAX_WORKERS`, and only for a request big enough to pay for the
+workers' start (:data:`PARALLEL_MIN_TASKS`) made outside a worker process (a catalog's workers
+already share the cores). 1 runs them in this process, one after another (the
+inline path, as before); a test or benchmark may set it to compare the two paths. Either way the
+schedules are byte-identical: each scheduling MILP has its own deterministic work budget, only the
+wall-clock safety net is shared, and the results are assembled in the same order."""
+WORKERS_ENV = "SYNTH_MILP_WORKERS"
+"""Environment variable that sets the processes for stage 3 (a positive integer; 1: inline)."""
+MAX_WORKERS = 4
+"""At most this many stage-3 processes by default (a request has at most a few plans to schedule:
+two targets' picks times its directions)."""
+PARALLEL_MIN_TASKS = 500
+"""By default stage 3 goes to worker processes only when the finest chunking tried has at least
+this many representative transfers: a spawned worker costs a second or more to start (it imports
+numpy, PuLP and HiGHS; measured 1.2 and 3.2 s more than inline for one 15 s scheduling MILP on the
+loaded 2-core machine), more than a small request's scheduling MILPs take. trn1_32 allgather
+(32 chunks per rank: 992 transfers) is over it: its stage 3 took 80 s in one process there (the
+1 MB candidate's 14 s, the main one's 63 s, the coarse one's 3 s; load average 2.7)."""
+
+
+def scheduling_workers(per_plan_tasks: int) -> int:
+    """Processes for stage 3 (:data:`PARALLEL_WORKERS`): 1 means inline. ``per_plan_tasks``: the
+    representative transfers of the finest chunking tried (the default's size test)."""
+    import os
+
+    if PARALLEL_WORKERS is not None:
+        return max(1, int(PARALLEL_WORKERS))
+    raw = os.environ.get(WORKERS_ENV, "").strip()
+    if raw:
+        if not raw.isdigit() or int(raw) < 1:
+            raise SynthError(f"{WORKERS_ENV} must be a positive integer, got {raw!r}")
+        return int(raw)
+    if per_plan_tasks < PARALLEL_MIN_TASKS:
+        return 1
+    import multiprocessing
+
+    if multiprocessing.parent_process() is not None:
+        return 1  # already a worker (``synth catalog``'s pool shares the cores among its solves)
+    return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
+
+
+class _Finishes:
+    """The stage-3 solves of the picked plans, run inline or on a pool of spawned processes.
+
+    :meth:`submit` hands one plan's scheduling MILPs over (inline: solved at once, exactly as
+    before; parallel: a job on the pool, so the 1 MB candidate's stage 3 runs while the main target
+    is still routing), :meth:`result` gives its outcome back in the caller's order. The workers are
+    *spawned*, not forked: HiGHS has started threads in this process, and a fork of a threaded
+    process can deadlock. A worker's SynthError comes back as itself (same message, same exit
+    code) when its result is asked for, and its safety-net notes join ``safety``'s."""
+
+    def __init__(self, workers: int, safety: WorkBudget, progress) -> None:
+        self.workers = workers
+        self.safety = safety
+        self.progress = progress
+        self._jobs: list = []
+        """Per submitted plan: its (steps, report) once solved, else (its future, its arguments)."""
+        self._pool = None
+
+    @property
+    def parallel(self) -> bool:
+        return self.workers > 1
+
+    @property
+    def processes(self) -> int:
+        """Worker processes the submitted plans use (no more than there are plans)."""
+        return min(self.workers, len(self._jobs))
+
+    def submit(self, tasks: Tasks, initial: list[int], chunk_mb: float, *, window: int,
+               solver: str, work: float) -> int:
+        """Start one plan's stage 3; returns its handle for :meth:`result`."""
+        if not self.parallel:
+            self._jobs.append(_schedule(tasks, initial, chunk_mb, window, solver, work,
+                                        self.safety, self.progress))
+        else:
+            if self._pool is None:
+                import multiprocessing
+                from concurrent.futures import ProcessPoolExecutor
+
+                self._pool = ProcessPoolExecutor(max_workers=self.workers,
+                                                 mp_context=multiprocessing.get_context("spawn"))
+            args = (tasks, initial, chunk_mb, window, solver, work)
+            self._jobs.append((self._pool.submit(_schedule_in_worker, *args, self.safety), args))
+        return len(self._jobs) - 1
+
+    def result(self, handle: int) -> tuple[list[int], dict]:
+        """The plan's (steps, report); raises the worker's error, if it raised one."""
+        from concurrent.futures import Future
+        from concurrent.futures.process import BrokenProcessPool
+
+        job = self._jobs[handle]
+        if not isinstance(job[0], Future):
+            return job
+        future, args = job
+        try:
+            steps, report, notes = future.result()
+            self.safety.safety_notes.extend(n for n in notes if n not in self.safety.safety_notes)
+        except BrokenProcessPool:
+            # a worker died (killed, or no room to start under the address-space backstop of
+            # :mod:`synth.guards`): solve this plan here instead, as the inline path does
+            steps, report = _schedule(*args, self.safety, self.progress)
+        self._jobs[handle] = (steps, report)
+        return steps, report
+
+    def settle(self) -> None:
+        """Wait for every submitted plan in submission order, raising the first error: what the
+        inline path would have raised first (it solves each plan when it is submitted)."""
+        for handle in range(len(self._jobs)):
+            self.result(handle)
+
+    def close(self) -> None:
+        """Stop the pool (jobs not started are cancelled: only an error path leaves any)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
 
 
 CHUNK_MULTIPLES = (1, 2, 3, 4, 6, 8, 16, 32)
@@ -364,95 +512,124 @@ def milp_encoding(topology: Topology, collective: Collective, options: Options) 
     to_route = sorted({(k, r) for _, ks, _ in targets for k in ks for r in directions})
     routing_left = None if time_limit is None else ROUTING_SHARE * time_limit
     max_root_work = None if routing_left is None else ROOT_SHARE * routing_left
-    out: dict[str, Schedule] = {}
-    for name, ks, target in sorted(targets, key=lambda t: t[1]):  # fewest chunks first: cheapest
-        best: tuple[float, int, list] | None = None
-        routed_ks: dict[int, tuple[float, int, list]] = {}
-        for k in ks:
-            if k in failed:
-                continue
-            coll = make_collective(kind, n, k, collective.root, collective.inplace)
-            chunk_mb = target / coll.buffer_chunks / MB
-            plans = []
-            total = 0.0
-            try:
-                for reverse in directions:
-                    if (k, reverse) not in phases:
-                        # the routing work budget is shared by the chunkings still to route
-                        left = [key for key in to_route if key not in phases]
-                        share = (None if routing_left is None
-                                 else max(1.0, routing_left / len(left)))
-                        routed = make_collective("alltoall" if kind == "alltoall" else "allgather", n, k)
-                        # only a chunking that a routed one divides may be left unstarted: its
-                        # pieces can follow that routing (:meth:`_Phase.split`)
-                        coarser = any(r == reverse and k % k2 == 0 and k2 < k for k2, r in phases)
-                        try:
-                            phase = _Phase.solve(topology, routed, links, policies,
-                                                 reverse=reverse, opts=opts, solver=solver,
-                                                 work=share, safety=safety, progress=progress,
-                                                 max_root_work=max_root_work if coarser else None)
-                            spent = phase.work_used
-                        except SynthError as exc:
-                            # charged with what its models used: nothing for one not started
-                            spent = exc.work_used if isinstance(exc, _Unrouted) else share or 0.0
-                            phase = _split_coarser(phases, routed, reverse)
-                            if phase is None:
-                                raise
-                        if routing_left is not None:
-                            routing_left = max(0.0, routing_left - spent)
-                        phases[(k, reverse)] = phase
-                    phase = phases[(k, reverse)]
-                    initial, cost, rate = phase.order(chunk_mb)
-                    plans.append((phase, initial, rate, reverse))
-                    total += cost
-            except InfeasibleSketch:
-                raise
-            except SynthError as exc:
-                failed[k] = exc.message  # no routing in its share of the work: try other chunkings
-                to_route = [key for key in to_route if key[0] != k]
-                continue
-            routed_ks[k] = (total, k, plans)
-            if best is None or total < best[0] - 1e-9:
-                best = (total, k, plans)
-        if best is None:
-            if name != "milp":
-                continue  # the latency-lean extra candidate is optional
-            if options.notes is not None:
-                options.notes.extend(n for n in safety.safety_notes if n not in options.notes)
-            raise SynthError("milp: no chunking could be routed within the time limit ("
-                             + "; ".join(f"{k} chunks: {m}" for k, m in sorted(failed.items()))
-                             + "); raise --time-limit", exit_code=3)
-        picks = [(name, best, "", window)]
-        coarse = [c for c in routed_ks.values() if 2 <= c[1] <= best[1] // 2]
-        if name == "milp" and coarse:
-            # a second candidate with at most half the chunks: a smaller program that fits more
-            # instances under the runtime's limits, for the program model to weigh (its drain gets
-            # the narrow stage-3 pass only: the wide one costs ~20 s on trn1_32 for ~0.1 %)
-            picks.append((f"{name}_coarse", min(coarse, key=lambda c: (c[0], c[1])),
-                          f"; the best chunking with at most half of {best[1]} chunks per rank",
-                          min(window, FIRST_WINDOW)))
-        for cand, (_, k, plans), extra, cand_window in picks:
-            coll = make_collective(kind, n, k, collective.root, collective.inplace)
-            chunk_mb = target / coll.buffer_chunks / MB
+    finishes = _Finishes(scheduling_workers(max(main_ks) * per_k_tasks), safety, progress)
+    # per candidate, in pick order: (name, collective, [(stage-3 handle, phase, stage-2 rate,
+    # reverse)], meta but its stages); stage 3 of a target's picks is handed to ``finishes`` as
+    # soon as they are known (in parallel mode the 1 MB candidate's runs while the main target
+    # routes), and the schedules are assembled afterwards in pick order
+    picked: list[tuple[str, Collective, list[tuple[int, _Phase, float, bool]], dict]] = []
+    try:
+        for name, ks, target in sorted(targets, key=lambda t: t[1]):  # fewest chunks first: cheapest
+            best: tuple[float, int, list] | None = None
+            routed_ks: dict[int, tuple[float, int, list]] = {}
+            for k in ks:
+                if k in failed:
+                    continue
+                coll = make_collective(kind, n, k, collective.root, collective.inplace)
+                chunk_mb = target / coll.buffer_chunks / MB
+                plans = []
+                total = 0.0
+                try:
+                    for reverse in directions:
+                        if (k, reverse) not in phases:
+                            # the routing work budget is shared by the chunkings still to route
+                            left = [key for key in to_route if key not in phases]
+                            share = (None if routing_left is None
+                                     else max(1.0, routing_left / len(left)))
+                            routed = make_collective("alltoall" if kind == "alltoall" else "allgather",
+                                                     n, k)
+                            # only a chunking that a routed one divides may be left unstarted: its
+                            # pieces can follow that routing (:meth:`_Phase.split`)
+                            coarser = any(r == reverse and k % k2 == 0 and k2 < k for k2, r in phases)
+                            try:
+                                phase = _Phase.solve(topology, routed, links, policies,
+                                                     reverse=reverse, opts=opts, solver=solver,
+                                                     work=share, safety=safety, progress=progress,
+                                                     max_root_work=max_root_work if coarser else None)
+                                spent = phase.work_used
+                            except SynthError as exc:
+                                # charged with what its models used: nothing for one not started
+                                spent = exc.work_used if isinstance(exc, _Unrouted) else share or 0.0
+                                phase = _split_coarser(phases, routed, reverse)
+                                if phase is None:
+                                    raise
+                            if routing_left is not None:
+                                routing_left = max(0.0, routing_left - spent)
+                            phases[(k, reverse)] = phase
+                        phase = phases[(k, reverse)]
+                        initial, cost, rate = phase.order(chunk_mb)
+                        plans.append((phase, initial, rate, reverse))
+                        total += cost
+                except InfeasibleSketch:
+                    raise
+                except SynthError as exc:
+                    failed[k] = exc.message  # no routing in its share of the work: try other chunkings
+                    to_route = [key for key in to_route if key[0] != k]
+                    continue
+                routed_ks[k] = (total, k, plans)
+                if best is None or total < best[0] - 1e-9:
+                    best = (total, k, plans)
+            if best is None:
+                if name != "milp":
+                    continue  # the latency-lean extra candidate is optional
+                finishes.settle()  # an earlier candidate's stage-3 error (and notes) come first
+                if options.notes is not None:
+                    options.notes.extend(n for n in safety.safety_notes if n not in options.notes)
+                raise SynthError("milp: no chunking could be routed within the time limit ("
+                                 + "; ".join(f"{k} chunks: {m}" for k, m in sorted(failed.items()))
+                                 + "); raise --time-limit", exit_code=3)
+            picks = [(name, best, "", window)]
+            coarse = [c for c in routed_ks.values() if 2 <= c[1] <= best[1] // 2]
+            if name == "milp" and coarse:
+                # a second candidate with at most half the chunks: a smaller program that fits more
+                # instances under the runtime's limits, for the program model to weigh (its drain
+                # gets the narrow stage-3 pass only: the wide one costs ~20 s on trn1_32 for ~0.1 %)
+                picks.append((f"{name}_coarse", min(coarse, key=lambda c: (c[0], c[1])),
+                              f"; the best chunking with at most half of {best[1]} chunks per rank",
+                              min(window, FIRST_WINDOW)))
+            for cand, (_, k, plans), extra, cand_window in picks:
+                coll = make_collective(kind, n, k, collective.root, collective.inplace)
+                chunk_mb = target / coll.buffer_chunks / MB
+                jobs = [(finishes.submit(phase.tasks, initial, chunk_mb, window=cand_window,
+                                         solver=solver, work=stage3_work), phase, rate, reverse)
+                        for phase, initial, rate, reverse in plans]
+                why = (f"milp: TACCL-style routing MILP + ordering + scheduling MILP ({solver}), "
+                       f"sketch {sketch.name if sketch else 'none (every link)'}, {k} chunk(s) per "
+                       f"rank (of {', '.join(map(str, ks))} tried), planned for "
+                       f"{format_size(target)}{extra}")
+                meta = {"why": why, "sketch": sketch.name if sketch else None, "solver": solver,
+                        "planned_bytes": int(target),
+                        "chunkings_tried": [x for x in ks if x not in failed],
+                        "chunkings_not_routed_in_time": sorted(x for x in ks if x in failed),
+                        "stages": []}
+                picked.append((cand, coll, jobs, meta))
+        if finishes.parallel:
+            with _progress_phase(f"milp: scheduling {len(picked)} candidates on "
+                                 f"{finishes.processes} processes"):
+                finishes.settle()
+        out: dict[str, Schedule] = {}
+        for cand, coll, jobs, meta in picked:
             steps: list[Step] = []
-            reports = []
-            for phase, initial, rate, reverse in plans:
-                part, report = phase.finish(initial, rate, chunk_mb, window=cand_window,
-                                            solver=solver, work=stage3_work, safety=safety,
-                                            progress=progress)
+            for handle, phase, rate, reverse in jobs:
+                part, report = phase.replicate(*finishes.result(handle), rate)
                 steps.extend(part)
-                reports.append({**phase.describe(), **report,
-                                "direction": "reduce (reversed allgather)" if reverse else "forward"})
-            why = (f"milp: TACCL-style routing MILP + ordering + scheduling MILP ({solver}), sketch "
-                   f"{sketch.name if sketch else 'none (every link)'}, {k} chunk(s) per rank (of "
-                   f"{', '.join(map(str, ks))} tried), planned for {format_size(target)}{extra}")
-            meta = {"why": why, "sketch": sketch.name if sketch else None, "solver": solver,
-                    "planned_bytes": int(target),
-                    "chunkings_tried": [x for x in ks if x not in failed],
-                    "chunkings_not_routed_in_time": sorted(x for x in ks if x in failed),
-                    "stages": reports}
+                meta["stages"].append({**phase.describe(), **report, "direction":
+                                       "reduce (reversed allgather)" if reverse else "forward"})
             out[cand] = Schedule(coll, topology.name, topology.content_hash, tuple(steps), cand,
                                  "milp", meta)
+    except SynthError:
+        finishes.settle()  # a stage-3 job submitted earlier raised first in the inline order
+        raise
+    finally:
+        finishes.close()
     if options.notes is not None:
         options.notes.extend(n for n in safety.safety_notes if n not in options.notes)
     return out
+
+
+def _progress_phase(label: str):
+    """A progress phase of the current reporter (imported here: a lower floor need not load it
+    with the module)."""
+    from ... import progress
+
+    return progress.phase(label)
