@@ -1,0 +1,47 @@
+"""Same answers: speed work must not change what ``synth solve`` writes.
+
+The issue that made synth faster (caches, layouts kept, the program model timing unproven compiles,
+stage 3 of the MILP on worker processes, relabelled concurrent groups) promised byte-identical
+outputs. ``tests/data/same-answers/e8beec7.json`` holds the SHA-256 of every file two tour-sized
+solves wrote at commit e8beec7, before that work: one through the GPU path (baselines ranked by the
+timed program model over protocols and instance counts, in-place and out-of-place files, the range
+report) and one through the closed-stack path (trn1_32: lowered schedules and the runtime's own
+calls priced, chosen and proven on the stand-in). Both use no solver, so a solver release cannot
+move them. A change that alters these files on purpose updates the digests in the same commit and
+says why."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from synth.cli import main
+
+GOLDEN = Path(__file__).parent / "data" / "same-answers" / "e8beec7.json"
+CASES = {
+    "dgx1-allgather-baseline": ["--topo", "dgx1", "--coll", "allgather", "--encoding", "baseline"],
+    "trn1_32-allgather-baseline": ["--topo", "trn1_32", "--coll", "allgather", "--encoding",
+                                   "baseline"],
+}
+
+
+def digests(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_solve_writes_the_same_bytes_as_before_the_speed_work(case: str, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    try:
+        main(["solve", *CASES[case], "--out", str(out)])
+    except SystemExit as exc:
+        assert not exc.code, exc.code
+    want = json.loads(GOLDEN.read_text())[case]
+    got = digests(out)
+    assert sorted(got) == sorted(want)
+    changed = [name for name in sorted(want) if got[name] != want[name]]
+    assert not changed, f"{case}: these files changed: {changed}"
