@@ -332,9 +332,13 @@ def _schedule_in_worker(tasks: Tasks, initial: list[int], chunk_mb: float, windo
 
 PARALLEL_WORKERS: int | None = None
 """Processes the scheduling MILPs (stage 3) run on. None: ``SYNTH_MILP_WORKERS`` when set, else
-``os.cpu_count()`` capped at :data:`MAX_WORKERS`, and only for a request big enough to pay for the
+the cores other processes leave idle (``os.cpu_count()`` less the 1-minute load average besides this
+process) capped at :data:`MAX_WORKERS`, and only for a request big enough to pay for the
 workers' start (:data:`PARALLEL_MIN_TASKS`) made outside a worker process (a catalog's workers
-already share the cores). 1 runs them in this process, one after another (the
+already share the cores). Why the load: on a busy machine the workers only add their start-up;
+measured with ``benchmarks/speed.py`` beside a CI run (load average about 3 on 2 cores), the main
+job took 123.1 s with two workers against 110.7 s for e8beec7 inline, where on a quiet machine two
+workers took it from 108.4 s to 86.7 s. 1 runs them in this process, one after another (the
 inline path, as before); a test or benchmark may set it to compare the two paths. Either way the
 schedules are byte-identical: each scheduling MILP has its own deterministic work budget, only the
 wall-clock safety net is shared, and the results are assembled in the same order."""
@@ -370,7 +374,13 @@ def scheduling_workers(per_plan_tasks: int) -> int:
 
     if multiprocessing.parent_process() is not None:
         return 1  # already a worker (``synth catalog``'s pool shares the cores among its solves)
-    return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
+    cores = os.cpu_count() or 1
+    try:  # runnable processes besides this one, over the last minute
+        others = max(0.0, os.getloadavg()[0] - 1.0)
+    except (AttributeError, OSError):
+        others = 0.0
+    idle = int(cores - others + 0.5)
+    return 1 if idle < 2 else min(idle, MAX_WORKERS)
 
 
 class _Finishes:
