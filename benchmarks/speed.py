@@ -36,7 +36,6 @@ import json
 import math
 import os
 import resource
-import shutil
 import signal
 import subprocess
 import sys
@@ -68,7 +67,8 @@ class Case:
     goal_s: float | None = None
     note: str = ""
     keep_cache: str = ""
-    """Name of a case whose cache folder this one starts from (a warm rerun)."""
+    """Name of a case whose folder and cache this one runs in after it (a warm rerun: the same
+    command again where it ran, as a user regenerating a catalog does)."""
     tags: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -92,7 +92,8 @@ CASES: tuple[Case, ...] = (
          goal_s=120, tags=("issue", "tour")),
     Case("catalog-warm", ("catalog", "--topo", "dgx_a100", "--nodes", "2", "--out", "catalog"),
          goal_s=5, keep_cache="catalog-cold", tags=("issue",),
-         note="rerun with the cache catalog-cold left (run catalog-cold first, same invocation)"),
+         note="the same command again in catalog-cold's folder, with the cache it left (run "
+              "catalog-cold first, same invocation)"),
     Case("concurrent", ("solve", "--topo", "dgx1", "--nodes", "8", "--concurrent", "stride:8",
                         "--coll", "allreduce"), goal_s=60, tags=("issue", "tour")),
     Case("simulate64", ("simulate", "{ring64}", "--topo", "dgx_h100", "--nodes", "8", "--sizes",
@@ -367,13 +368,15 @@ def _top_functions(profiler: Any, root: Path) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------------ in the parent
 def run_case(case: Case, tree: Path, limit_s: float, profile: bool, work: Path,
              caches: dict[tuple[str, str], Path], label: str) -> dict[str, Any]:
-    folder = Path(tempfile.mkdtemp(prefix=f"{case.name}-{label}-", dir=work))
-    cache = folder / "cache"
     if case.keep_cache:
+        # a rerun: the same command in the same folder (its output there), with the cache left
         prev = caches.get((case.keep_cache, label))
         if prev is None:
             return {"case": case.name, "skipped": f"needs {case.keep_cache} first in the same run"}
-        shutil.copytree(prev, cache)
+        folder = prev
+    else:
+        folder = Path(tempfile.mkdtemp(prefix=f"{case.name}-{label}-", dir=work))
+    cache = folder / "cache"
     env = {**os.environ, "XDG_CACHE_HOME": str(cache), "SYNTH_PROGRESS": "off",
            "PYTHONDONTWRITEBYTECODE": "1"}
     out = folder / "record.json"
@@ -410,7 +413,7 @@ def run_case(case: Case, tree: Path, limit_s: float, profile: bool, work: Path,
     if record.get("exit_code"):
         record["log_tail"] = log[-1500:]
     if cache.exists():
-        caches[(case.name, label)] = cache
+        caches[(case.name, label)] = folder
     return record
 
 
@@ -487,7 +490,8 @@ def to_markdown(data: dict[str, Any]) -> str:
         "# Speed of synth's commands, phase by phase",
         "",
         "Written by `python benchmarks/speed.py` (see its docstring). Every case ran in its own "
-        "process with a fresh cache (catalog-warm: the cache catalog-cold left), on a shared "
+        "process with a fresh cache (catalog-warm: catalog-cold's command again in its folder, "
+        "with the cache it left), on a shared "
         "2-core machine: wall-clock figures move with the load (the load average before each run "
         "is listed), so compare trees measured in the same invocation, which alternate case by "
         "case. Phases come from `synth.progress.ledger` (exclusive: a phase nested in another "
