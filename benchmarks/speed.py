@@ -484,6 +484,11 @@ def _status(rec: dict[str, Any] | None) -> str:
     return "ok" if rec.get("exit_code") == 0 else f"exit {rec.get('exit_code')}"
 
 
+def _before(figures: list[float | None]) -> float | None:
+    """The newest tree's predecessor for a ratio: the last tree before it with a figure."""
+    return next((f for f in reversed(figures[:-1]) if f is not None), None)
+
+
 def to_markdown(data: dict[str, Any]) -> str:
     labels = list(data["trees"])
     lines = [
@@ -495,7 +500,9 @@ def to_markdown(data: dict[str, Any]) -> str:
         "2-core machine: wall-clock figures move with the load (the load average before each run "
         "is listed), so compare trees measured in the same invocation, which alternate case by "
         "case. Phases come from `synth.progress.ledger` (exclusive: a phase nested in another "
-        "counts only under its own kind); `other` is what no phase covered. Seconds.",
+        "counts only under its own kind); `other` is what no phase covered. Seconds. Ratios: the "
+        "newest earlier tree with a figure for the case (*before*) over the last tree; *same "
+        "bytes*: the last tree wrote the files the newest earlier tree that ran the case wrote.",
         "",
         "Trees: " + "; ".join(f"**{k}** = {v['commit'] or v['path']}" for k, v in
                              data["trees"].items()),
@@ -507,7 +514,7 @@ def to_markdown(data: dict[str, Any]) -> str:
     # summary
     lines += ["## Totals", "", "| case | goal | " + " | ".join(
         f"{lb} wall | {lb} CPU | {lb} status | {lb} load" for lb in labels)
-        + (f" | {labels[0]}/{labels[-1]} wall | CPU | same bytes |" if len(labels) > 1 else " |"),
+        + (f" | before/{labels[-1]} wall | CPU | same bytes |" if len(labels) > 1 else " |"),
         "|---|---:|" + "---:|---:|---|---:|" * len(labels)
         + ("---:|---:|---|" if len(labels) > 1 else "")]
     for n in measured:
@@ -523,11 +530,13 @@ def to_markdown(data: dict[str, Any]) -> str:
                     _fmt(rec["load_before"][0]) if rec and "load_before" in rec else "—"]
         if len(labels) > 1:
             for pair in (walls, cpus_):
-                ok = pair[0] is not None and pair[-1] is not None and pair[-1] > 0
-                row.append(f"{pair[0] / pair[-1]:.2f}x" if ok else "—")
+                before = _before(pair)
+                ok = before is not None and pair[-1] is not None and pair[-1] > 0
+                row.append(f"{before / pair[-1]:.2f}x" if ok else "—")
             outs = [(runs.get(lb, {}).get(n) or {}).get("outputs") for lb in labels]
-            row.append("—" if any(o is None for o in outs) or not outs[0] else
-                       "yes" if all(o == outs[0] for o in outs) else "**no**")
+            pair = [o for o in outs[:-1] if o is not None][-1:] + outs[-1:]
+            row.append("—" if len(pair) < 2 or pair[-1] is None or not pair[0] else
+                       "yes" if pair[0] == pair[-1] else "**no**")
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
     # phases per case
@@ -553,8 +562,9 @@ def to_markdown(data: dict[str, Any]) -> str:
             if all(c == "—" for c in cells):
                 continue
             if len(labels) > 1:
-                ok = walls[0] is not None and walls[-1] is not None and walls[-1] > 0.005
-                cells.append(f"{walls[0] / walls[-1]:.2f}x" if ok else "—")
+                before = _before(walls)
+                ok = before is not None and walls[-1] is not None and walls[-1] > 0.005
+                cells.append(f"{before / walls[-1]:.2f}x" if ok else "—")
             lines.append(f"| {ph} | " + " | ".join(cells) + " |")
         lines.append("")
     # profiles
