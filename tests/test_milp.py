@@ -364,10 +364,10 @@ def test_parallel_stage3_gives_the_inline_schedules(monkeypatch):
     assert inline == parallel
 
 
-def test_a_worker_error_surfaces_as_the_inline_one(monkeypatch):
-    """A SynthError raised in a stage-3 worker comes back with the inline path's message and exit
-    code when its result is asked for."""
-    from synth.encodings.milp.encoding import _Finishes, _Phase
+def _routed_torus_phase():
+    """A routed allgather phase on torus:2x2 (2 chunks per rank) and its ordering: stage-3 input
+    small enough to solve in a test, inline or on a worker."""
+    from synth.encodings.milp.encoding import _Phase
     from synth.encodings.milp.schedule import order
     from synth.encodings.options import MilpOptions
     from synth.encodings.work import WorkBudget
@@ -377,6 +377,16 @@ def test_a_worker_error_surfaces_as_the_inline_one(monkeypatch):
                          reverse=False, opts=MilpOptions(), solver="highs", work=None,
                          safety=WorkBudget(60), progress=None)
     initial, _, _ = order(phase.tasks, 1.0)
+    return phase, initial
+
+
+def test_a_worker_error_surfaces_as_the_inline_one(monkeypatch):
+    """A SynthError raised in a stage-3 worker comes back with the inline path's message and exit
+    code when its result is asked for."""
+    from synth.encodings.milp.encoding import _Finishes
+    from synth.encodings.work import WorkBudget
+
+    phase, initial = _routed_torus_phase()
     errors = []
     for workers in (1, 2):
         finishes = _Finishes(workers, WorkBudget(60), None)
@@ -417,16 +427,10 @@ def test_a_dead_worker_falls_back_to_the_inline_solve():
     import signal
     from concurrent.futures.process import BrokenProcessPool
 
-    from synth.encodings.milp.encoding import _Finishes, _Phase
-    from synth.encodings.milp.schedule import order
-    from synth.encodings.options import MilpOptions
+    from synth.encodings.milp.encoding import _Finishes
     from synth.encodings.work import WorkBudget
 
-    topo = load_topology("torus:2x2")
-    phase = _Phase.solve(topo, make_collective("allgather", 4, 2), all_links(topo), (),
-                         reverse=False, opts=MilpOptions(), solver="highs", work=None,
-                         safety=WorkBudget(60), progress=None)
-    initial, _, _ = order(phase.tasks, 1.0)
+    phase, initial = _routed_torus_phase()
     results = []
     for workers in (1, 2):
         finishes = _Finishes(workers, WorkBudget(60), None)
