@@ -249,10 +249,11 @@ _LAYOUTS_KEPT = 8
 """Layouts always kept (the most recent), whatever their size."""
 LAYOUT_OPS_KEPT = 1_500_000
 """Beyond :data:`_LAYOUTS_KEPT`, layouts are kept while their operations add up to at most this
-many (about 150 bytes each: ~220 MB at most). Why: the program scorer walks sizes in its outer loop
-and every (candidate, protocol, instances) program in the inner one, so a cache of 8 rebuilt a
-layout on 2,329 of 2,872 calls on dgx1 allreduce (``synth solve --topo dgx1 --coll allreduce``,
-measured), a fifth of the program-model phase; the programs of an 8- or 16-rank solve fit."""
+many (a bound on their memory by count, not a measured size). Why: the program scorer walks
+sizes in its outer loop and every (candidate, protocol, instances) program in the inner one, so
+a cache of 8 rebuilt a layout on 2,329 of 2,872 calls on ``synth solve --topo dgx1 --coll
+allreduce`` (measured; 142 with this budget, same files); the programs of an 8- or 16-rank
+solve fit."""
 
 
 def layout_of(program: Program, topology: Topology, nvlink_efficiency: float) -> Layout:
