@@ -17,8 +17,10 @@ What a member gets, and why each file is right:
   must be exactly what ``to_json`` writes) with ``topology`` and ``hash`` set to the member's,
   then verified again on the member's topology (:func:`synth.verify.verify`);
 * MSCCL-IR XML and the range report: the text with the representative's name replaced by the
-  member's, every XML proven again by the interpreter (:func:`synth.emit.verify_text`, against
-  the member's schedule and the range's own options) before anything is written;
+  member's, every XML proven by the interpreter (:func:`synth.emit.verify_text`, against the
+  member's schedule and the range's own options) before anything is written: a text identical
+  to the one the representative proved shares that proof (:func:`_proof` says why that is one),
+  any other is proven again;
 * rank maps: the member's own (:func:`synth.groups.rank_maps`), never relabelled;
 * the manifest: written by the normal writer (:func:`synth.outputs.commit`), all files or none.
 
@@ -44,7 +46,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .emit import verify_text
+from .emit import XmlOptions, verify_text
 from .groups import GROUP_NAME, Group, rank_maps
 from .outputs import Written
 from .outputs.layout import MAP_FOLDER, SCHEDULE_FOLDER, XML_FOLDERS
@@ -190,11 +192,13 @@ def relabel(done: SolveOutcome, rep: Topology, member: Topology, group: Group,
                      oop=None if r.oop is None else replace(r.oop, text=names(r.oop.text)))
         if c is not None and done.xml is not None and f is not None and r2.text is not None:
             opts = range_options(done.xml, r.lo, r.hi, r.instances, r.proto)
-            _, got = verify_text(r2.text, c.schedule, opts)
+            got = _proof(r2.text, r.text, r.reports, c.schedule, opts)
             proven.add(str(Path(f).relative_to(rep_dir)))
             r2 = replace(r2, reports=tuple(got))
             if r2.oop is not None and oop_f is not None:
-                _, oop_got = verify_text(r2.oop.text, c.schedule, replace(opts, inplace=False))
+                assert r.oop is not None
+                oop_got = _proof(r2.oop.text, r.oop.text, r.oop.reports, c.schedule,
+                                 replace(opts, inplace=False))
                 proven.add(str(Path(oop_f).relative_to(rep_dir)))
                 r2 = replace(r2, oop=replace(r2.oop, reports=tuple(oop_got)))
             seen = {x.mode for x in reports}
@@ -219,6 +223,23 @@ def relabel(done: SolveOutcome, rep: Topology, member: Topology, group: Group,
     rank_files = {f"{MAP_FOLDER}/{name}": text for name, text in
                   rank_maps(new_written.files, group).items()}
     return replace(done, result=new_result, written=new_written, texts=dict(texts)), rank_files
+
+
+def _proof(text: str, rep_text: str, rep_reports: tuple, schedule: Schedule,
+           options: XmlOptions) -> tuple:
+    """The interpreter's reports for a member's XML ``text``: the representative's own proof
+    when the text is byte-for-byte the one it proved (``rep_text``), else a new proof.
+
+    Why sharing is a proof: :func:`synth.emit.verify_text` reads nothing but the text, the
+    schedule's collective and the options' profile and instance count, and a member's schedule
+    is the representative's with only the topology's name and hash changed (:func:`_moved`), so
+    the same text gets the same verdict. The files of symmetric groups name no topology (a
+    dgx1 x8 stride:8 allreduce's 14 XML files are identical across its 8 groups), and proving
+    each again took half of that command's time."""
+    if text == rep_text and rep_reports:
+        return tuple(rep_reports)
+    _, got = verify_text(text, schedule, options)
+    return tuple(got)
 
 
 def _moved(schedule: Schedule, rep: Topology, member: Topology) -> Schedule:

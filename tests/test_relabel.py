@@ -111,3 +111,31 @@ def test_files_that_cannot_be_relabelled_are_solved(monkeypatch, tmp_path):
     assert r.exit_code == 0, r.output
     assert "not relabelled (forced by the test): solving it" in r.output and SAME not in r.output
     assert list((tmp_path / "2_3" / "schedules").glob("*.g-2-3.*.schedule.json"))
+
+
+def test_an_identical_text_shares_the_proof_and_another_is_proven(monkeypatch):
+    """A member's XML that is byte-for-byte the representative's keeps its proof; any other text
+    goes through the interpreter, which rejects a wrong one."""
+    from synth.collectives import make_collective
+    from synth.emit import XmlOptions, emit_verified_xml
+    from synth.errors import VerificationError
+    from synth.schedule import Schedule, Step, Transfer
+
+    coll = make_collective("allgather", 2, 1)
+    schedule = Schedule(coll, "m", "h", (Step((Transfer(0, 1, 0), Transfer(1, 0, 1))),),
+                        "pair", "test", {})
+    options = XmlOptions()
+    text, reports = emit_verified_xml(schedule, options)
+    calls = []
+    real = relabel.verify_text
+    monkeypatch.setattr(relabel, "verify_text", lambda *a: calls.append(a) or real(*a))
+    assert relabel._proof(text, text, tuple(reports), schedule, options) == tuple(reports)
+    assert calls == []
+    assert [r.mode for r in relabel._proof(text + "\n", text, tuple(reports), schedule,
+                                           options)] == [r.mode for r in reports]
+    assert len(calls) == 1
+    receive = 'type="r" srcbuf="i" srcoff="0" dstbuf="o" dstoff='
+    wrong = text.replace(receive + '"1"', receive + '"0"', 1)     # rank 0 overwrites its own chunk
+    assert wrong != text
+    with pytest.raises(VerificationError):
+        relabel._proof(wrong, text, tuple(reports), schedule, options)
