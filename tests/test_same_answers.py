@@ -45,3 +45,28 @@ def test_solve_writes_the_same_bytes_as_before_the_speed_work(case: str, tmp_pat
     assert sorted(got) == sorted(want)
     changed = [name for name in sorted(want) if got[name] != want[name]]
     assert not changed, f"{case}: these files changed: {changed}"
+
+
+def test_compiling_ahead_on_a_spare_core_writes_the_same_bytes(tmp_path: Path, monkeypatch) -> None:
+    """The program model's compiles made by the compile-ahead worker (forced on) give the files
+    the inline compiles gave, and the worker did make some of them."""
+    from synth.select import compile_ahead
+
+    monkeypatch.setenv(compile_ahead.ENV, "1")
+    taken: list[bool] = []
+    real = compile_ahead.CompileAhead.take
+
+    def take(self, name, options):
+        got = real(self, name, options)
+        taken.append(got is not None)
+        return got
+
+    monkeypatch.setattr(compile_ahead.CompileAhead, "take", take)
+    case = "dgx1-allgather-baseline"
+    out = tmp_path / "out"
+    try:
+        main(["solve", *CASES[case], "--out", str(out)])
+    except SystemExit as exc:
+        assert not exc.code, exc.code
+    assert digests(out) == json.loads(GOLDEN.read_text())[case]
+    assert any(taken), "the worker made none of the compiles"

@@ -253,8 +253,9 @@ def _relabelled(params: dict[str, Any], group: Group,
         commit(mine.written, rank_files)
         print_solve(mine)
         out.print(f"group {group.spec} is the same machine as group {rep_group.spec} (up to its "
-                  f"name): its files are {rep_group.spec}'s relabelled, every schedule and XML "
-                  "verified again")
+                  f"name): its files are {rep_group.spec}'s relabelled, every schedule verified "
+                  "again and every XML proven (a text identical to one already proven shares "
+                  "its proof)")
         return True
     return False
 

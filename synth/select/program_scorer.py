@@ -22,6 +22,7 @@ from ..timing.program_bound import time_lower_bound
 from ..topology import Topology
 from .buckets import runs_at
 from .candidates import Candidate, SolveResult
+from .compile_ahead import CompileAhead, wanted
 
 PROGRAM_COST_BUDGET = 5_000_000
 """Estimated program-model work :func:`deciding_scorer` ``auto`` spends before falling back to the
@@ -97,14 +98,14 @@ def compiled_xml(cache: XmlCache, candidate: Candidate, options: XmlOptions
 
 
 def compiled_program(cache: XmlCache, candidate: Candidate, options: XmlOptions,
-                     name: str) -> Any | str:
+                     name: str, ahead: CompileAhead | None = None) -> Any | str:
     """``candidate``'s XML under ``options`` compiled and parsed, *not* proven (or why there is
     none): what the program model times. Why not proven: the interpreter costs about as much as
     the compile, and only the files that win a range are written -- :func:`compiled_xml` proves
     those (the same text) before they are, and one that fails is passed over there, as a compile
     failure is. Measured on one group of ``solve --topo dgx1 --nodes 8 --concurrent stride:8
     --coll allreduce`` under cProfile: 182 proofs, 90 of the solve's 540 s, for 14 written
-    files."""
+    files. ``ahead``: a worker that may have compiled it already (the same text)."""
     verified = cache.get((candidate.name, options))
     if isinstance(verified, str):
         return verified
@@ -118,7 +119,10 @@ def compiled_program(cache: XmlCache, candidate: Candidate, options: XmlOptions,
                 with progress.phase(f"XML of {candidate.name} ({options.proto} "
                                     f"x{options.instances}, {candidate.schedule.num_transfers:,} "
                                     "transfers): compile"):
-                    text = emit_xml_text(candidate.schedule, options)
+                    made = None if ahead is None else ahead.take(candidate.name, options)
+                    if isinstance(made, tuple):     # the compiler refused, in the worker
+                        raise SynthError(made[0])
+                    text = made if made is not None else emit_xml_text(candidate.schedule, options)
                     cache[key] = (text, parse_program(text, name, options.profile))
             except SynthError as exc:
                 cache[key] = exc.message
@@ -200,6 +204,9 @@ class ProgramScorer:
         """The sizes the program model decides; the others are ranked by lock-step."""
         self._programs: dict[tuple[str, str, int], Any] = {}
         self._times: dict[tuple[str, str, int], list[float]] | None = None
+        self._ahead: CompileAhead | None = None
+        self.compiled_ahead = 0
+        """Compiles the spare core made (:mod:`.compile_ahead`); the rest were made inline."""
 
     @property
     def forms(self) -> tuple[tuple[str, int], ...]:
@@ -215,7 +222,8 @@ class ProgramScorer:
         none."""
         key = (c.name, proto, instances)
         if key not in self._programs:
-            got = compiled_program(self.compiled, c, self.options(proto, instances), f"{c.name}.xml")
+            got = compiled_program(self.compiled, c, self.options(proto, instances), f"{c.name}.xml",
+                                   self._ahead)
             if isinstance(got, str):
                 form = "" if (proto, instances) == self.forms[0] else f" as {proto} x{instances}"
                 self.notes.append(f"{c.name} passed over by the program model{form}: {got}")
@@ -225,7 +233,37 @@ class ProgramScorer:
                 self._programs[key] = got
         return self._programs[key]
 
+    def planned_forms(self) -> list[tuple[Candidate, str, int]]:
+        """The (candidate, protocol, instances) compiles :meth:`run` will most likely ask for, in
+        that order: form by form (:attr:`forms`), and within a form the candidates fastest by
+        lock-step at the largest size first. What :mod:`.compile_ahead` makes on a spare core."""
+        sizes = [p.bytes for p in self.result.best.costs]
+        if not sizes:
+            return []
+        i = max(range(len(sizes)), key=lambda j: sizes[j])
+        order = sorted(self.result.candidates,
+                       key=lambda c: (c.costs[i].time_us, c.report.steps, c.name))
+        return [(c, p, inst) for p, inst in self.forms for c in order]
+
     def run(self) -> dict[tuple[str, str, int], list[float]]:
+        """Every (candidate, protocol, instance count)'s time at every size (:meth:`_run`), with
+        the compiles it is about to need made on a spare core where there is one
+        (:mod:`.compile_ahead`: the same texts, so the same times)."""
+        if self._times is not None:
+            return self._times
+        if wanted(len(self.forms) * sum(c.schedule.num_transfers for c in self.result.candidates)):
+            self._ahead = CompileAhead()
+            self._ahead.plan((c.name, c.schedule, self.options(p, inst))
+                             for c, p, inst in self.planned_forms())
+        try:
+            return self._run()
+        finally:
+            if self._ahead is not None:
+                self.compiled_ahead = self._ahead.compiled
+                self._ahead.close()
+                self._ahead = None
+
+    def _run(self) -> dict[tuple[str, str, int], list[float]]:
         """Every (candidate, protocol, instance count)'s time at every size.
 
         The first form (the solve's protocol and instance count): largest size first, so the most
@@ -260,8 +298,6 @@ class ProgramScorer:
         order at ``i`` does not predict it at ``2i``. Measured on trn1_32 allgather at 1 GiB: milp
         took 7,699 µs at x1 against trees_aligned's 3,776 (2.04 times) and 2,863 µs at x2, the
         fastest file; a prune by the plain factor never timed it at x2."""
-        if self._times is not None:
-            return self._times
         cands = self.result.candidates
         sizes = [p.bytes for p in self.result.best.costs]
         times = {(c.name, p, i): [math.inf] * len(sizes) for c in cands for p, i in self.forms}
@@ -283,9 +319,13 @@ class ProgramScorer:
             return min(t[i] for t in times.values())
 
         def simulate(c: Candidate, proto: str, inst: int, i: int, first: bool) -> float:
+            if self._ahead is not None:
+                self._ahead.pump()
             program = self._program(c, proto, inst)
             if program is None:
                 return math.inf
+            if self._ahead is not None:
+                self._ahead.pump()      # the worker compiles the next one while this simulates
             if not first:
                 bound = time_lower_bound(program, self.topology, sizes[i], model_of(proto),
                                          self.xml.profile)

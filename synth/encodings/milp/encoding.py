@@ -370,16 +370,11 @@ def scheduling_workers(per_plan_tasks: int) -> int:
         return int(raw)
     if per_plan_tasks < PARALLEL_MIN_TASKS:
         return 1
-    import multiprocessing
+    from ...cores import idle_cores, in_worker
 
-    if multiprocessing.parent_process() is not None:
+    if in_worker():
         return 1  # already a worker (``synth catalog``'s pool shares the cores among its solves)
-    cores = os.cpu_count() or 1
-    try:  # runnable processes besides this one, over the last minute
-        others = max(0.0, os.getloadavg()[0] - 1.0)
-    except (AttributeError, OSError):
-        others = 0.0
-    idle = int(cores - others + 0.5)
+    idle = idle_cores()
     return 1 if idle < 2 else min(idle, MAX_WORKERS)
 
 
