@@ -142,9 +142,10 @@ def relabel(done: SolveOutcome, rep: Topology, member: Topology, group: Group,
             out_dir: Path) -> tuple[SolveOutcome, dict[str, str]]:
     """The representative's outcome ``done`` (solved on ``rep``) as the member's (``member``,
     ``group``, into ``out_dir``), with the member's rank maps (path relative to ``out_dir`` ->
-    text), every schedule verified again and every XML proven (:func:`_proof`); nothing is written (pass both to
-    :func:`synth.outputs.commit`). NotRelabelled where the files cannot be relabelled. The
-    result's ``seconds`` are this call's (what the member's files took), not the solve's."""
+    text), every schedule verified again and every XML proven (:func:`_proof`); nothing is
+    written (pass both to :func:`synth.outputs.commit`). NotRelabelled where the files cannot be
+    relabelled. The result's ``seconds`` are this call's (what the member's files took), not the
+    solve's."""
     start = time.perf_counter()
     if not same_machine(rep, member):
         raise NotRelabelled(f"{member.name} is not the machine {rep.name} is")
