@@ -1,0 +1,75 @@
+"""Compiling ahead on a spare core (synth/select/compile_ahead.py): the worker's text is the
+compiler's, a refusal comes back as the compiler's message, a job the worker has not started is
+left to the caller, and a dead worker only sends its jobs back inline."""
+
+from __future__ import annotations
+
+import pytest
+
+from synth.collectives import make_collective
+from synth.emit import XmlOptions, emit_xml_text
+from synth.errors import SynthError
+from synth.schedule import Schedule, Step, Transfer
+from synth.select import compile_ahead
+from synth.select.compile_ahead import CompileAhead, wanted
+
+
+def _pair() -> Schedule:
+    coll = make_collective("allgather", 2, 1)
+    return Schedule(coll, "m", "h", (Step((Transfer(0, 1, 0), Transfer(1, 0, 1))),), "pair",
+                    "test", {})
+
+
+def test_the_workers_text_is_the_compilers_and_a_refusal_is_its_message():
+    schedule = _pair()
+    simple, ll = XmlOptions(), XmlOptions(proto="LL")
+    refused = XmlOptions(instances=10_000)      # more channels than any runtime has
+    ahead = CompileAhead()
+    try:
+        ahead.plan([("pair", schedule, simple), ("pair", schedule, ll), ("pair", schedule, refused)])
+        got = []
+        for options in (simple, ll, refused):
+            ahead.pump()
+            got.append(ahead.take("pair", options))
+        assert got[0] == emit_xml_text(schedule, simple)
+        assert got[1] == emit_xml_text(schedule, ll)
+        with pytest.raises(SynthError) as exc:
+            emit_xml_text(schedule, refused)
+        assert got[2] == (exc.value.message,)
+        assert ahead.compiled == 3
+    finally:
+        ahead.close()
+
+
+def test_a_job_not_started_is_left_to_the_caller_and_a_dead_worker_to_the_inline_path():
+    schedule = _pair()
+    simple, ll = XmlOptions(), XmlOptions(proto="LL")
+    ahead = CompileAhead()
+    try:
+        ahead.plan([("pair", schedule, simple), ("pair", schedule, ll)])
+        assert ahead.take("pair", ll) is None       # nothing started yet: compile it yourself
+        ahead.pump()                                 # starts the first job (ll is taken)
+        ahead._proc.kill()
+        ahead._proc.join()
+        assert ahead.take("pair", simple) is None
+        assert ahead.broken
+        ahead.pump()                                 # a broken worker starts nothing
+        assert ahead._proc is None
+    finally:
+        ahead.close()
+
+
+def test_when_it_compiles_ahead(monkeypatch):
+    monkeypatch.setenv(compile_ahead.ENV, "1")
+    assert wanted(0)
+    monkeypatch.setenv(compile_ahead.ENV, "0")
+    assert not wanted(10**9)
+    monkeypatch.setenv(compile_ahead.ENV, "yes")
+    with pytest.raises(SynthError, match=compile_ahead.ENV):
+        wanted(0)
+    monkeypatch.delenv(compile_ahead.ENV)
+    assert not wanted(compile_ahead.MIN_TRANSFERS - 1)
+    monkeypatch.setattr("synth.cores.idle_cores", lambda: 1)
+    assert not wanted(10**9)
+    monkeypatch.setattr("synth.cores.idle_cores", lambda: 2)
+    assert wanted(10**9)
