@@ -319,13 +319,13 @@ class ProgramScorer:
             return min(t[i] for t in times.values())
 
         def simulate(c: Candidate, proto: str, inst: int, i: int, first: bool) -> float:
-            if self._ahead is not None:
-                self._ahead.pump()
             program = self._program(c, proto, inst)
+            if self._ahead is not None:
+                # the worker compiles the next one while this one simulates (not before this
+                # one: a compile it started just now would be waited for, not overlapped)
+                self._ahead.pump()
             if program is None:
                 return math.inf
-            if self._ahead is not None:
-                self._ahead.pump()      # the worker compiles the next one while this simulates
             if not first:
                 bound = time_lower_bound(program, self.topology, sizes[i], model_of(proto),
                                          self.xml.profile)
