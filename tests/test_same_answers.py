@@ -48,17 +48,18 @@ def test_solve_writes_the_same_bytes_as_before_the_speed_work(case: str, tmp_pat
 
 
 def test_compiling_ahead_on_a_spare_core_writes_the_same_bytes(tmp_path: Path, monkeypatch) -> None:
-    """The program model's compiles made by the compile-ahead worker (forced on) give the files
-    the inline compiles gave, and the worker did make some of them."""
+    """The compiles made by the compile-ahead worker (forced on: the program model's, then the
+    ranges' out-of-place files) give the files the inline compiles gave, and the worker did make
+    some of each."""
     from synth.select import compile_ahead
 
     monkeypatch.setenv(compile_ahead.ENV, "1")
-    taken: list[bool] = []
+    taken: list[tuple[bool, bool | None]] = []
     real = compile_ahead.CompileAhead.take
 
     def take(self, name, options):
         got = real(self, name, options)
-        taken.append(got is not None)
+        taken.append((got is not None, options.inplace))
         return got
 
     monkeypatch.setattr(compile_ahead.CompileAhead, "take", take)
@@ -69,4 +70,7 @@ def test_compiling_ahead_on_a_spare_core_writes_the_same_bytes(tmp_path: Path, m
     except SystemExit as exc:
         assert not exc.code, exc.code
     assert digests(out) == json.loads(GOLDEN.read_text())[case]
-    assert any(taken), "the worker made none of the compiles"
+    assert any(made and inplace is not False for made, inplace in taken), \
+        "the worker made none of the program model's compiles"
+    assert any(made and inplace is False for made, inplace in taken), \
+        "the worker made none of the out-of-place files"

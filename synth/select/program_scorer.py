@@ -70,18 +70,27 @@ proven: shared by the program model and :func:`choose_ranges` so no file is comp
 COMPILED = "compiled"
 
 
-def compiled_xml(cache: XmlCache, candidate: Candidate, options: XmlOptions
-                 ) -> tuple[str, tuple[Any, ...]] | str:
+def compiled_xml(cache: XmlCache, candidate: Candidate, options: XmlOptions,
+                 ahead: CompileAhead | None = None) -> tuple[str, tuple[Any, ...]] | str:
     """``candidate``'s interpreter-verified XML under ``options`` (or why there is none), once.
 
     A text the program model already compiled (:func:`compiled_program`) is proven here rather
     than compiled again. Each compile is a progress phase naming the candidate and its form: at
     hundreds of ranks one takes minutes, and the display must say which file is being made. (Its
     label is no kind of :func:`benchmarks.speed.classify`'s: the compile, parse and interpreter
-    inside count as their own spans.)"""
+    inside count as their own spans.) ``ahead``: a worker that may have compiled it already (the
+    same text, proven here as the inline compile's would be)."""
     key = (candidate.name, options)
     if key not in cache:
         made = cache.get((*key, COMPILED))
+        if not isinstance(made, tuple) and ahead is not None \
+                and not xml_unsupported_reason(candidate.schedule, options):
+            text = ahead.take(candidate.name, options)
+            if isinstance(text, tuple):     # the compiler refused, in the worker
+                cache[key] = text[0]
+                return cache[key]
+            if text is not None:
+                made = (text, None)
         try:
             with progress.phase(f"XML of {candidate.name} ({options.proto} x{options.instances}, "
                                 f"{candidate.schedule.num_transfers:,} transfers): "

@@ -23,6 +23,7 @@ from ..mscclpp.emit import emit_verified_plan
 from ..timing.program import program_model, program_times_us
 from .buckets import make_buckets, runs_at
 from .candidates import Candidate, SolveResult
+from .compile_ahead import CompileAhead, wanted
 from .nccl import NCCL, runtime_times, with_nccl
 from .program_scorer import XmlCache, compiled_xml
 from .ranges import NEAR_TIE, BucketTuning, Config, Range, choose
@@ -181,7 +182,7 @@ def range_options(xml: XmlOptions, lo: int, hi: int, instances: int | None = Non
 
 
 def ranged_xml(cache: XmlCache, candidate: Candidate, xml: XmlOptions, cfg: Config, lo: int,
-               hi: int) -> tuple[str, tuple[Any, ...]] | str:
+               hi: int, ahead: CompileAhead | None = None) -> tuple[str, tuple[Any, ...]] | str:
     """The file for ``lo..hi``: the candidate's compile in ``cfg``'s form over the solve's whole
     byte range -- the very program the deciding model timed -- with only ``minBytes`` and
     ``maxBytes`` set to the range, verified again (or why there is none).
@@ -192,7 +193,7 @@ def ranged_xml(cache: XmlCache, candidate: Candidate, xml: XmlOptions, cfg: Conf
     the compile that won its range took 896 steps and 36.24 µs. A program compiled for every size
     up to ``xml.max_bytes`` runs at any size in a range inside it."""
     full = replace(xml, proto=cfg.proto, instances=cfg.instances)
-    got = compiled_xml(cache, candidate, full)
+    got = compiled_xml(cache, candidate, full, ahead)
     if isinstance(got, str):
         return got
     ranged = range_options(full, lo, hi)
@@ -274,12 +275,17 @@ def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer = l
                                 decided_by=by(inside[-1]) if by is not None and inside else None))
     if split and xml is not None and plan is None:
         paired = []
-        for r in ranges:
-            r, why = out_of_place_companion(result, r, xml, made, model)
-            paired.append(r)
-            if why:
-                notes.append(f"out-of-place calls of {r.lo}..{r.hi or 'unbounded'} bytes are left "
-                             f"to NCCL: {why}")
+        ahead = _companions_ahead(ranges, xml)
+        try:
+            for r in ranges:
+                r, why = out_of_place_companion(result, r, xml, made, model, ahead)
+                paired.append(r)
+                if why:
+                    notes.append(f"out-of-place calls of {r.lo}..{r.hi or 'unbounded'} bytes are "
+                                 f"left to NCCL: {why}")
+        finally:
+            if ahead is not None:
+                ahead.close()
         ranges = paired
     several = len(model_forms(model, xml)) > 1
     notes += [f"{cfg.family}{f' {cfg.proto} x{cfg.instances}' if several else ''} passed over: "
@@ -306,8 +312,24 @@ def splits_call_kinds(collective: Any, xml: XmlOptions | None) -> bool:
             and collective.kind != "alltoall")
 
 
+def _companions_ahead(ranges: Sequence[SizeRange], xml: XmlOptions) -> CompileAhead | None:
+    """A worker compiling the ranges' out-of-place files in order (:mod:`.compile_ahead`), while
+    this process proves and times the one before; None where that does not pay."""
+    jobs = {}
+    for r in ranges:
+        if r.candidate is not None and r.text is not None and r.sizes:
+            options = replace(xml, inplace=False, proto=r.proto, instances=r.instances)
+            jobs.setdefault((r.candidate.name, options), r.candidate.schedule)
+    if not wanted(sum(s.num_transfers for s in jobs.values())):
+        return None
+    ahead = CompileAhead()
+    ahead.plan((name, schedule, options) for (name, options), schedule in jobs.items())
+    return ahead
+
+
 def out_of_place_companion(result: SolveResult, r: SizeRange, xml: XmlOptions, cache: XmlCache,
-                           model: Scorer) -> tuple[SizeRange, str | None]:
+                           model: Scorer, ahead: CompileAhead | None = None
+                           ) -> tuple[SizeRange, str | None]:
     """``r`` (its file in-place only) with its out-of-place file, or without one and why.
 
     Why two files: a file declaring both kinds (``inplace="1" outofplace="1"``) must copy each
@@ -325,7 +347,9 @@ def out_of_place_companion(result: SolveResult, r: SizeRange, xml: XmlOptions, c
     if cand is None or r.text is None or not r.sizes:
         return r, None
     cfg = _config(cand, r.proto, r.instances)
-    got = ranged_xml(cache, cand, replace(xml, inplace=False), cfg, r.lo, r.hi)
+    got = ranged_xml(cache, cand, replace(xml, inplace=False), cfg, r.lo, r.hi, ahead)
+    if ahead is not None:
+        ahead.pump()        # the next range's compile, while this one is proven and timed
     if isinstance(got, str):
         return r, f"no out-of-place file: {got}"
     decided = getattr(model, "decided_by", None)
