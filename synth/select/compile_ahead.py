@@ -14,6 +14,11 @@ compile the worker has not started when the scorer needs it is made inline (the 
 waited on for work it has not begun), and a worker that dies or raises anything but the compiler's
 own refusal (:class:`synth.errors.SynthError`) only sends its job back inline.
 
+Memory: the worker holds the schedules it was sent and one compile at a time, under the address
+space cap it inherits from the solve (:func:`synth.guards.memory_backstop`): each process is
+bounded as the solving process is, so the two together may hold up to twice that cap (the MILP's
+stage-3 workers are bounded the same way).
+
 When: only where a core is idle besides this process (:func:`synth.cores.idle_cores`), never in a
 worker process, and only for requests whose compiles are worth a process start (about a second):
 :data:`MIN_TRANSFERS`. ``SYNTH_COMPILE_AHEAD=0`` or ``1`` forces it off or on.
