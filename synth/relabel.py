@@ -34,7 +34,9 @@ calls otherwise. Where any of that fails, or the files are of a kind not relabel
 Cost (2 shared cores): relabelling and verifying again one dgx1 x2 stride:8 allreduce group took
 0.05-0.12 s against 3.6 s for the encodings alone of the group it came from, before the program
 model ranked them; one dgx1 x8 group took 7.9-9.3 s (load ~5.5) against about 190 s wall per
-group solved (25 min 30 s for all 8 without relabelling, 3 min 48 s with it, byte-identical).
+group solved (25 min 30 s for all 8 without relabelling, 3 min 48 s with it, byte-identical), when
+every member's XML was proven again; since identical texts share their proof the whole command's
+interpreter time fell from 44.6 to 8.2 s (``benchmarks/speed.py``, case ``concurrent``).
 benchmarks/concurrent_reuse.py times whole runs.
 """
 
