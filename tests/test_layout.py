@@ -81,9 +81,9 @@ def test_no_import_cycle_in_synth() -> None:
 
 FLOORS: tuple[tuple[str, ...], ...] = (
     # 0: vocabulary every layer shares: errors, files, sizes, the topology and schedule data, the
-    #    calibration file format
+    #    calibration file format, the idle cores a solve may put workers on
     ("synth", "synth.errors", "synth.files", "synth.sizes", "synth.topology", "synth.schedule",
-     "synth.collectives", "synth.steps", "synth.progress", "synth.schema", "synth.memo",
+     "synth.collectives", "synth.steps", "synth.progress", "synth.schema", "synth.memo", "synth.cores",
      "synth.calibration"),
     # 1: building and checking topologies and schedules
     ("synth.builders", "synth.topology_io", "synth.groups", "synth.cuts", "synth.bounds",
