@@ -422,7 +422,8 @@ def test_stage3_workers_setting(monkeypatch):
 
 def test_a_dead_worker_falls_back_to_the_inline_solve():
     """A stage-3 worker that dies (killed, or unable to start under the address-space backstop)
-    breaks the pool; its plan is then solved in this process, with the inline path's answer."""
+    breaks the pool; its plan, and any submitted after, are then solved in this process, with
+    the inline path's answer."""
     import os
     import signal
     from concurrent.futures.process import BrokenProcessPool
@@ -441,6 +442,10 @@ def test_a_dead_worker_falls_back_to_the_inline_solve():
                 for pid in list(finishes._pool._processes):  # still importing: seconds from done
                     os.kill(pid, signal.SIGKILL)
                 assert isinstance(future.exception(timeout=60), BrokenProcessPool)
+                # a plan submitted after the pool broke is solved here as well
+                later = finishes.submit(phase.tasks, initial, 1.0, window=2, solver="highs", work=1)
+                assert finishes._jobs[later][0] is None
+                assert finishes.result(later) == finishes.result(handle)
             results.append(finishes.result(handle))
         finally:
             finishes.close()

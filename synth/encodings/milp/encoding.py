@@ -418,8 +418,15 @@ class _Finishes:
 
                 self._pool = ProcessPoolExecutor(max_workers=self.workers,
                                                  mp_context=multiprocessing.get_context("spawn"))
+            from concurrent.futures.process import BrokenProcessPool
+
             args = (tasks, initial, chunk_mb, window, solver, work)
-            self._jobs.append((self._pool.submit(_schedule_in_worker, *args, self.safety), args))
+            try:
+                future = self._pool.submit(_schedule_in_worker, *args, self.safety)
+            except BrokenProcessPool:
+                # an earlier worker died: this plan is solved here when its result is asked for
+                future = None
+            self._jobs.append((future, args))
         return len(self._jobs) - 1
 
     def result(self, handle: int) -> tuple[list[int], dict]:
@@ -428,10 +435,12 @@ class _Finishes:
         from concurrent.futures.process import BrokenProcessPool
 
         job = self._jobs[handle]
-        if not isinstance(job[0], Future):
+        if not isinstance(job[0], Future) and job[0] is not None:
             return job
         future, args = job
         try:
+            if future is None:
+                raise BrokenProcessPool("the pool broke before this plan was submitted")
             steps, report, notes = future.result()
             self.safety.safety_notes.extend(n for n in notes if n not in self.safety.safety_notes)
         except BrokenProcessPool:
