@@ -98,6 +98,8 @@ def test_a_name_inside_a_longer_word_is_refused():
         names("m.g-stride-8+1.c-stride-80")
     with pytest.raises(relabel.NotRelabelled, match="already occurs"):
         names("m.g-stride-8+2.c-stride-8")
+    text = "<algo name='allreduce' nchunksperloop='8'/>"    # no name at all: the text itself
+    assert names(text) is text
 
 
 def test_files_that_cannot_be_relabelled_are_solved(monkeypatch, tmp_path):
