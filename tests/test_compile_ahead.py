@@ -1,6 +1,7 @@
 """Compiling ahead on a spare core (synth/select/compile_ahead.py): the worker's text is the
 compiler's, a refusal comes back as the compiler's message, a job the worker has not started is
-left to the caller, and a dead worker only sends its jobs back inline."""
+left to the caller, and a dead worker only sends its jobs back inline; a timing it makes is the
+program model's own."""
 
 from __future__ import annotations
 
@@ -55,6 +56,38 @@ def test_a_job_not_started_is_left_to_the_caller_and_a_dead_worker_to_the_inline
         assert ahead.broken
         ahead.pump()                                 # a broken worker starts nothing
         assert ahead._proc is None
+    finally:
+        ahead.close()
+
+
+def test_a_timing_made_ahead_is_the_program_models_and_one_not_started_is_left_to_the_caller():
+    from synth.builders import fully_connected
+    from synth.emit.xml_parse import parse_program
+    from synth.timing.program import program_model, program_times_us
+
+    topology, schedule = fully_connected(2), _pair()
+    simple, ll = XmlOptions(), XmlOptions(proto="LL")
+    text = emit_xml_text(schedule, simple)
+    ahead = CompileAhead(topology, None, "exec", lambda name, options: text if options == simple
+                         else None)
+    try:
+        sizes = (1 << 10, 1 << 20)
+        ahead.plan_times([("pair", schedule, options, size, "pair.xml")
+                          for options in (simple, ll) for size in sizes])
+        assert ahead.take_time("pair", simple, sizes[0]) is None   # not started: time it here
+        got = {}
+        for options in (simple, ll):
+            for size in sizes[options == simple:]:
+                ahead.pump()
+                got[options.proto, size] = ahead.take_time("pair", options, size)
+        # the LL text was compiled by the worker for its timing: the caller may take it
+        assert ahead.take("pair", ll) == emit_xml_text(schedule, ll)
+        assert ahead.timed == 3
+        for (proto, size), time_us in got.items():
+            options = simple if proto == "Simple" else ll
+            program = parse_program(emit_xml_text(schedule, options), "pair.xml", "exec")
+            assert time_us == program_times_us(program, topology, [size],
+                                               model=program_model(topology, proto))[0]
     finally:
         ahead.close()
 

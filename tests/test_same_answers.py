@@ -48,9 +48,9 @@ def test_solve_writes_the_same_bytes_as_before_the_speed_work(case: str, tmp_pat
 
 
 def test_compiling_ahead_on_a_spare_core_writes_the_same_bytes(tmp_path: Path, monkeypatch) -> None:
-    """The compiles made by the compile-ahead worker (forced on: the program model's, then the
-    ranges' out-of-place files) give the files the inline compiles gave, and the worker did make
-    some of each."""
+    """The compiles and timings made by the compile-ahead worker (forced on: the program model's,
+    then the ranges' out-of-place files) give the files the inline ones gave, and the worker did
+    make some of each."""
     from synth.select import compile_ahead
 
     monkeypatch.setenv(compile_ahead.ENV, "1")
@@ -63,6 +63,15 @@ def test_compiling_ahead_on_a_spare_core_writes_the_same_bytes(tmp_path: Path, m
         return got
 
     monkeypatch.setattr(compile_ahead.CompileAhead, "take", take)
+    timed: list[bool] = []
+    real_time = compile_ahead.CompileAhead.take_time
+
+    def take_time(self, name, options, size):
+        got = real_time(self, name, options, size)
+        timed.append(got is not None)
+        return got
+
+    monkeypatch.setattr(compile_ahead.CompileAhead, "take_time", take_time)
     case = "dgx1-allgather-baseline"
     out = tmp_path / "out"
     try:
@@ -74,3 +83,4 @@ def test_compiling_ahead_on_a_spare_core_writes_the_same_bytes(tmp_path: Path, m
         "the worker made none of the program model's compiles"
     assert any(made and inplace is False for made, inplace in taken), \
         "the worker made none of the out-of-place files"
+    assert any(timed), "the worker made none of the program model's timings"

@@ -27,7 +27,7 @@ worker process, and only for requests whose compiles are worth a process start (
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..emit import XmlOptions
@@ -42,25 +42,69 @@ reach this: the compiler takes about 5 s per 100,000 transfers (dgx_a100 x 8 tre
 transfers, 25 s), a spawned worker about a second to start. One group of ``--topo dgx1 --nodes 8
 --concurrent stride:8 --coll allreduce`` has 53,536 transfers over 15 candidates and 12 forms."""
 
-def _serve(conn: Any) -> None:
-    """The worker: compile each job it is sent until it is sent None. A job is (name, schedule
-    or None, options); the schedule comes with a name's first job only. The answer is the text,
-    ``(message,)`` where the compiler refused, or ``None`` where anything else went wrong (the
-    caller then compiles inline, which raises that error where it belongs)."""
-    from ..emit import emit_xml_text
+TEXTS_KEPT = 4
+"""Texts the worker keeps for timing jobs to come (the most recent ones)."""
+PROGRAMS_KEPT = 2
+"""Parsed programs the worker keeps (the most recent ones): a candidate is timed at size after
+size in one form, so the last one or two are the ones asked for again."""
 
+
+def _serve(conn: Any) -> None:
+    """The worker: run each job it is sent until it is sent None.
+
+    The first message is the setup, (topology, calibration, profile), for timing jobs. A job is
+    (name, schedule or None, options, text or None, size or None, source): the schedule comes with
+    a name's first job only; the text where the scorer has it. Without a size the job is a compile
+    and the answer is the text, ``(message,)`` where the compiler refused; with a size it is a
+    timing, answered ``[text or None, µs]`` (the text when the worker compiled it for the job).
+    ``None`` answers a job where anything else went wrong (the caller then does it inline, which
+    raises that error where it belongs)."""
+    from collections import OrderedDict
+
+    from ..emit import emit_xml_text
+    from ..emit.xml_parse import parse_program
+    from ..timing.program import program_model, program_times_us
+
+    topology, calibration, profile = conn.recv()
     schedules: dict[str, Schedule] = {}
+    texts: OrderedDict[tuple[str, XmlOptions], str] = OrderedDict()
+    programs: OrderedDict[tuple[str, XmlOptions], Any] = OrderedDict()
+    models: dict[str, Any] = {}
+
+    def keep(cache: OrderedDict, key: Any, value: Any, most: int) -> None:
+        cache[key] = value
+        cache.move_to_end(key)
+        while len(cache) > most:
+            cache.popitem(last=False)
+
     while True:
         job = conn.recv()
         if job is None:
             return
-        name, schedule, options = job
+        name, schedule, options, text, size, source = job
         if schedule is not None:
             schedules[name] = schedule
+        key = (name, options)
         try:
-            conn.send(emit_xml_text(schedules[name], options))
+            made = None
+            if text is None:
+                text = texts.get(key)
+            if text is None:
+                text = made = emit_xml_text(schedules[name], options)
+            keep(texts, key, text, TEXTS_KEPT)
+            if size is None:
+                conn.send(text)
+                continue
+            program = programs.get(key)
+            if program is None:
+                program = parse_program(text, source, profile)
+            keep(programs, key, program, PROGRAMS_KEPT)
+            if options.proto not in models:
+                models[options.proto] = program_model(topology, options.proto, calibration)
+            conn.send([made, program_times_us(program, topology, [size], model=models[options.proto],
+                                              profile=profile)[0]])
         except SynthError as exc:
-            conn.send((exc.message,))
+            conn.send((exc.message,) if size is None else None)
         except Exception:
             conn.send(None)
 
@@ -81,29 +125,49 @@ def wanted(total_transfers: int) -> bool:
 
 
 class CompileAhead:
-    """One worker process compiling a queue of (name, schedule, options) jobs, one at a time.
+    """One worker process compiling (and timing) a queue of jobs, one at a time.
 
-    :meth:`plan` sets the queue; :meth:`pump` keeps one job on the worker (call it often: the
-    scorer does between simulations); :meth:`take` gives a job's text when the worker has made it
-    or is making it, and None otherwise (the caller compiles inline)."""
+    :meth:`plan` sets the queue of compiles, :meth:`plan_times` that of timings (each a program
+    the scorer may simulate next, at one size; they go first); :meth:`pump` keeps one job on the
+    worker (call it often: the scorer does between simulations); :meth:`take` gives a job's text
+    and :meth:`take_time` a timing when the worker has made it or is making it, and None otherwise
+    (the caller does it inline). ``topology``, ``calibration``, ``profile``: what timings are made
+    with (the scorer's own); ``text_of``: the scorer's text of a (name, options) where it has one,
+    sent with a timing job so the worker does not compile it again."""
 
-    def __init__(self) -> None:
+    def __init__(self, topology: Any = None, calibration: Any = None, profile: str = "exec",
+                 text_of: Callable[[str, XmlOptions], str | None] | None = None) -> None:
+        self._setup = (topology, calibration, profile)
+        self._text_of = text_of
         self._proc: Any = None
         self._conn: Any = None
         self._queue: list[tuple[str, Schedule, XmlOptions]] = []
         self._next = 0
+        self._timings: list[tuple[str, Schedule, XmlOptions, int, str]] = []
+        self._next_timing = 0
         self._sent: set[str] = set()
-        self._current: tuple[str, XmlOptions] | None = None
+        self._current: tuple[str, Any] | None = None
+        """The job on the worker: ("compile", (name, options)) or ("time", (name, options, size))."""
         self._results: dict[tuple[str, XmlOptions], str | tuple[str] | None] = {}
+        self._times: dict[tuple[str, XmlOptions, int], float] = {}
         self._seen: set[tuple[str, XmlOptions]] = set()
+        self._seen_times: set[tuple[str, XmlOptions, int]] = set()
         self.broken = False
         self.compiled = 0
         """Jobs whose text the scorer took from the worker."""
+        self.timed = 0
+        """Timings the scorer took from the worker."""
 
     def plan(self, jobs: Iterable[tuple[str, Schedule, XmlOptions]]) -> None:
-        """The jobs to run, most wanted first (jobs already made or taken are skipped)."""
+        """The compiles to run, most wanted first (jobs already made or taken are skipped)."""
         self._queue = list(jobs)
         self._next = 0
+
+    def plan_times(self, jobs: Iterable[tuple[str, Schedule, XmlOptions, int, str]]) -> None:
+        """The timings to run before any compile, most wanted first: (name, schedule, options,
+        size in bytes, the source name the program is parsed under). Replaces the last plan."""
+        self._timings = list(jobs)
+        self._next_timing = 0
 
     def done_inline(self, name: str, options: XmlOptions) -> None:
         """The caller made this one itself: the worker need not."""
@@ -117,41 +181,77 @@ class CompileAhead:
             if not self._conn.poll():
                 return
             self._receive()
+        while self._next_timing < len(self._timings):
+            name, schedule, options, size, source = self._timings[self._next_timing]
+            self._next_timing += 1
+            key = (name, options, size)
+            if key in self._seen_times:
+                continue
+            text = self._text_of(name, options) if self._text_of is not None else None
+            self._send(("time", key), (name, schedule, options, text, size, source))
+            self._seen_times.add(key)
+            return
         while self._next < len(self._queue):
             name, schedule, options = self._queue[self._next]
             self._next += 1
             key = (name, options)
             if key in self._seen:
                 continue
-            try:
-                self._start()
-                self._conn.send((name, None if name in self._sent else schedule, options))
-            except Exception:   # no process, or it died: everything inline from here
-                self._fail()
-                return
-            self._sent.add(name)
+            self._send(("compile", key), (name, schedule, options, None, None, name))
             self._seen.add(key)
-            self._current = key
             return
+
+    def _send(self, current: tuple[str, Any], job: tuple) -> None:
+        name, schedule = job[0], job[1]
+        try:
+            self._start()
+            self._conn.send((name, None if name in self._sent else schedule, *job[2:]))
+        except Exception:   # no process, or it died: everything inline from here
+            self._fail()
+            return
+        self._sent.add(name)
+        self._current = current
 
     def take(self, name: str, options: XmlOptions) -> str | tuple[str] | None:
         """The worker's text for the job (``(message,)``: the compiler refused), waiting for it
-        only if the worker is making it now; None: compile it inline."""
+        only if the worker is making it now (a compile, or a timing of it that compiles it);
+        None: compile it inline."""
         key = (name, options)
         self._seen.add(key)
-        if key == self._current:
+        if self._current is not None and self._current[1][:2] == key:
             self._receive()
         got = self._results.pop(key, None)
         if got is not None:
             self.compiled += 1
         return got
 
+    def take_time(self, name: str, options: XmlOptions, size: int) -> float | None:
+        """The worker's time of the program at ``size``, waiting for it only if the worker is
+        timing it now; None: simulate it inline (the worker will not start it after this)."""
+        key = (name, options, size)
+        self._seen_times.add(key)
+        if self._current == ("time", key):
+            self._receive()
+        got = self._times.pop(key, None)
+        if got is not None:
+            self.timed += 1
+        return got
+
     def _receive(self) -> None:
-        key, self._current = self._current, None
+        assert self._current is not None
+        (kind, key), self._current = self._current, None
         try:
-            self._results[key] = self._conn.recv()
+            got = self._conn.recv()
         except Exception:   # the worker died: its job and the rest are made inline
             self._fail()
+            return
+        if kind == "compile":
+            self._results[key] = got
+        elif got is not None:
+            made, time_us = got
+            if made is not None and key[:2] not in self._results:
+                self._results[key[:2]] = made
+            self._times[key] = time_us
 
     def _start(self) -> None:
         if self._proc is None:
@@ -163,6 +263,7 @@ class CompileAhead:
                                      name="synth-compile-ahead")
             self._proc.start()
             child.close()
+            self._conn.send(self._setup)
 
     def _fail(self) -> None:
         self.broken = True
@@ -170,7 +271,7 @@ class CompileAhead:
         self.close()
 
     def close(self) -> None:
-        """Stop the worker at once (a compile it is making is dropped)."""
+        """Stop the worker at once (a job it is doing is dropped)."""
         if self._proc is not None:
             self._proc.terminate()
             self._proc.join()

@@ -216,6 +216,8 @@ class ProgramScorer:
         self._ahead: CompileAhead | None = None
         self.compiled_ahead = 0
         """Compiles the spare core made (:mod:`.compile_ahead`); the rest were made inline."""
+        self.timed_ahead = 0
+        """Simulations the spare core made (:mod:`.compile_ahead`); the rest were made inline."""
 
     @property
     def forms(self) -> tuple[tuple[str, int], ...]:
@@ -242,6 +244,22 @@ class ProgramScorer:
                 self._programs[key] = got
         return self._programs[key]
 
+    def _text_of(self, name: str, options: XmlOptions) -> str | None:
+        """The text this scorer compiled (or proved) for (name, options), if it has one."""
+        for key in ((name, options, COMPILED), (name, options)):
+            got = self.compiled.get(key)
+            if isinstance(got, tuple):
+                return got[0]
+        return None
+
+    def _time_ahead(self, jobs: Sequence[tuple[Candidate, str, int, int]]) -> None:
+        """Tell the spare core which (candidate, protocol, instances, size) :meth:`_run` may
+        simulate next, in that order: it times them while this process times the current one
+        (:mod:`.compile_ahead`; the same program, model and size, so the same time)."""
+        if self._ahead is not None:
+            self._ahead.plan_times((c.name, c.schedule, self.options(p, inst), size,
+                                    f"{c.name}.xml") for c, p, inst, size in jobs)
+
     def planned_forms(self) -> list[tuple[Candidate, str, int]]:
         """The (candidate, protocol, instances) compiles :meth:`run` will most likely ask for, in
         that order: form by form (:attr:`forms`), and within a form the candidates fastest by
@@ -261,7 +279,8 @@ class ProgramScorer:
         if self._times is not None:
             return self._times
         if wanted(len(self.forms) * sum(c.schedule.num_transfers for c in self.result.candidates)):
-            self._ahead = CompileAhead()
+            self._ahead = CompileAhead(self.topology, self.calibration, self.xml.profile,
+                                       self._text_of)
             self._ahead.plan((c.name, c.schedule, self.options(p, inst))
                              for c, p, inst in self.planned_forms())
         try:
@@ -269,6 +288,7 @@ class ProgramScorer:
         finally:
             if self._ahead is not None:
                 self.compiled_ahead = self._ahead.compiled
+                self.timed_ahead = self._ahead.timed
                 self._ahead.close()
                 self._ahead = None
 
@@ -329,19 +349,16 @@ class ProgramScorer:
 
         def simulate(c: Candidate, proto: str, inst: int, i: int, first: bool) -> float:
             program = self._program(c, proto, inst)
-            if self._ahead is not None:
-                # the worker compiles the next one while this one simulates (not before this
-                # one: a compile it started just now would be waited for, not overlapped)
-                self._ahead.pump()
-            if program is None:
-                return math.inf
-            if not first:
-                bound = time_lower_bound(program, self.topology, sizes[i], model_of(proto),
-                                         self.xml.profile)
-                if bound >= min(best_at(i), nccl[i]):
+            ahead = self._ahead
+            if program is None or (not first and time_lower_bound(
+                    program, self.topology, sizes[i], model_of(proto),
+                    self.xml.profile) >= min(best_at(i), nccl[i])):
+                if program is not None:
                     self.skipped += 1
                     self.bounded += 1
-                    return math.inf
+                if ahead is not None:
+                    ahead.pump()
+                return math.inf
             cost = program_cost(program, sizes[i], self.xml.profile)
             if first and self.cost + cost > self.budget:
                 raise ProgramBudgetExceeded(self.cost, cost, self.budget, sizes[i], c.name)
@@ -352,22 +369,42 @@ class ProgramScorer:
                 self.instances_cost += cost
             self.cost += cost
             self.simulated += 1
-            t = program_times_us(program, self.topology, [sizes[i]], model=model_of(proto),
-                                 profile=self.xml.profile)[0]
+            t = None
+            if ahead is not None:
+                # the worker's time if it made it (waited for if it is making it), then the next
+                # planned job for the worker while this one simulates here (not before: a job it
+                # started just now would be waited for, not overlapped)
+                t = ahead.take_time(c.name, self.options(proto, inst), sizes[i])
+                ahead.pump()
+            if t is None:
+                t = program_times_us(program, self.topology, [sizes[i]], model=model_of(proto),
+                                     profile=self.xml.profile)[0]
             times[(c.name, proto, inst)][i] = t
             return t
 
         proto0, base = self.forms[0]
         decided: list[int] = []
+
+        def first_order(i: int) -> list[Candidate]:
+            return sorted((c for c in cands if runs(c, base, i)),
+                          key=lambda c: (c.costs[i].time_us, c.report.steps, c.name))
+
         try:
-            for i in largest_first:
-                order = sorted((c for c in cands if runs(c, base, i)),
-                               key=lambda c: (c.costs[i].time_us, c.report.steps, c.name))
+            for n, i in enumerate(largest_first):
+                order = first_order(i)
+                following = ([(c, proto0, base, sizes[largest_first[n + 1]]) for c in
+                              first_order(largest_first[n + 1])[:1]]
+                             if n + 1 < len(largest_first) else [])
                 best = math.inf
-                for c in order:
+                for k, c in enumerate(order):
                     if c.costs[i].time_us > self.prune_factor * best:
                         self.skipped += 1
                         continue
+                    # the worker's plan: the rest of this size not yet pruned (the best only
+                    # falls, so one pruned now stays pruned), then the next size's first
+                    self._time_ahead([(d, proto0, base, sizes[i]) for d in order[k + 1:]
+                                      if d.costs[i].time_us <= self.prune_factor * best]
+                                     + following)
                     best = min(best, simulate(c, proto0, base, i, True))
                 decided.append(i)
         except ProgramBudgetExceeded as exc:
@@ -395,11 +432,16 @@ class ProgramScorer:
                             # rate, so its x1 time says little of x8; the sound bound keeps the
                             # large sizes, where LL cannot win, from being simulated)
                             ref = best_at(i)
-                            for c in sorted(cands, key=lambda c: (c.costs[i].time_us, c.name)):
-                                if not runs(c, inst, i) or \
-                                        c.costs[i].time_us > self.prune_factor * ref:
+                            listed = [(c, runs(c, inst, i)
+                                       and c.costs[i].time_us <= self.prune_factor * ref)
+                                      for c in sorted(cands, key=lambda c: (c.costs[i].time_us,
+                                                                            c.name))]
+                            for k, (c, tried) in enumerate(listed):
+                                if not tried:
                                     self.skipped += 1
                                     continue
+                                self._time_ahead([(d, proto, inst, sizes[i]) for d, ok in listed[k + 1:]
+                                                  if ok])
                                 simulate(c, proto, inst, i, False)
                             continue
                         prev = self.instances[k - 1]
@@ -407,15 +449,22 @@ class ProgramScorer:
                         ref = min(times[(c.name, proto, prev)][i] for c in cands)
                         order = sorted(cands, key=lambda c: (times[(c.name, proto, prev)][i],
                                                              c.name))
-                        for c in order:
+                        listed: list[tuple[Candidate, bool | None]] = []
+                        for c in order:     # None: not timed here; False: pruned
                             t = times[(c.name, proto, prev)][i]
                             if not math.isfinite(t) or not runs(c, inst, i):
+                                listed.append((c, None))
+                            else:
+                                listed.append((c, not (
+                                    t > self.prune_factor * (inst / prev) * ref
+                                    or (before is not None
+                                        and not t < times[(c.name, proto, before)][i]))))
+                        for k, (c, tried) in enumerate(listed):
+                            if not tried:
+                                self.skipped += tried is False
                                 continue
-                            if t > self.prune_factor * (inst / prev) * ref or (
-                                    before is not None
-                                    and not t < times[(c.name, proto, before)][i]):
-                                self.skipped += 1
-                                continue
+                            self._time_ahead([(d, proto, inst, sizes[i]) for d, ok in listed[k + 1:]
+                                              if ok])
                             simulate(c, proto, inst, i, False)
         except _StopInstances as exc:
             self.stopped = str(exc)
