@@ -1,23 +1,34 @@
-"""Compiling the program model's next candidates on a spare core while it simulates this one.
+"""Compiling and timing the program model's next candidates on a spare core while it simulates
+this one.
 
 :class:`synth.select.program_scorer.ProgramScorer` compiles each (candidate, protocol, instance
-count) it times, then simulates it. Both are pure Python, so one core does all of it: on
-``synth solve --topo dgx_a100 --nodes 8 --coll allgather`` the compiles were about a third of the
-samples and the simulations half. :class:`CompileAhead` runs the compiles that the scorer is
-about to ask for on one spawned worker process, one at a time, in the order the scorer will most
-likely want them (:meth:`ProgramScorer.planned_forms`), while the scorer simulates.
+count) it times, then simulates it at size after size. Both are pure Python, so one core does all
+of it: on ``synth solve --topo dgx_a100 --nodes 8 --coll allgather`` the compiles were about a
+third of the samples and the simulations half. :class:`CompileAhead` runs, on one spawned worker
+process, one job at a time:
 
-Same answers: the worker runs the very compile the scorer would (:func:`synth.emit.emit_xml_text`,
-deterministic), and only the text comes back; the scorer parses it and caches it under the same
-key as its own compile, so every program, time, note and file is what the inline path makes. A
-compile the worker has not started when the scorer needs it is made inline (the worker is never
-waited on for work it has not begun), and a worker that dies or raises anything but the compiler's
-own refusal (:class:`synth.errors.SynthError`) only sends its job back inline.
+* **timings**: the simulations the scorer may ask for next (:meth:`CompileAhead.plan_times`, set
+  batch by batch: the candidates it has still to try at this size and form, in its order, minus
+  those its prunes already rule out), each with the scorer's text when it has one;
+* **compiles**, when no timing is planned: the forms the scorer will most likely want, in that
+  order (:meth:`ProgramScorer.planned_forms`).
 
-Memory: the worker holds the schedules it was sent and one compile at a time, under the address
-space cap it inherits from the solve (:func:`synth.guards.memory_backstop`): each process is
-bounded as the solving process is, so the two together may hold up to twice that cap (the MILP's
-stage-3 workers are bounded the same way).
+Same answers: the worker runs the very compile (:func:`synth.emit.emit_xml_text`) and simulation
+(:func:`synth.timing.program.program_times_us`, the text parsed under the scorer's name and
+profile, the model built from the scorer's topology and calibration) the scorer would; all are
+deterministic. Only texts and times come back: the scorer parses a text and caches it under the
+same key as its own compile, and takes a time where it would have simulated, after the same
+prunes, bounds and budget accounting, so every program, time, note and file is what the inline
+path makes. A job the worker has not started when the scorer needs it is done inline (the worker
+is never waited on for work it has not begun), and a worker that dies or raises anything but the
+compiler's own refusal (:class:`synth.errors.SynthError`) only sends its job back inline.
+
+Memory: the worker holds the schedules it was sent, the last :data:`TEXTS_KEPT` texts and
+:data:`PROGRAMS_KEPT` parsed programs, and one job at a time, under the address space cap it
+inherits from the solve (:func:`synth.guards.memory_backstop`): each process is bounded as the
+solving process is, so the two together may hold up to twice that cap (the MILP's stage-3
+workers are bounded the same way). Of the texts the worker compiled for timings, the scorer's
+process keeps the last :data:`TEXTS_KEPT` until it takes them.
 
 When: only where a core is idle besides this process (:func:`synth.cores.idle_cores`), never in a
 worker process, and only for requests whose compiles are worth a process start (about a second):
@@ -152,6 +163,8 @@ class CompileAhead:
         self._times: dict[tuple[str, XmlOptions, int], float] = {}
         self._seen: set[tuple[str, XmlOptions]] = set()
         self._seen_times: set[tuple[str, XmlOptions, int]] = set()
+        self._made: list[tuple[str, XmlOptions]] = []
+        """The texts the worker compiled for timings, oldest first (at most TEXTS_KEPT kept)."""
         self.broken = False
         self.compiled = 0
         """Jobs whose text the scorer took from the worker."""
@@ -251,6 +264,9 @@ class CompileAhead:
             made, time_us = got
             if made is not None and key[:2] not in self._results:
                 self._results[key[:2]] = made
+                self._made.append(key[:2])
+                while len(self._made) > TEXTS_KEPT:     # not taken: the scorer compiles it
+                    self._results.pop(self._made.pop(0), None)
             self._times[key] = time_us
 
     def _start(self) -> None:
