@@ -23,8 +23,10 @@ path makes. A job the worker has not started when the scorer needs it is done in
 is never waited on for work it has not begun), and a worker that dies or raises anything but the
 compiler's own refusal (:class:`synth.errors.SynthError`) only sends its job back inline.
 
-Memory: the worker holds the schedules it was sent, the last :data:`TEXTS_KEPT` texts and
-:data:`PROGRAMS_KEPT` parsed programs, and one job at a time, under the address space cap it
+Memory: the worker holds the schedules it was sent, the last :data:`TEXTS_KEPT` texts it
+compiled, the programs it timed (parsed once each: the scorer keeps every program it times too,
+and a worker that parsed again for each size would be slower than the scorer it is to help), and
+one job at a time, under the address space cap it
 inherits from the solve (:func:`synth.guards.memory_backstop`): each process is bounded as the
 solving process is, so the two together may hold up to twice that cap (the MILP's stage-3
 workers are bounded the same way). Of the texts the worker compiled for timings, the scorer's
@@ -55,9 +57,6 @@ transfers, 25 s), a spawned worker about a second to start. One group of ``--top
 
 TEXTS_KEPT = 4
 """Texts the worker keeps for timing jobs to come (the most recent ones)."""
-PROGRAMS_KEPT = 2
-"""Parsed programs the worker keeps (the most recent ones): a candidate is timed at size after
-size in one form, so the last one or two are the ones asked for again."""
 
 
 def _serve(conn: Any) -> None:
@@ -79,7 +78,7 @@ def _serve(conn: Any) -> None:
     topology, calibration, profile = conn.recv()
     schedules: dict[str, Schedule] = {}
     texts: OrderedDict[tuple[str, XmlOptions], str] = OrderedDict()
-    programs: OrderedDict[tuple[str, XmlOptions], Any] = OrderedDict()
+    programs: dict[tuple[str, XmlOptions], Any] = {}
     models: dict[str, Any] = {}
 
     def keep(cache: OrderedDict, key: Any, value: Any, most: int) -> None:
@@ -98,18 +97,18 @@ def _serve(conn: Any) -> None:
         key = (name, options)
         try:
             made = None
-            if text is None:
-                text = texts.get(key)
-            if text is None:
-                text = made = emit_xml_text(schedules[name], options)
-            keep(texts, key, text, TEXTS_KEPT)
-            if size is None:
-                conn.send(text)
-                continue
-            program = programs.get(key)
-            if program is None:
-                program = parse_program(text, source, profile)
-            keep(programs, key, program, PROGRAMS_KEPT)
+            if size is None or key not in programs:
+                if text is None:
+                    text = texts.get(key)
+                if text is None:
+                    text = made = emit_xml_text(schedules[name], options)
+                if size is None:
+                    keep(texts, key, text, TEXTS_KEPT)
+                    conn.send(text)
+                    continue
+            if key not in programs:
+                programs[key] = parse_program(text, source, profile)
+            program = programs[key]
             if options.proto not in models:
                 models[options.proto] = program_model(topology, options.proto, calibration)
             conn.send([made, program_times_us(program, topology, [size], model=models[options.proto],
@@ -163,6 +162,8 @@ class CompileAhead:
         self._times: dict[tuple[str, XmlOptions, int], float] = {}
         self._seen: set[tuple[str, XmlOptions]] = set()
         self._seen_times: set[tuple[str, XmlOptions, int]] = set()
+        self._parsed: set[tuple[str, XmlOptions]] = set()
+        """What the worker was sent a timing of: it keeps those programs, so no text is sent again."""
         self._made: list[tuple[str, XmlOptions]] = []
         """The texts the worker compiled for timings, oldest first (at most TEXTS_KEPT kept)."""
         self.broken = False
@@ -200,9 +201,12 @@ class CompileAhead:
             key = (name, options, size)
             if key in self._seen_times:
                 continue
-            text = self._text_of(name, options) if self._text_of is not None else None
+            text = None
+            if (name, options) not in self._parsed and self._text_of is not None:
+                text = self._text_of(name, options)
             self._send(("time", key), (name, schedule, options, text, size, source))
             self._seen_times.add(key)
+            self._parsed.add((name, options))
             return
         while self._next < len(self._queue):
             name, schedule, options = self._queue[self._next]
