@@ -187,20 +187,29 @@ class CompileAhead:
         """The caller made this one itself: the worker need not."""
         self._seen.add((name, options))
 
-    def pump(self) -> None:
-        """Collect the worker's finished job and start the next planned one."""
+    def pump(self, skip: int = 0) -> None:
+        """Collect the worker's finished job and start the next planned one: a timing where one
+        is planned, else a compile. ``skip``: timings the scorer will do itself first (1 where it
+        goes on to its next timing at once, having taken this one from the worker: the worker
+        then starts the one after, so the two alternate rather than one waiting on the other)."""
         if self.broken:
             return
         if self._current is not None:
             if not self._conn.poll():
                 return
             self._receive()
-        while self._next_timing < len(self._timings):
-            name, schedule, options, size, source = self._timings[self._next_timing]
-            self._next_timing += 1
+        todo: list[int] = []
+        for k in range(self._next_timing, len(self._timings)):
+            name, _, options, size, _ = self._timings[k]
+            if (name, options, size) not in self._seen_times:
+                todo.append(k)
+                if len(todo) > skip:
+                    break
+        if todo:
+            self._next_timing = todo[0]
+        if len(todo) > skip:
+            name, schedule, options, size, source = self._timings[todo[skip]]
             key = (name, options, size)
-            if key in self._seen_times:
-                continue
             text = None
             if (name, options) not in self._parsed and self._text_of is not None:
                 text = self._text_of(name, options)

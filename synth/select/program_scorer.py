@@ -372,10 +372,11 @@ class ProgramScorer:
             t = None
             if ahead is not None:
                 # the worker's time if it made it (waited for if it is making it), then the next
-                # planned job for the worker while this one simulates here (not before: a job it
-                # started just now would be waited for, not overlapped)
+                # planned job for the worker: the next timing while this one simulates here, the
+                # one after it when this one came from the worker (not before taking this one: a
+                # job it started just now would be waited for, not overlapped)
                 t = ahead.take_time(c.name, self.options(proto, inst), sizes[i])
-                ahead.pump()
+                ahead.pump(skip=0 if t is None else 1)
             if t is None:
                 t = program_times_us(program, self.topology, [sizes[i]], model=model_of(proto),
                                      profile=self.xml.profile)[0]
