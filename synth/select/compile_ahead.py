@@ -188,8 +188,8 @@ class CompileAhead:
         self._seen.add((name, options))
 
     def pump(self, skip: int = 0) -> None:
-        """Collect the worker's finished job and start the next planned one: a timing where one
-        is planned, else a compile. ``skip``: timings the scorer will do itself first (1 where it
+        """Collect the worker's finished job and start the next planned one: a compile while any
+        is planned, else a timing. ``skip``: timings the scorer will do itself first (1 where it
         goes on to its next timing at once, having taken this one from the worker: the worker
         then starts the one after, so the two alternate rather than one waiting on the other)."""
         if self.broken:
@@ -198,6 +198,15 @@ class CompileAhead:
             if not self._conn.poll():
                 return
             self._receive()
+        while self._next < len(self._queue):
+            name, schedule, options = self._queue[self._next]
+            self._next += 1
+            key = (name, options)
+            if key in self._seen:
+                continue
+            self._send(("compile", key), (name, schedule, options, None, None, name))
+            self._seen.add(key)
+            return
         todo: list[int] = []
         for k in range(self._next_timing, len(self._timings)):
             name, _, options, size, _ = self._timings[k]
@@ -216,15 +225,6 @@ class CompileAhead:
             self._send(("time", key), (name, schedule, options, text, size, source))
             self._seen_times.add(key)
             self._parsed.add((name, options))
-            return
-        while self._next < len(self._queue):
-            name, schedule, options = self._queue[self._next]
-            self._next += 1
-            key = (name, options)
-            if key in self._seen:
-                continue
-            self._send(("compile", key), (name, schedule, options, None, None, name))
-            self._seen.add(key)
             return
 
     def _send(self, current: tuple[str, Any], job: tuple) -> None:
