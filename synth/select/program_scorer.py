@@ -393,16 +393,17 @@ class ProgramScorer:
         try:
             for n, i in enumerate(largest_first):
                 order = first_order(i)
-                following = ([(c, proto0, base, sizes[largest_first[n + 1]]) for c in
-                              first_order(largest_first[n + 1])[:1]]
-                             if n + 1 < len(largest_first) else [])
+                # after this size, the worker may time each following size's first candidate
+                # (the fastest by lock-step there: never pruned)
+                following = [(firsts[0], proto0, base, sizes[j]) for j in largest_first[n + 1:]
+                             for firsts in (first_order(j),) if firsts]
                 best = math.inf
                 for k, c in enumerate(order):
                     if c.costs[i].time_us > self.prune_factor * best:
                         self.skipped += 1
                         continue
                     # the worker's plan: the rest of this size not yet pruned (the best only
-                    # falls, so one pruned now stays pruned), then the next size's first
+                    # falls, so one pruned now stays pruned), then the following sizes' firsts
                     self._time_ahead([(d, proto0, base, sizes[i]) for d in order[k + 1:]
                                       if d.costs[i].time_us <= self.prune_factor * best]
                                      + following)
@@ -419,54 +420,55 @@ class ProgramScorer:
                     for c in cands:
                         times[(c.name, proto0, base)][i] = c.costs[i].time_us
         self.decided = frozenset(sizes[i] for i in decided)
+
+        def listed(proto: str, k: int, i: int) -> list[tuple[Candidate, bool | None]]:
+            """The candidates of form (proto, instances[k]) at size i in the order they are
+            tried, each True (timed), False (pruned: counted as skipped) or None (not timed
+            here), from the times found so far."""
+            inst = self.instances[k]
+            if proto != proto0:     # another protocol: every count, by lock-step
+                # (not a ladder: LL at x1 runs a block at a third of Simple's copy rate, so its
+                # x1 time says little of x8; the sound bound keeps the large sizes, where LL
+                # cannot win, from being simulated)
+                ref = best_at(i)
+                return [(c, runs(c, inst, i) and c.costs[i].time_us <= self.prune_factor * ref)
+                        for c in sorted(cands, key=lambda c: (c.costs[i].time_us, c.name))]
+            prev = self.instances[k - 1]
+            before = self.instances[k - 2] if k >= 2 else None
+            ref = min(times[(c.name, proto, prev)][i] for c in cands)
+            out: list[tuple[Candidate, bool | None]] = []
+            for c in sorted(cands, key=lambda c: (times[(c.name, proto, prev)][i], c.name)):
+                t = times[(c.name, proto, prev)][i]
+                if not math.isfinite(t) or not runs(c, inst, i):
+                    out.append((c, None))
+                else:
+                    out.append((c, not (t > self.prune_factor * (inst / prev) * ref
+                                        or (before is not None
+                                            and not t < times[(c.name, proto, before)][i]))))
+            return out
+
+        # the other forms, batch by batch: each protocol's sizes (the solve's largest first, the
+        # others smallest first), each size's counts doubling (the first form's skipped)
+        batches = [(proto, k, i) for proto in self.protocols
+                   for i in (largest_first if proto == proto0 else largest_first[::-1])
+                   if i in decided for k in range(len(self.instances))
+                   if not (proto == proto0 and k == 0)]
         try:
-            for proto in self.protocols:
-                order_sizes = largest_first if proto == proto0 else largest_first[::-1]
-                for i in order_sizes:
-                    if i not in decided:
+            for n, (proto, k, i) in enumerate(batches):
+                inst = self.instances[k]
+                now = listed(proto, k, i)
+                for j, (c, tried) in enumerate(now):
+                    if not tried:
+                        self.skipped += tried is False
                         continue
-                    for k, inst in enumerate(self.instances):
-                        if proto == proto0 and k == 0:
-                            continue            # the first form: timed above
-                        if proto != proto0:     # another protocol: every count, by lock-step
-                            # (not a ladder: LL at x1 runs a block at a third of Simple's copy
-                            # rate, so its x1 time says little of x8; the sound bound keeps the
-                            # large sizes, where LL cannot win, from being simulated)
-                            ref = best_at(i)
-                            listed = [(c, runs(c, inst, i)
-                                       and c.costs[i].time_us <= self.prune_factor * ref)
-                                      for c in sorted(cands, key=lambda c: (c.costs[i].time_us,
-                                                                            c.name))]
-                            for k, (c, tried) in enumerate(listed):
-                                if not tried:
-                                    self.skipped += 1
-                                    continue
-                                self._time_ahead([(d, proto, inst, sizes[i]) for d, ok in listed[k + 1:]
-                                                  if ok])
-                                simulate(c, proto, inst, i, False)
-                            continue
-                        prev = self.instances[k - 1]
-                        before = self.instances[k - 2] if k >= 2 else None
-                        ref = min(times[(c.name, proto, prev)][i] for c in cands)
-                        order = sorted(cands, key=lambda c: (times[(c.name, proto, prev)][i],
-                                                             c.name))
-                        listed: list[tuple[Candidate, bool | None]] = []
-                        for c in order:     # None: not timed here; False: pruned
-                            t = times[(c.name, proto, prev)][i]
-                            if not math.isfinite(t) or not runs(c, inst, i):
-                                listed.append((c, None))
-                            else:
-                                listed.append((c, not (
-                                    t > self.prune_factor * (inst / prev) * ref
-                                    or (before is not None
-                                        and not t < times[(c.name, proto, before)][i]))))
-                        for k, (c, tried) in enumerate(listed):
-                            if not tried:
-                                self.skipped += tried is False
-                                continue
-                            self._time_ahead([(d, proto, inst, sizes[i]) for d, ok in listed[k + 1:]
-                                              if ok])
-                            simulate(c, proto, inst, i, False)
+                    # the worker's plan: the rest of this batch, then what the next batches
+                    # would time by the times found so far (a guess: their times may change it)
+                    plan = [(d, proto, inst, sizes[i]) for d, ok in now[j + 1:] if ok]
+                    for p2, k2, i2 in batches[n + 1:n + 1 + LOOKAHEAD_BATCHES]:
+                        plan += [(d, p2, self.instances[k2], sizes[i2])
+                                 for d, ok in listed(p2, k2, i2) if ok]
+                    self._time_ahead(plan)
+                    simulate(c, proto, inst, i, False)
         except _StopInstances as exc:
             self.stopped = str(exc)
         self._times = times
@@ -511,6 +513,11 @@ def estimated_program_work(result: SolveResult, xml: XmlOptions) -> int:
         chunk = largest / max(1, c.schedule.collective.buffer_chunks * xml.instances)
         total += steps * (COMPILE_WEIGHT + max(1, math.ceil(chunk / slice_bytes)))
     return int(total)
+
+
+LOOKAHEAD_BATCHES = 6
+"""How many batches (form and size) past the current one the spare core's timing plan reaches
+(:meth:`ProgramScorer._time_ahead`)."""
 
 
 class _StopInstances(Exception):
