@@ -138,23 +138,32 @@ class CompileAhead:
     """One worker process compiling (and timing) a queue of jobs, one at a time.
 
     :meth:`plan` sets the queue of compiles, :meth:`plan_times` that of timings (each a program
-    the scorer may simulate next, at one size; they go first); :meth:`pump` keeps one job on the
-    worker (call it often: the scorer does between simulations); :meth:`take` gives a job's text
-    and :meth:`take_time` a timing when the worker has made it or is making it, and None otherwise
-    (the caller does it inline). ``topology``, ``calibration``, ``profile``: what timings are made
-    with (the scorer's own); ``text_of``: the scorer's text of a (name, options) where it has one,
-    sent with a timing job so the worker does not compile it again."""
+    the scorer may simulate next, at one size); a thread of this process hands the worker its
+    next job the moment it finishes one (:meth:`_dispatch`: a timing of a program the worker has
+    or can be sent, else a compile, else a timing it must compile for), so the worker does not
+    idle while the scorer compiles. :meth:`take` gives a job's text and :meth:`take_time` a
+    timing when the worker has made it or is making it, and None otherwise (the caller does it
+    inline). ``topology``, ``calibration``, ``profile``: what timings are made with (the
+    scorer's own); ``text_of``: the scorer's text of a (name, options) where it has one, sent
+    with a timing job so the worker does not compile it again (read from the thread: a lookup
+    in the scorer's cache)."""
 
     def __init__(self, topology: Any = None, calibration: Any = None, profile: str = "exec",
                  text_of: Callable[[str, XmlOptions], str | None] | None = None) -> None:
+        import threading
+
         self._setup = (topology, calibration, profile)
         self._text_of = text_of
         self._proc: Any = None
         self._conn: Any = None
+        self._thread: Any = None
+        self._lock = threading.Condition()
+        """Guards everything below: the thread and the scorer both read and write it."""
         self._queue: list[tuple[str, Schedule, XmlOptions]] = []
         self._next = 0
         self._timings: list[tuple[str, Schedule, XmlOptions, int, str]] = []
         self._next_timing = 0
+        self._skip = 0
         self._sent: set[str] = set()
         self._current: tuple[str, Any] | None = None
         """The job on the worker: ("compile", (name, options)) or ("time", (name, options, size))."""
@@ -174,30 +183,44 @@ class CompileAhead:
 
     def plan(self, jobs: Iterable[tuple[str, Schedule, XmlOptions]]) -> None:
         """The compiles to run, most wanted first (jobs already made or taken are skipped)."""
-        self._queue = list(jobs)
-        self._next = 0
+        with self._lock:
+            self._queue = list(jobs)
+            self._next = 0
 
     def plan_times(self, jobs: Iterable[tuple[str, Schedule, XmlOptions, int, str]]) -> None:
-        """The timings to run before any compile, most wanted first: (name, schedule, options,
-        size in bytes, the source name the program is parsed under). Replaces the last plan."""
-        self._timings = list(jobs)
-        self._next_timing = 0
+        """The timings to run, most wanted first: (name, schedule, options, size in bytes, the
+        source name the program is parsed under). Replaces the last plan."""
+        with self._lock:
+            self._timings = list(jobs)
+            self._next_timing = 0
 
     def done_inline(self, name: str, options: XmlOptions) -> None:
         """The caller made this one itself: the worker need not."""
-        self._seen.add((name, options))
+        with self._lock:
+            self._seen.add((name, options))
 
     def pump(self, skip: int = 0) -> None:
-        """Collect the worker's finished job and start the next planned one: a compile while any
-        is planned, else a timing. ``skip``: timings the scorer will do itself first (1 where it
-        goes on to its next timing at once, having taken this one from the worker: the worker
-        then starts the one after, so the two alternate rather than one waiting on the other)."""
-        if self.broken:
-            return
-        if self._current is not None:
-            if not self._conn.poll():
+        """Start the worker on the next planned job if it is idle (it is kept busy from then on).
+        ``skip``: timings the scorer will do itself first (1 where it goes on to its next timing
+        at once, having taken this one from the worker: the worker then starts the one after, so
+        the two alternate rather than one waiting on the other)."""
+        with self._lock:
+            self._skip = skip
+            if not self.broken and self._current is None:
+                self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Send the worker its next job, if there is one (the lock held, the worker idle)."""
+        todo = [k for k in range(self._next_timing, len(self._timings))
+                if self._timing_key(k) not in self._seen_times]
+        if todo:
+            self._next_timing = todo[0]
+        later = todo[self._skip:]
+        for k in later:
+            if self._timing_key(k)[:2] in self._parsed or (
+                    self._text_of is not None and self._text_of(*self._timing_key(k)[:2])):
+                self._start_timing(k)
                 return
-            self._receive()
         while self._next < len(self._queue):
             name, schedule, options = self._queue[self._next]
             self._next += 1
@@ -207,25 +230,22 @@ class CompileAhead:
             self._send(("compile", key), (name, schedule, options, None, None, name))
             self._seen.add(key)
             return
-        todo: list[int] = []
-        for k in range(self._next_timing, len(self._timings)):
-            name, _, options, size, _ = self._timings[k]
-            if (name, options, size) not in self._seen_times:
-                todo.append(k)
-                if len(todo) > skip:
-                    break
-        if todo:
-            self._next_timing = todo[0]
-        if len(todo) > skip:
-            name, schedule, options, size, source = self._timings[todo[skip]]
-            key = (name, options, size)
-            text = None
-            if (name, options) not in self._parsed and self._text_of is not None:
-                text = self._text_of(name, options)
-            self._send(("time", key), (name, schedule, options, text, size, source))
-            self._seen_times.add(key)
-            self._parsed.add((name, options))
-            return
+        if later:
+            self._start_timing(later[0])
+
+    def _timing_key(self, k: int) -> tuple[str, XmlOptions, int]:
+        name, _, options, size, _ = self._timings[k]
+        return (name, options, size)
+
+    def _start_timing(self, k: int) -> None:
+        name, schedule, options, size, source = self._timings[k]
+        key = (name, options, size)
+        text = None
+        if (name, options) not in self._parsed and self._text_of is not None:
+            text = self._text_of(name, options)
+        self._send(("time", key), (name, schedule, options, text, size, source))
+        self._seen_times.add(key)
+        self._parsed.add((name, options))
 
     def _send(self, current: tuple[str, Any], job: tuple) -> None:
         name, schedule = job[0], job[1]
@@ -243,34 +263,50 @@ class CompileAhead:
         only if the worker is making it now (a compile, or a timing of it that compiles it);
         None: compile it inline."""
         key = (name, options)
-        self._seen.add(key)
-        if self._current is not None and self._current[1][:2] == key:
-            self._receive()
-        got = self._results.pop(key, None)
-        if got is not None:
-            self.compiled += 1
-        return got
+        with self._lock:
+            self._seen.add(key)
+            while self._current is not None and self._current[1][:2] == key:
+                self._lock.wait()
+            got = self._results.pop(key, None)
+            if got is not None:
+                self.compiled += 1
+            return got
 
     def take_time(self, name: str, options: XmlOptions, size: int) -> float | None:
         """The worker's time of the program at ``size``, waiting for it only if the worker is
         timing it now; None: simulate it inline (the worker will not start it after this)."""
         key = (name, options, size)
-        self._seen_times.add(key)
-        if self._current == ("time", key):
-            self._receive()
-        got = self._times.pop(key, None)
-        if got is not None:
-            self.timed += 1
-        return got
+        with self._lock:
+            self._seen_times.add(key)
+            while self._current == ("time", key):
+                self._lock.wait()
+            got = self._times.pop(key, None)
+            if got is not None:
+                self.timed += 1
+            return got
 
-    def _receive(self) -> None:
-        assert self._current is not None
-        (kind, key), self._current = self._current, None
-        try:
-            got = self._conn.recv()
-        except Exception:   # the worker died: its job and the rest are made inline
-            self._fail()
+    def _feed(self) -> None:
+        """The thread: each answer the worker sends is filed, and the worker given its next job."""
+        conn = self._conn
+        while True:
+            try:
+                got = conn.recv()
+            except Exception:   # the worker died or was closed: its job and the rest inline
+                with self._lock:
+                    if self._conn is conn:
+                        self._fail()
+                    self._lock.notify_all()
+                return
+            with self._lock:
+                self._file(got)
+                if not self.broken:
+                    self._dispatch()
+                self._lock.notify_all()
+
+    def _file(self, got: Any) -> None:
+        if self._current is None:
             return
+        (kind, key), self._current = self._current, None
         if kind == "compile":
             self._results[key] = got
         elif got is not None:
@@ -285,6 +321,7 @@ class CompileAhead:
     def _start(self) -> None:
         if self._proc is None:
             import multiprocessing
+            import threading
 
             ctx = multiprocessing.get_context("spawn")
             self._conn, child = ctx.Pipe()
@@ -293,16 +330,29 @@ class CompileAhead:
             self._proc.start()
             child.close()
             self._conn.send(self._setup)
+            self._thread = threading.Thread(target=self._feed, daemon=True,
+                                            name="synth-compile-ahead-feed")
+            self._thread.start()
 
     def _fail(self) -> None:
+        """The worker is gone (the lock held): nothing more is sent to it."""
         self.broken = True
         self._current = None
-        self.close()
+        self._stop()
 
-    def close(self) -> None:
-        """Stop the worker at once (a job it is doing is dropped)."""
+    def _stop(self) -> None:
         if self._proc is not None:
             self._proc.terminate()
             self._proc.join()
             self._conn.close()
             self._proc = self._conn = None
+
+    def close(self) -> None:
+        """Stop the worker at once (a job it is doing is dropped)."""
+        with self._lock:
+            self.broken = True
+            self._stop()
+            thread, self._thread = self._thread, None
+            self._lock.notify_all()
+        if thread is not None:
+            thread.join()
