@@ -212,6 +212,7 @@ class ProgramScorer:
         self.decided: frozenset[int] = frozenset()
         """The sizes the program model decides; the others are ranked by lock-step."""
         self._programs: dict[tuple[str, str, int], Any] = {}
+        self._options: dict[tuple[str, int], XmlOptions] = {}
         self._times: dict[tuple[str, str, int], list[float]] | None = None
         self._ahead: CompileAhead | None = None
         self.compiled_ahead = 0
@@ -226,7 +227,10 @@ class ProgramScorer:
 
     def options(self, proto: str, instances: int) -> XmlOptions:
         """The full-range compile options of one form (what is timed, and what is written)."""
-        return replace(self.xml, proto=proto, instances=instances)
+        key = (proto, instances)
+        if key not in self._options:
+            self._options[key] = replace(self.xml, proto=proto, instances=instances)
+        return self._options[key]
 
     def _program(self, c: Candidate, proto: str, instances: int) -> Any | None:
         """The candidate's parsed full-range XML in one form, or None (with a note) when it has
@@ -396,7 +400,7 @@ class ProgramScorer:
                 # after this size, the worker may time each following size's first candidate
                 # (the fastest by lock-step there: never pruned)
                 following = [(firsts[0], proto0, base, sizes[j]) for j in largest_first[n + 1:]
-                             for firsts in (first_order(j),) if firsts]
+                             for firsts in (first_order(j),) if firsts and self._ahead is not None]
                 best = math.inf
                 for k, c in enumerate(order):
                     if c.costs[i].time_us > self.prune_factor * best:
@@ -457,17 +461,19 @@ class ProgramScorer:
             for n, (proto, k, i) in enumerate(batches):
                 inst = self.instances[k]
                 now = listed(proto, k, i)
+                # what the next batches would time by the times found so far (a guess: the
+                # times still to come may change it), once per batch
+                future = [(d, p2, self.instances[k2], sizes[i2])
+                          for p2, k2, i2 in (batches[n + 1:n + 1 + LOOKAHEAD_BATCHES]
+                                             if self._ahead is not None else ())
+                          for d, ok in listed(p2, k2, i2) if ok]
                 for j, (c, tried) in enumerate(now):
                     if not tried:
                         self.skipped += tried is False
                         continue
-                    # the worker's plan: the rest of this batch, then what the next batches
-                    # would time by the times found so far (a guess: their times may change it)
-                    plan = [(d, proto, inst, sizes[i]) for d, ok in now[j + 1:] if ok]
-                    for p2, k2, i2 in batches[n + 1:n + 1 + LOOKAHEAD_BATCHES]:
-                        plan += [(d, p2, self.instances[k2], sizes[i2])
-                                 for d, ok in listed(p2, k2, i2) if ok]
-                    self._time_ahead(plan)
+                    # the worker's plan: the rest of this batch, then the next batches'
+                    self._time_ahead([(d, proto, inst, sizes[i]) for d, ok in now[j + 1:] if ok]
+                                     + future)
                     simulate(c, proto, inst, i, False)
         except _StopInstances as exc:
             self.stopped = str(exc)
