@@ -60,7 +60,7 @@ def test_a_job_not_started_is_left_to_the_caller_and_a_dead_worker_to_the_inline
         ahead.close()
 
 
-def test_a_timing_made_ahead_is_the_program_models_and_one_not_started_is_left_to_the_caller():
+def test_a_timing_made_ahead_is_the_program_models_and_the_next_one_is_left_to_the_caller():
     from synth.builders import fully_connected
     from synth.emit.xml_parse import parse_program
     from synth.timing.program import program_model, program_times_us
@@ -71,23 +71,21 @@ def test_a_timing_made_ahead_is_the_program_models_and_one_not_started_is_left_t
     ahead = CompileAhead(topology, None, "exec", lambda name, options: text if options == simple
                          else None)
     try:
-        sizes = (1 << 10, 1 << 20)
-        ahead.plan_times([("pair", schedule, options, size, "pair.xml")
-                          for options in (simple, ll) for size in sizes])
-        assert ahead.take_time("pair", simple, sizes[0]) is None   # not started: time it here
-        got = {}
-        for options in (simple, ll):
-            for size in sizes[options == simple:]:
-                ahead.pump()
-                got[options.proto, size] = ahead.take_time("pair", options, size)
-        # the LL text was compiled by the worker for its timing: the caller may take it
-        assert ahead.take("pair", ll) == emit_xml_text(schedule, ll)
-        assert ahead.timed == 3
-        for (proto, size), time_us in got.items():
-            options = simple if proto == "Simple" else ll
+        jobs = [(options, size) for options in (simple, ll) for size in (1 << 10, 1 << 20)]
+        ahead.plan_times([("pair", schedule, options, size, "pair.xml") for options, size in jobs])
+        ahead.pump()
+        # the first job is the caller's next: the worker starts the second
+        got = {job: ahead.take_time("pair", *job) for job in jobs}
+        assert got[jobs[0]] is None and got[jobs[1]] is not None
+        assert ahead.timed == sum(t is not None for t in got.values())
+        for (options, size), time_us in got.items():
+            if time_us is None:
+                continue
             program = parse_program(emit_xml_text(schedule, options), "pair.xml", "exec")
             assert time_us == program_times_us(program, topology, [size],
-                                               model=program_model(topology, proto))[0]
+                                               model=program_model(topology, options.proto))[0]
+        if got[jobs[3]] is not None:    # the worker compiled the LL text for it: it is offered
+            assert ahead.take("pair", ll) == emit_xml_text(schedule, ll)
     finally:
         ahead.close()
 

@@ -163,7 +163,6 @@ class CompileAhead:
         self._next = 0
         self._timings: list[tuple[str, Schedule, XmlOptions, int, str]] = []
         self._next_timing = 0
-        self._skip = 0
         self._sent: set[str] = set()
         self._current: tuple[str, Any] | None = None
         """The job on the worker: ("compile", (name, options)) or ("time", (name, options, size))."""
@@ -199,23 +198,23 @@ class CompileAhead:
         with self._lock:
             self._seen.add((name, options))
 
-    def pump(self, skip: int = 0) -> None:
-        """Start the worker on the next planned job if it is idle (it is kept busy from then on).
-        ``skip``: timings the scorer will do itself first (1 where it goes on to its next timing
-        at once, having taken this one from the worker: the worker then starts the one after, so
-        the two alternate rather than one waiting on the other)."""
+    def pump(self) -> None:
+        """Start the worker on the next planned job if it is idle (it is kept busy from then on)."""
         with self._lock:
-            self._skip = skip
             if not self.broken and self._current is None:
                 self._dispatch()
 
     def _dispatch(self) -> None:
-        """Send the worker its next job, if there is one (the lock held, the worker idle)."""
+        """Send the worker its next job, if there is one (the lock held, the worker idle).
+
+        The first timing the scorer has not taken is the one it does next, itself: one the
+        worker started would be waited for, not overlapped. So the worker starts the one after
+        it, and the two alternate."""
         todo = [k for k in range(self._next_timing, len(self._timings))
                 if self._timing_key(k) not in self._seen_times]
         if todo:
             self._next_timing = todo[0]
-        later = todo[self._skip:]
+        later = todo[1:]
         for k in later:
             if self._timing_key(k)[:2] in self._parsed or (
                     self._text_of is not None and self._text_of(*self._timing_key(k)[:2])):

@@ -375,12 +375,10 @@ class ProgramScorer:
             self.simulated += 1
             t = None
             if ahead is not None:
-                # the worker's time if it made it (waited for if it is making it), then the next
-                # planned job for the worker: the next timing while this one simulates here, the
-                # one after it when this one came from the worker (not before taking this one: a
-                # job it started just now would be waited for, not overlapped)
+                # the worker's time if it made it (waited for if it is making it); an idle
+                # worker is started on its next planned job (it then keeps itself busy)
                 t = ahead.take_time(c.name, self.options(proto, inst), sizes[i])
-                ahead.pump(skip=0 if t is None else 1)
+                ahead.pump()
             if t is None:
                 t = program_times_us(program, self.topology, [sizes[i]], model=model_of(proto),
                                      profile=self.xml.profile)[0]
