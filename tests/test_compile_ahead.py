@@ -90,6 +90,45 @@ def test_a_timing_made_ahead_is_the_program_models_and_the_next_one_is_left_to_t
         ahead.close()
 
 
+def test_a_range_file_made_ahead_is_the_inline_one_and_its_times_are_remembered():
+    from dataclasses import replace
+
+    from synth.builders import fully_connected
+    from synth.emit import emit_verified_xml
+    from synth.emit.variants import program_for_sizes
+    from synth.emit.xml_parse import parse_program
+    from synth.timing.program import CACHE_STATS, cached_times, program_model
+
+    topology, schedule = fully_connected(2), _pair()
+    full = XmlOptions(proto="LL", max_bytes=1 << 20)
+    ahead = CompileAhead(topology, None, "exec")
+    try:
+        ahead.plan_files([("pair", schedule, full, None, 1024, 4096, (1024, 4096)),
+                          ("pair", schedule, replace(full, instances=10_000), None, 0, 0, ())])
+        ahead.pump()        # the worker starts from the last job: the compiler refuses it
+        refused = ahead.take_file("pair", replace(full, instances=10_000), 0, 0)
+        with pytest.raises(SynthError) as exc:
+            emit_verified_xml(schedule, replace(full, instances=10_000))
+        assert refused == (exc.value.message, None)
+        whole, part = ahead.take_file("pair", full, 1024, 4096)
+    finally:
+        ahead.close()
+    def untimed(entry):     # a report's elapsed_s is the wall time its proof took
+        return entry[0], [replace(r, elapsed_s=0.0) for r in entry[1]]
+
+    text, reports = emit_verified_xml(schedule, full)
+    assert untimed(whole) == untimed((text, reports))
+    ranged, reports = program_for_sizes(parse_program(text, "pair.xml"), schedule, full, 1024, 4096)
+    assert untimed(part) == untimed((ranged, reports))
+    assert ahead.made_files == 2
+    simulated = CACHE_STATS.simulated
+    model = program_model(topology, "LL")
+    times = cached_times(ranged, topology, [1024, 4096], model=model)
+    assert CACHE_STATS.simulated == simulated, "the worker's times were not remembered"
+    from synth.timing.program import program_times_us
+    assert times == program_times_us(parse_program(ranged), topology, [1024, 4096], model=model)
+
+
 def test_when_it_compiles_ahead(monkeypatch):
     monkeypatch.setenv(compile_ahead.ENV, "1")
     assert wanted(0)

@@ -12,7 +12,7 @@ from ..emit.xml_parse import parse_program
 from ..select.candidates import SolveResult
 from ..select.ranking import SizeRange
 from ..sizes import format_size
-from ..timing.program import program_times_us
+from ..timing.program import cached_times, program_model
 from ..timing.protocol import RuntimeProfile, runtime_profile
 from ..topology import Topology
 
@@ -121,11 +121,15 @@ def program_times(written: Any, result: SolveResult, texts: dict[str, str],
     an XML; ``inf`` at a size no XML serves, such as one left to NCCL).
 
     ``texts``: the files to be written (absolute path -> text); they are timed before anything is
-    written, so a failure here leaves no file behind. Every XML was verified by the interpreter
-    when it was produced (``emit_verified_xml``).
+    written, so a failure here leaves no file behind. Times already found for the same text
+    (:func:`synth.timing.program.cached_times`: the range files' worker found them) are not
+    simulated again (nor parsed: a range's file is in its range's protocol). Every XML was
+    verified by the interpreter when it was produced (``emit_verified_xml``).
     """
     by_name = dict(texts)
     serving = {p.bytes: f for p, _, f in served_sizes(written, result)}
+    protos = {f: r.proto for r, f in zip(written.ranges, written.range_files, strict=True) if f}
+    models: dict[str, Any] = {}
     if not any(serving.values()):
         xml = [f for f in by_name if f.endswith(".xml")]
         if not xml or any(r.candidate is None for r in written.ranges):
@@ -134,7 +138,9 @@ def program_times(written: Any, result: SolveResult, texts: dict[str, str],
     out: dict[int, float] = {}
     for f in dict.fromkeys(v for v in serving.values() if v):
         mine = [n for n in sizes if serving.get(n) == f]
-        times = program_times_us(parse_program(by_name[f], f, profile), topology, mine,
-                                 calibration=calibration, profile=profile)
+        proto = protos.get(f) or parse_program(by_name[f], f, profile).proto
+        if proto not in models:
+            models[proto] = program_model(topology, proto, calibration)
+        times = cached_times(by_name[f], topology, mine, model=models[proto], profile=profile)
         out.update(zip(mine, times, strict=True))
     return [out.get(n, float("inf")) for n in sizes]

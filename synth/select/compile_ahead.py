@@ -72,11 +72,15 @@ TEXTS_KEPT = 4
 def _serve(conn: Any) -> None:
     """The worker: run each job it is sent until it is sent None.
 
-    The first message is the setup, (topology, calibration, profile), for timing jobs. A job is
-    (name, schedule or None, options, text or None, size or None, source): the schedule comes with
-    a name's first job only; the text where the scorer has it. Without a size the job is a compile
-    and the answer is the text, ``(message,)`` where the compiler refused; with a size it is a
-    timing, answered ``[text or None, µs]`` (the text when the worker compiled it for the job).
+    The first message is the setup, (topology, calibration, profile), for timing and file jobs.
+    A job is (kind, name, schedule or None, options, text or None, argument, source): the
+    schedule comes with a name's first job only; the text where the scorer has it.
+
+    * ``compile``: the answer is the text, ``(message,)`` where the compiler refused;
+    * ``time`` (argument: a size): ``[text or None, µs]`` (the text when the worker compiled it
+      for the job);
+    * ``file`` (argument: (min bytes, max bytes, sizes)): :func:`_range_file`.
+
     ``None`` answers a job where anything else went wrong (the caller then does it inline, which
     raises that error where it belongs)."""
     from collections import OrderedDict
@@ -90,6 +94,7 @@ def _serve(conn: Any) -> None:
     texts: OrderedDict[tuple[str, XmlOptions], str] = OrderedDict()
     programs: dict[tuple[str, XmlOptions], Any] = {}
     models: dict[str, Any] = {}
+    proven: dict[tuple[str, XmlOptions], tuple[str, tuple[Any, ...]] | str] = {}
 
     def keep(cache: OrderedDict, key: Any, value: Any, most: int) -> None:
         cache[key] = value
@@ -97,47 +102,102 @@ def _serve(conn: Any) -> None:
         while len(cache) > most:
             cache.popitem(last=False)
 
+    def model(proto: str) -> Any:
+        if proto not in models:
+            models[proto] = program_model(topology, proto, calibration)
+        return models[proto]
+
     while True:
         job = conn.recv()
         if job is None:
             return
-        name, schedule, options, text, size, source = job
+        kind, name, schedule, options, text, arg, source = job
         if schedule is not None:
             schedules[name] = schedule
         key = (name, options)
         try:
+            if kind == "file":
+                conn.send(_range_file(schedules[name], name, options, text, *arg, proven,
+                                      topology, model, profile))
+                continue
             made = None
-            if size is None or key not in programs:
+            if kind == "compile" or key not in programs:
                 if text is None:
                     text = texts.get(key)
                 if text is None:
                     text = made = emit_xml_text(schedules[name], options)
-                if size is None:
+                if kind == "compile":
                     keep(texts, key, text, TEXTS_KEPT)
                     conn.send(text)
                     continue
             if key not in programs:
                 programs[key] = parse_program(text, source, profile)
-            program = programs[key]
-            if options.proto not in models:
-                models[options.proto] = program_model(topology, options.proto, calibration)
-            conn.send([made, program_times_us(program, topology, [size], model=models[options.proto],
-                                              profile=profile)[0]])
+            conn.send([made, program_times_us(programs[key], topology, [arg],
+                                              model=model(options.proto), profile=profile)[0]])
         except SynthError as exc:
-            conn.send((exc.message,) if size is None else None)
+            conn.send((exc.message,) if kind == "compile" else None)
         except Exception:
             conn.send(None)
 
 
-def wanted(total_transfers: int) -> bool:
+def _range_file(schedule: Schedule, name: str, options: XmlOptions, text: str | None,
+                min_bytes: int, max_bytes: int, sizes: tuple[int, ...],
+                proven: dict[tuple[str, XmlOptions], Any], topology: Any,
+                model: Callable[[str], Any], profile: str) -> tuple[Any, Any, list[float] | None]:
+    """A file job: what :func:`synth.select.ranking.ranged_xml` makes of a candidate's full-range
+    compile under ``options`` for ``min_bytes..max_bytes`` (the range's own bounds, as
+    :func:`~synth.select.ranking.range_options` sets them), by the very calls it makes.
+
+    Returns (the full-range entry: (text, reports) proven by the interpreter, ``text`` when
+    given else compiled, or the message why there is none; the range's entry likewise, None
+    where the bounds are the full range's or there is no full-range file; the program model's
+    times of the range's file at ``sizes``, None where there is no file or no sizes).
+    ``proven``: the full-range entries made so far (several ranges share one)."""
+    from ..emit import emit_verified_xml, verify_text
+    from ..emit.variants import program_for_sizes
+    from ..emit.xml_parse import parse_program
+    from ..timing.program import program_times_us
+
+    key = (name, options)
+    if key not in proven:
+        try:
+            if text is not None:
+                proven[key] = (text, tuple(verify_text(text, schedule, options)[1]))
+            else:
+                made, reports = emit_verified_xml(schedule, options)
+                proven[key] = (made, tuple(reports))
+        except SynthError as exc:
+            proven[key] = exc.message
+    whole = proven[key]
+    if isinstance(whole, str):
+        return whole, None, None
+    part = None
+    if (min_bytes, max_bytes) != (options.min_bytes, options.max_bytes):
+        try:
+            program = parse_program(whole[0], f"{name}.xml", options.profile)
+            ranged, reports = program_for_sizes(program, schedule, options, min_bytes, max_bytes,
+                                                name)
+            part = (ranged, tuple(reports))
+        except SynthError as exc:
+            part = exc.message
+    file = whole if part is None else part
+    times = None
+    if sizes and not isinstance(file, str):
+        times = program_times_us(parse_program(file[0], f"{name}.xml", profile), topology,
+                                 list(sizes), model=model(options.proto), profile=profile)
+    return whole, part, times
+
+
+def wanted(total_transfers: int, minimum: int = MIN_TRANSFERS) -> bool:
     """Whether a scorer should compile ahead; ``total_transfers``: its candidates' transfers
-    times the forms (protocol, instances) it may compile each in."""
+    times the forms (protocol, instances) it may compile each in (or the transfers of the jobs
+    planned, against their own ``minimum``)."""
     raw = os.environ.get(ENV, "").strip()
     if raw in ("0", "1"):
         return raw == "1"
     if raw:
         raise SynthError(f"{ENV} must be 0 or 1, got {raw!r}")
-    if total_transfers < MIN_TRANSFERS:
+    if total_transfers < minimum:
         return False
     from ..cores import idle_cores, in_worker
 
@@ -184,11 +244,17 @@ class CompileAhead:
         """What the worker was sent a timing of: it keeps those programs, so no text is sent again."""
         self._made: list[tuple[str, XmlOptions]] = []
         """The texts the worker compiled for timings, oldest first (at most TEXTS_KEPT kept)."""
+        self._files: list[tuple[str, Schedule, XmlOptions, str | None, int, int, tuple[int, ...]]] = []
+        self._seen_files: set[tuple[str, XmlOptions, int, int]] = set()
+        self._file_results: dict[tuple[str, XmlOptions, int, int], Any] = {}
+        self._models: dict[str, Any] = {}
         self.broken = False
         self.compiled = 0
         """Jobs whose text the scorer took from the worker."""
         self.timed = 0
         """Timings the scorer took from the worker."""
+        self.made_files = 0
+        """File jobs the caller took from the worker."""
 
     def plan(self, jobs: Iterable[tuple[str, Schedule, XmlOptions]]) -> None:
         """The compiles to run, most wanted first (jobs already made or taken are skipped)."""
@@ -202,6 +268,16 @@ class CompileAhead:
         with self._lock:
             self._timings = list(jobs)
             self._next_timing = 0
+
+    def plan_files(self, jobs: Iterable[tuple[str, Schedule, XmlOptions, str | None, int, int,
+                                              tuple[int, ...]]]) -> None:
+        """The range files to make, in the order the caller will ask for them: (name, schedule,
+        full-range options, the full-range text or None to compile it, the range's min and max
+        bytes, the sizes to time its file at). The worker takes them from the last one back
+        while the caller works from the first, so the two meet once, in the middle, and neither
+        waits for the other before then (:func:`_range_file`). Replaces the last plan."""
+        with self._lock:
+            self._files = list(jobs)
 
     def done_inline(self, name: str, options: XmlOptions) -> None:
         """The caller made this one itself: the worker need not."""
@@ -236,11 +312,19 @@ class CompileAhead:
             key = (name, options)
             if key in self._seen:
                 continue
-            self._send(("compile", key), (name, schedule, options, None, None, name))
+            self._send(("compile", key), ("compile", name, schedule, options, None, None, name))
             self._seen.add(key)
             return
         if later:
             self._start_timing(later[0])
+            return
+        for name, schedule, options, text, lo, hi, sizes in reversed(self._files):
+            key = (name, options, lo, hi)
+            if key not in self._seen_files:
+                self._send(("file", key), ("file", name, schedule, options, text, (lo, hi, sizes),
+                                           name))
+                self._seen_files.add(key)
+                return
 
     def _timing_key(self, k: int) -> tuple[str, XmlOptions, int]:
         name, _, options, size, _ = self._timings[k]
@@ -252,15 +336,15 @@ class CompileAhead:
         text = None
         if (name, options) not in self._parsed and self._text_of is not None:
             text = self._text_of(name, options)
-        self._send(("time", key), (name, schedule, options, text, size, source))
+        self._send(("time", key), ("time", name, schedule, options, text, size, source))
         self._seen_times.add(key)
         self._parsed.add((name, options))
 
     def _send(self, current: tuple[str, Any], job: tuple) -> None:
-        name, schedule = job[0], job[1]
+        kind, name, schedule = job[:3]
         try:
             self._start()
-            self._conn.send((name, None if name in self._sent else schedule, *job[2:]))
+            self._conn.send((kind, name, None if name in self._sent else schedule, *job[3:]))
         except Exception:   # no process, or it died: everything inline from here
             self._fail()
             return
@@ -294,6 +378,36 @@ class CompileAhead:
                 self.timed += 1
             return got
 
+    def take_file(self, name: str, options: XmlOptions, min_bytes: int, max_bytes: int
+                  ) -> tuple[Any, Any] | None:
+        """A planned file job's (full-range entry, range entry) (:func:`_range_file`), waiting
+        for it only if the worker is making it now; None: make it inline (the worker will not
+        start it after this). The times the worker found for the range's file are remembered
+        where :func:`synth.timing.program.cached_times` looks (the same text, topology, model
+        and profile: the same times)."""
+        key = (name, options, min_bytes, max_bytes)
+        with self._lock:
+            self._seen_files.add(key)
+            while self._current == ("file", key):
+                self._lock.wait()
+            got = self._file_results.pop(key, None)
+        if got is None:
+            return None
+        whole, part, times = got
+        if times is not None:
+            from ..timing.program import program_model, remember_times
+
+            topology, calibration, profile = self._setup
+            if options.proto not in self._models:
+                self._models[options.proto] = program_model(topology, options.proto, calibration)
+            sizes = next(job[6] for job in self._files if job[0] == name and job[2] == options
+                         and job[4:6] == (min_bytes, max_bytes))
+            text = (whole if part is None else part)[0]
+            remember_times(text, topology, sizes, times, model=self._models[options.proto],
+                           profile=profile)
+        self.made_files += 1
+        return whole, part
+
     def _feed(self) -> None:
         """The thread: each answer the worker sends is filed, and the worker given its next job."""
         conn = self._conn
@@ -318,6 +432,9 @@ class CompileAhead:
         (kind, key), self._current = self._current, None
         if kind == "compile":
             self._results[key] = got
+        elif kind == "file":
+            if got is not None:
+                self._file_results[key] = got
         elif got is not None:
             made, time_us = got
             if made is not None and key[:2] not in self._results:

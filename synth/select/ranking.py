@@ -20,14 +20,20 @@ from ..emit.variants import program_for_sizes
 from ..emit.xml_parse import parse_program
 from ..errors import SynthError
 from ..mscclpp.emit import emit_verified_plan
-from ..timing.program import program_model, program_times_us
+from ..timing.program import cached_times, program_model
 from .buckets import make_buckets, runs_at
 from .candidates import Candidate, SolveResult
 from .compile_ahead import CompileAhead, wanted
 from .nccl import NCCL, runtime_times, with_nccl
-from .program_scorer import XmlCache, compiled_xml
+from .program_scorer import COMPILED, XmlCache, compiled_xml
 from .ranges import NEAR_TIE, BucketTuning, Config, Range, choose
 from .scorers import Scorer, lockstep_scorer
+
+MIN_FILE_TRANSFERS = 20_000
+"""Make the range files on a spare core (:func:`_files_ahead`) only when their schedules' transfers
+reach this: proving and timing a file takes about 0.13 ms per transfer of its schedule (the dgx1 x
+8 group of :func:`_files_ahead`: 19 s for 14 files of 146,000 transfers in all), a spawned
+worker about a second to start."""
 
 
 @dataclass(frozen=True)
@@ -191,15 +197,23 @@ def ranged_xml(cache: XmlCache, candidate: Candidate, xml: XmlOptions, cfg: Conf
     op goes) use the byte bounds, so a range's own compile can be another program, and it was:
     a ``rail_blocks`` x2 range file on dgx_h100 x 8 took 14,336 steps and 372.64 µs at 1 KB where
     the compile that won its range took 896 steps and 36.24 µs. A program compiled for every size
-    up to ``xml.max_bytes`` runs at any size in a range inside it."""
+    up to ``xml.max_bytes`` runs at any size in a range inside it.
+
+    ``ahead``: a worker that may have made the file already (:meth:`CompileAhead.plan_files`:
+    the same calls, so the same text and proofs)."""
     full = replace(xml, proto=cfg.proto, instances=cfg.instances)
-    got = compiled_xml(cache, candidate, full, ahead)
-    if isinstance(got, str):
-        return got
     ranged = range_options(full, lo, hi)
-    if (ranged.min_bytes, ranged.max_bytes) == (full.min_bytes, full.max_bytes):
-        return got
+    same = (ranged.min_bytes, ranged.max_bytes) == (full.min_bytes, full.max_bytes)
     key = (candidate.name, ranged)
+    if ahead is not None and ((candidate.name, full) not in cache or (not same and key not in cache)):
+        made = ahead.take_file(candidate.name, full, ranged.min_bytes, ranged.max_bytes)
+        if made is not None:
+            cache.setdefault((candidate.name, full), made[0])
+            if made[1] is not None:
+                cache.setdefault(key, made[1])
+    got = compiled_xml(cache, candidate, full, ahead)
+    if isinstance(got, str) or same:
+        return got
     if key not in cache:
         try:
             program = parse_program(got[0], f"{candidate.name}.xml", xml.profile)
@@ -237,6 +251,19 @@ def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer = l
             xml = None
     tunings, lookup = rank_sizes(result, xml, model)
     made: XmlCache = getattr(model, "compiled", {})
+    ahead = (_files_ahead(result, tunings, lookup, xml, model, made, split)
+             if xml is not None and plan is None else None)
+    try:
+        return _choose_ranges(result, xml, model, plan, split, notes, tunings, lookup, made, ahead)
+    finally:
+        if ahead is not None:
+            ahead.close()
+
+
+def _choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer, plan: Any,
+                   split: bool, notes: list[str], tunings: list[BucketTuning],
+                   lookup: dict[Config, Candidate | None], made: XmlCache,
+                   ahead: CompileAhead | None) -> tuple[list[SizeRange], list[str]]:
     plans: dict[tuple[str, int, int, int], tuple[str, tuple[Any, ...]] | str] = {}
 
     def attempt(r: Range) -> str | None:
@@ -249,7 +276,7 @@ def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer = l
                                            r.config.instances)
             got = plans[key]
         else:
-            got = ranged_xml(made, lookup[r.config], xml, r.config, r.lo, r.hi)
+            got = ranged_xml(made, lookup[r.config], xml, r.config, r.lo, r.hi, ahead)
         return got if isinstance(got, str) else None
 
     choice = choose(tunings, attempt, NEAR_TIE)
@@ -275,17 +302,12 @@ def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer = l
                                 decided_by=by(inside[-1]) if by is not None and inside else None))
     if split and xml is not None and plan is None:
         paired = []
-        ahead = _companions_ahead(ranges, xml)
-        try:
-            for r in ranges:
-                r, why = out_of_place_companion(result, r, xml, made, model, ahead)
-                paired.append(r)
-                if why:
-                    notes.append(f"out-of-place calls of {r.lo}..{r.hi or 'unbounded'} bytes are "
-                                 f"left to NCCL: {why}")
-        finally:
-            if ahead is not None:
-                ahead.close()
+        for r in ranges:
+            r, why = out_of_place_companion(result, r, xml, made, model, ahead)
+            paired.append(r)
+            if why:
+                notes.append(f"out-of-place calls of {r.lo}..{r.hi or 'unbounded'} bytes are "
+                             f"left to NCCL: {why}")
         ranges = paired
     several = len(model_forms(model, xml)) > 1
     notes += [f"{cfg.family}{f' {cfg.proto} x{cfg.instances}' if several else ''} passed over: "
@@ -312,18 +334,43 @@ def splits_call_kinds(collective: Any, xml: XmlOptions | None) -> bool:
             and collective.kind != "alltoall")
 
 
-def _companions_ahead(ranges: Sequence[SizeRange], xml: XmlOptions) -> CompileAhead | None:
-    """A worker compiling the ranges' out-of-place files in order (:mod:`.compile_ahead`), while
-    this process proves and times the one before; None where that does not pay."""
-    jobs = {}
-    for r in ranges:
-        if r.candidate is not None and r.text is not None and r.sizes:
-            options = replace(xml, inplace=False, proto=r.proto, instances=r.instances)
-            jobs.setdefault((r.candidate.name, options), r.candidate.schedule)
-    if not wanted(sum(s.num_transfers for s in jobs.values())):
+def _files_ahead(result: SolveResult, tunings: Sequence[BucketTuning],
+                 lookup: dict[Config, Candidate | None], xml: XmlOptions, model: Scorer,
+                 made: XmlCache, split: bool) -> CompileAhead | None:
+    """A worker making the range files :func:`choose_ranges` will most likely ask for -- each
+    range's in-place file and, with ``split``, its out-of-place one, both proven and timed at the
+    range's sizes -- while this process makes them from the first (:meth:`CompileAhead.plan_files`);
+    None where that does not pay (:data:`MIN_FILE_TRANSFERS`).
+
+    The ranges are :func:`choose`'s first pass with every file assumed to exist (what it returns
+    unless a file cannot be made; a range it then changes is made inline). Measured on one group
+    of ``synth solve --topo dgx1 --nodes 8 --concurrent stride:8 --coll allreduce``: the winners
+    stage (7 ranges, 14 files) took 19 s of the solving process under py-spy before this, every
+    proof and timing made there."""
+    sizes = [p.bytes for p in result.best.costs]
+    decided = getattr(model, "decided_by", None)
+    jobs, companions = [], []
+    for r in choose(tunings, lambda _r: None, NEAR_TIE).ranges:
+        cand = lookup[r.config]
+        if cand is None:
+            continue
+        inside = tuple(s for s in sizes if s >= r.lo and (not r.hi or s <= r.hi))
+        full = replace(xml, proto=r.config.proto, instances=r.config.instances)
+        ranged = range_options(full, r.lo, r.hi)
+        text = made.get((cand.name, full, COMPILED))
+        jobs.append((cand.name, cand.schedule, full, text[0] if isinstance(text, tuple) else None,
+                     ranged.min_bytes, ranged.max_bytes, inside))
+        if split and inside:
+            out = range_options(replace(full, inplace=False), r.lo, r.hi)
+            timed = decided is not None and all(decided(s) == "program" for s in inside)
+            companions.append((cand.name, cand.schedule, replace(full, inplace=False), None,
+                               out.min_bytes, out.max_bytes, inside if timed else ()))
+    jobs += companions
+    if not wanted(sum(job[1].num_transfers for job in jobs), MIN_FILE_TRANSFERS):
         return None
-    ahead = CompileAhead()
-    ahead.plan((name, schedule, options) for (name, options), schedule in jobs.items())
+    ahead = CompileAhead(result.topology, getattr(model, "calibration", None), xml.profile)
+    ahead.plan_files(jobs)
+    ahead.pump()
     return ahead
 
 
@@ -348,16 +395,13 @@ def out_of_place_companion(result: SolveResult, r: SizeRange, xml: XmlOptions, c
         return r, None
     cfg = _config(cand, r.proto, r.instances)
     got = ranged_xml(cache, cand, replace(xml, inplace=False), cfg, r.lo, r.hi, ahead)
-    if ahead is not None:
-        ahead.pump()        # the next range's compile, while this one is proven and timed
     if isinstance(got, str):
         return r, f"no out-of-place file: {got}"
     decided = getattr(model, "decided_by", None)
     if decided is not None and all(decided(s) == "program" for s in r.sizes):
-        program = parse_program(got[0], f"{cand.name}.xml", xml.profile)
         timing = program_model(result.topology, r.proto, getattr(model, "calibration", None))
-        times = tuple(program_times_us(program, result.topology, list(r.sizes), model=timing,
-                                       profile=xml.profile))
+        times = tuple(cached_times(got[0], result.topology, list(r.sizes), model=timing,
+                                   profile=xml.profile))
     else:       # ranked by lock-step: one schedule, one wire time for both kinds
         times = r.model_us
     nccl = {p.bytes: p.time_us for p in result.nccl or ()}

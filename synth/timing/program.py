@@ -102,7 +102,7 @@ __all__ = ["BUS_FACTOR", "CACHE_STATS", "MAX_COUNT", "NVLINK_EFFICIENCY", "SIMPL
            "STEP_US", "CacheStats", "ProgramModel", "ProgramPoint", "ProgramTimes",
            "ProgramTiming", "Slicing", "TimingStore", "cached_times", "effective_chunk_bytes",
            "in_size_range", "not_a_gpu", "program_model", "program_time", "program_times_us",
-           "slicing", "sweep", "time_lower_bound", "time_lower_bounds", "write_trace"]
+           "remember_times", "slicing", "sweep", "time_lower_bound", "time_lower_bounds", "write_trace"]
 
 NVLINK_EFFICIENCY = {"volta": 20.0 / 25.0, "ampere": 20.0 / 25.0, "hopper": 20.6 / 25.0}
 """NCCL's usable NVLink bandwidth per lane over the nominal 25 GB/s per direction: NVIDIA/nccl
@@ -290,6 +290,15 @@ def cached_times(text: str, topology: Topology, sizes: Sequence[int], *,
         if key is not None:
             store.put(key, dict(zip(missing, fresh, strict=True)))  # type: ignore[union-attr]
     return [out[int(n)] for n in sizes]
+
+
+def remember_times(text: str, topology: Topology, sizes: Sequence[int], times: Sequence[float],
+                   *, model: ProgramModel, profile: str = "exec") -> None:
+    """Remember ``times`` of ``text`` at ``sizes`` (:func:`program_times_us` under ``model``
+    and ``profile``, made elsewhere: another process) where :func:`cached_times` looks."""
+    group = (_digest(text), topology.content_hash, model_figures(model), profile)
+    for n, t in zip(sizes, times, strict=True):
+        _remember(group, int(n), t)
 
 
 def _remember(group: tuple, nbytes: int, t: float) -> float:
