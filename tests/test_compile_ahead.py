@@ -90,6 +90,34 @@ def test_a_timing_made_ahead_is_the_program_models_and_the_next_one_is_left_to_t
         ahead.close()
 
 
+def test_while_the_worker_times_one_the_caller_times_the_next_planned_ones():
+    """No worker process here: the state of one timing the next job (``_current``) is set by
+    hand, and the caller's inline timing plays the worker finishing it."""
+    simple = XmlOptions()
+    jobs = [("pair", None, simple, size, "pair.xml") for size in (1, 2, 3, 4)]
+    ahead = CompileAhead()
+    ahead.plan_times(jobs)
+    ahead._seen_times.add(("pair", simple, 1))      # the caller took the first itself
+    ahead._current = ("time", ("pair", simple, 2))  # the worker times the second
+    ahead._seen_times.add(("pair", simple, 2))
+    made = []
+
+    def inline(name, options, size):
+        made.append(size)
+        if size == 4:       # the worker answers while the caller times the fourth
+            with ahead._lock:
+                ahead._current = None
+                ahead._times[("pair", simple, 2)] = 20.0
+        return None if size == 3 else 10.0 * size   # no program at hand for the third
+
+    assert ahead.take_time("pair", simple, 2, inline) == 20.0
+    assert made == [3, 4] and ahead.timed == 1
+    assert ahead.take_time("pair", simple, 4) == 40.0, "the caller's own time is kept for it"
+    assert ahead.timed == 1
+    assert ("pair", simple, 3) not in ahead._seen_times, "the third is left to whoever gets to it"
+    ahead.close()
+
+
 def test_a_range_file_made_ahead_is_the_inline_one_and_its_times_are_remembered():
     from dataclasses import replace
 

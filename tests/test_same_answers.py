@@ -66,8 +66,8 @@ def test_compiling_ahead_on_a_spare_core_writes_the_same_bytes(tmp_path: Path, m
     timed: list[bool] = []
     real_time = compile_ahead.CompileAhead.take_time
 
-    def take_time(self, name, options, size):
-        got = real_time(self, name, options, size)
+    def take_time(self, name, options, size, *inline):
+        got = real_time(self, name, options, size, *inline)
         timed.append(got is not None)
         return got
 

@@ -344,6 +344,15 @@ class ProgramScorer:
                 models[proto] = program_model(self.topology, proto, self.calibration)
             return models[proto]
 
+        def time_parsed(name: str, options: XmlOptions, size: int) -> float | None:
+            """A planned timing made here while the worker makes another (the time
+            :func:`simulate` would find), or None where the program is not parsed yet."""
+            program = self._programs.get((name, options.proto, options.instances))
+            if program is None:
+                return None
+            return program_times_us(program, self.topology, [size], model=model_of(options.proto),
+                                    profile=self.xml.profile)[0]
+
         def runs(c: Candidate, inst: int, i: int) -> bool:
             return bool(runs_at(np.array([sizes[i]]), c.schedule.collective.buffer_chunks,
                                 inst)[0])
@@ -377,7 +386,7 @@ class ProgramScorer:
             if ahead is not None:
                 # the worker's time if it made it (waited for if it is making it); an idle
                 # worker is started on its next planned job (it then keeps itself busy)
-                t = ahead.take_time(c.name, self.options(proto, inst), sizes[i])
+                t = ahead.take_time(c.name, self.options(proto, inst), sizes[i], time_parsed)
                 ahead.pump()
             if t is None:
                 t = program_times_us(program, self.topology, [sizes[i]], model=model_of(proto),
