@@ -171,3 +171,20 @@ def test_when_it_compiles_ahead(monkeypatch):
     assert not wanted(10**9)
     monkeypatch.setattr("synth.cores.idle_cores", lambda: 2)
     assert wanted(10**9)
+
+
+def test_this_processes_own_finished_workers_are_not_counted_as_others_load(monkeypatch):
+    import time
+
+    from synth import cores
+
+    monkeypatch.setattr(cores.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(cores, "_OWN_WORKERS", [])
+    monkeypatch.setattr(cores.os, "getloadavg", lambda: (1.6, 1.0, 1.0))
+    assert cores.idle_cores() == 1      # 0.6 of another's load: no spare core
+    now = time.monotonic()
+    cores.worker_ran(now - 46.0, now)   # ours: it adds 1 - e^(-46/60) = 0.54 of that
+    assert cores._own_load(now) == pytest.approx(0.535, abs=0.001)
+    assert cores.idle_cores() == 2
+    monkeypatch.setattr(cores.os, "getloadavg", lambda: (2.3, 1.0, 1.0))
+    assert cores.idle_cores() == 1      # and not more: another still runs beside us
