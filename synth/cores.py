@@ -2,15 +2,14 @@
 
 Worker processes (stage 3 of the MILP, compiling XML ahead of the program model) pay only where a
 core would otherwise sit idle: on a busy machine they add their start-up and take cycles from the
-process that waits for them. So the default counts the cores the 1-minute load average leaves free
-besides this process, and nothing runs beside a process that is itself a worker (``synth
+process that waits for them. So the default counts the cores other processes leave idle now
+(:func:`idle_cores`), and nothing runs beside a process that is itself a worker (``synth
 catalog``'s pool already shares the cores among its solves). What runs where never changes an
 answer: every parallel path here returns exactly what its inline path returns.
 """
 
 from __future__ import annotations
 
-import math
 import multiprocessing
 import os
 import time
@@ -21,39 +20,54 @@ def in_worker() -> bool:
     return multiprocessing.parent_process() is not None
 
 
-_OWN_WORKERS: list[tuple[float, float]] = []
-"""(start, end) on :func:`time.monotonic` of the worker processes this process ran
-(:func:`worker_ran`), the last few."""
-LOAD_WINDOW_S = 60.0
-"""The 1-minute load average's time constant: it decays by e every minute (Linux
-``kernel/sched/loadavg.c``, ``EXP_1``)."""
+SAMPLE_S = 0.2
+"""How long :func:`busy_elsewhere` watches the CPUs (at the kernel's 100 ticks a second on 2 cores,
+40 ticks: a quarter of a core's resolution is enough to tell a busy core from an idle one)."""
 
 
-def worker_ran(start: float, end: float) -> None:
-    """Record that a worker process of this one was busy from ``start`` to ``end``
-    (:func:`time.monotonic`), so that :func:`idle_cores` does not count it as another's load."""
-    _OWN_WORKERS.append((start, end))
-    del _OWN_WORKERS[:-8]
+def _cpu_ticks() -> tuple[int, int]:
+    """(all, idle) CPU time of the whole machine so far, in kernel ticks (``/proc/stat``: user,
+    nice, system, idle, iowait, irq, softirq, steal; idle counts idle and iowait)."""
+    with open("/proc/stat", encoding="ascii") as f:
+        ticks = [int(x) for x in f.readline().split()[1:9]]
+    return sum(ticks), ticks[3] + ticks[4]
 
 
-def _own_load(now: float) -> float:
-    """What this process's finished workers still add to the 1-minute load average: one that ran
-    for T seconds and stopped s seconds ago, (1 - e^(-T/60)) e^(-s/60) (as if always runnable)."""
-    return sum((1.0 - math.exp(-(end - start) / LOAD_WINDOW_S))
-               * math.exp(-max(0.0, now - end) / LOAD_WINDOW_S) for start, end in _OWN_WORKERS)
+def busy_elsewhere(window_s: float = SAMPLE_S) -> float | None:
+    """Cores that processes other than this one keep busy now: the machine's busy CPU time over
+    ``window_s`` less this process's own, in cores; None where the kernel does not say
+    (no ``/proc/stat``)."""
+    try:
+        all0, idle0 = _cpu_ticks()
+        own0, t0 = sum(os.times()[:2]), time.monotonic()
+        time.sleep(window_s)
+        all1, idle1 = _cpu_ticks()
+        own1, t1 = sum(os.times()[:2]), time.monotonic()
+    except (OSError, ValueError, IndexError):
+        return None
+    ticks = all1 - all0
+    if ticks <= 0 or t1 <= t0:
+        return None
+    cores = os.cpu_count() or 1
+    busy = cores * (ticks - (idle1 - idle0)) / ticks
+    return max(0.0, busy - (own1 - own0) / (t1 - t0))
 
 
 def idle_cores() -> int:
-    """Cores free for this process and its workers: the machine's, less the runnable processes
-    besides this one over the last minute (rounded; at least 1).
+    """Cores free for this process and its workers: the machine's, less those other processes keep
+    busy (rounded; at least 1).
 
-    This process's own workers that have stopped are not others: on ``synth solve --topo dgx1
-    --nodes 8 --concurrent stride:8 --coll allreduce`` the program model's worker, busy for 46 s,
-    still adds about 0.54 (:func:`_own_load`) when the range files are to be made; counted as
-    another's, it read as a busy core under py-spy and kept that stage on one."""
+    Measured now (:func:`busy_elsewhere`), not by the 1-minute load average: that average still
+    counts, for a minute or more, what this process's own finished workers and the commands run
+    just before it did. Run right after another solve, ``synth solve --topo dgx1 --nodes 8
+    --concurrent stride:8 --coll allreduce`` started at load 1.5-1.7 on the 2-core machine and so
+    ran without its program model's worker (78-84 s where it takes 58-69 s with it). The load
+    average stands in where the kernel gives no CPU times (less this process: one)."""
     cores = os.cpu_count() or 1
-    try:
-        others = max(0.0, os.getloadavg()[0] - 1.0 - _own_load(time.monotonic()))
-    except (AttributeError, OSError):
-        others = 0.0
+    others = busy_elsewhere()
+    if others is None:
+        try:
+            others = max(0.0, os.getloadavg()[0] - 1.0)
+        except (AttributeError, OSError):
+            others = 0.0
     return max(1, int(cores - others + 0.5))

@@ -173,18 +173,31 @@ def test_when_it_compiles_ahead(monkeypatch):
     assert wanted(10**9)
 
 
-def test_this_processes_own_finished_workers_are_not_counted_as_others_load(monkeypatch):
-    import time
+def test_idle_cores_are_those_other_processes_leave_idle_now(monkeypatch):
+    from types import SimpleNamespace
 
     from synth import cores
 
-    monkeypatch.setattr(cores.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(cores, "_OWN_WORKERS", [])
-    monkeypatch.setattr(cores.os, "getloadavg", lambda: (1.6, 1.0, 1.0))
-    assert cores.idle_cores() == 1      # 0.6 of another's load: no spare core
-    now = time.monotonic()
-    cores.worker_ran(now - 46.0, now)   # ours: it adds 1 - e^(-46/60) = 0.54 of that
-    assert cores._own_load(now) == pytest.approx(0.535, abs=0.001)
+    def machine(busy_ticks, own_s):     # this module's os and time, as they read 0.2 s apart
+        ticks = iter([(0, 0), (40, 40 - busy_ticks)])
+        clock = iter([0.0, 0.2])
+        own = iter([(0.0, 0.0), (own_s, 0.0)])
+        monkeypatch.setattr(cores, "_cpu_ticks", lambda: next(ticks))
+        monkeypatch.setattr(cores, "time", SimpleNamespace(sleep=lambda s: None,
+                                                           monotonic=lambda: next(clock)))
+        monkeypatch.setattr(cores, "os", SimpleNamespace(
+            cpu_count=lambda: 2, getloadavg=lambda: (1.9, 1.0, 1.0), times=lambda: next(own)))
+
+    machine(20, 0.2)        # one core busy, and it is this process: the load average is stale
     assert cores.idle_cores() == 2
-    monkeypatch.setattr(cores.os, "getloadavg", lambda: (2.3, 1.0, 1.0))
-    assert cores.idle_cores() == 1      # and not more: another still runs beside us
+    machine(40, 0.2)        # both busy, one by another process
+    assert cores.idle_cores() == 1
+    machine(10, 0.0)        # a quarter of the ticks busy: half a core elsewhere
+    assert cores.busy_elsewhere() == pytest.approx(0.5)
+
+    def no_proc():
+        raise OSError("no /proc/stat")
+
+    monkeypatch.setattr(cores, "_cpu_ticks", no_proc)
+    assert cores.busy_elsewhere() is None
+    assert cores.idle_cores() == 1      # the load average stands in: 0.9 of another's load

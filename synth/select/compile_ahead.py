@@ -229,7 +229,6 @@ class CompileAhead:
         self._setup = (topology, calibration, profile)
         self._text_of = text_of
         self._proc: Any = None
-        self._started = 0.0
         self._conn: Any = None
         self._thread: Any = None
         self._lock = threading.Condition()
@@ -492,9 +491,7 @@ class CompileAhead:
         if self._proc is None:
             import multiprocessing
             import threading
-            import time
 
-            self._started = time.monotonic()
             ctx = multiprocessing.get_context("spawn")
             self._conn, child = ctx.Pipe()
             self._proc = ctx.Process(target=_serve, args=(child,), daemon=True,
@@ -514,15 +511,10 @@ class CompileAhead:
 
     def _stop(self) -> None:
         if self._proc is not None:
-            import time
-
-            from ..cores import worker_ran
-
             self._proc.terminate()
             self._proc.join()
             self._conn.close()
             self._proc = self._conn = None
-            worker_ran(self._started, time.monotonic())
 
     def close(self) -> None:
         """Stop the worker at once (a job it is doing is dropped)."""

@@ -31,9 +31,9 @@ from .scorers import Scorer, lockstep_scorer
 
 MIN_FILE_TRANSFERS = 20_000
 """Make the range files on a spare core (:func:`_files_ahead`) only when their schedules' transfers
-reach this: proving and timing a file takes about 0.13 ms per transfer of its schedule (the dgx1 x
-8 group of :func:`_files_ahead`: 19 s for 14 files of 146,000 transfers in all), a spawned
-worker about a second to start."""
+reach this: making a file took about 0.13 ms per transfer of its schedule (the dgx1 x 8 group of
+:func:`_files_ahead`: 19 s under py-spy for 14 files whose schedules total 147,840 transfers), a
+spawned worker about a second to start."""
 
 
 @dataclass(frozen=True)

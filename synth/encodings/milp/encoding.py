@@ -332,8 +332,8 @@ def _schedule_in_worker(tasks: Tasks, initial: list[int], chunk_mb: float, windo
 
 PARALLEL_WORKERS: int | None = None
 """Processes the scheduling MILPs (stage 3) run on. None: ``SYNTH_MILP_WORKERS`` when set, else
-the cores other processes leave idle (``os.cpu_count()`` less the 1-minute load average besides this
-process) capped at :data:`MAX_WORKERS`, and only for a request big enough to pay for the
+the cores other processes leave idle (:func:`synth.cores.idle_cores`) capped at
+:data:`MAX_WORKERS`, and only for a request big enough to pay for the
 workers' start (:data:`PARALLEL_MIN_TASKS`) made outside a worker process (a catalog's workers
 already share the cores). Why the load: on a busy machine the workers only add their start-up;
 measured with ``benchmarks/speed.py`` beside a CI run (load average about 3 on 2 cores), the main
