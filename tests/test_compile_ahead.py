@@ -34,6 +34,13 @@ def test_the_workers_text_is_the_compilers_and_a_refusal_is_its_message():
             got.append(ahead.take("pair", options))
         assert got[0] == emit_xml_text(schedule, simple)
         assert got[1] == emit_xml_text(schedule, ll)
+        # the worker's parse came with each text, taken as this process's own
+        import hashlib
+
+        from synth.emit import xml_parse
+        for text in got[:2]:
+            kept = xml_parse._PARSED[(hashlib.sha256(text.encode()).hexdigest(), "exec")][1]
+            assert kept == xml_parse.parse_program.__wrapped__.__wrapped__(text, "pair.xml")
         with pytest.raises(SynthError) as exc:
             emit_xml_text(schedule, refused)
         assert got[2] == (exc.value.message,)

@@ -37,10 +37,13 @@ path makes. A job the worker has not started when the scorer needs it is done in
 is never waited on for work it has not begun), and a worker that dies or raises anything but the
 compiler's own refusal (:class:`synth.errors.SynthError`) only sends its job back inline.
 
-Memory: the worker holds the schedules it was sent, the last :data:`TEXTS_KEPT` texts it
-compiled, the programs it timed (parsed once each: the scorer keeps every program it times too,
-and a worker that parsed again for each size would be slower than the scorer it is to help), and
-one job at a time, under the address space cap it inherits from the solve
+Parsing: the worker parses each text it compiles (once: the scorer keeps every program it times
+too, and a worker that parsed again for each size would be slower than the scorer it is to help)
+and sends the program with the text, which the scorer's process takes as its own parse
+(:func:`synth.emit.xml_parse.remember_parsed`) instead of parsing the text again.
+
+Memory: the worker holds the schedules it was sent, the programs it compiled or timed, and one
+job at a time, under the address space cap it inherits from the solve
 (:func:`synth.guards.memory_backstop`): each process is bounded as the
 solving process is, so the two together may hold up to twice that cap (the MILP's stage-3
 workers are bounded the same way). Of the texts the worker compiled for timings, the scorer's
@@ -70,7 +73,8 @@ transfers, 25 s), a spawned worker about a second to start. One group of ``--top
 --concurrent stride:8 --coll allreduce`` has 53,536 transfers over 15 candidates and 12 forms."""
 
 TEXTS_KEPT = 4
-"""Texts the worker keeps for timing jobs to come (the most recent ones)."""
+"""Texts (and programs) the worker compiled for timings that the scorer's process keeps until it
+takes them (the most recent ones)."""
 
 
 def _serve(conn: Any) -> None:
@@ -80,31 +84,32 @@ def _serve(conn: Any) -> None:
     A job is (kind, name, schedule or None, options, text or None, argument, source): the
     schedule comes with a name's first job only; the text where the scorer has it.
 
-    * ``compile``: the answer is the text, ``(message,)`` where the compiler refused;
-    * ``time`` (argument: a size): ``[text or None, µs]`` (the text when the worker compiled it
-      for the job);
+    * ``compile``: the answer is ``[text, program]`` (the text parsed as the scorer parses it, None
+      where that failed: the scorer then parses it and meets the error itself), ``(message,)``
+      where the compiler refused;
+    * ``time`` (argument: a size): ``[text, µs, program]`` where the worker compiled the text for
+      the job, else ``[None, µs, None]``;
     * ``file`` (argument: (min bytes, max bytes, sizes)): :func:`_range_file`.
 
     ``None`` answers a job where anything else went wrong (the caller then does it inline, which
     raises that error where it belongs)."""
-    from collections import OrderedDict
-
     from ..emit import emit_xml_text
     from ..emit.xml_parse import parse_program
     from ..timing.program import program_model, program_times_us
 
     topology, calibration, profile = conn.recv()
     schedules: dict[str, Schedule] = {}
-    texts: OrderedDict[tuple[str, XmlOptions], str] = OrderedDict()
     programs: dict[tuple[str, XmlOptions], Any] = {}
     models: dict[str, Any] = {}
     proven: dict[tuple[str, XmlOptions], tuple[str, tuple[Any, ...]] | str] = {}
 
-    def keep(cache: OrderedDict, key: Any, value: Any, most: int) -> None:
-        cache[key] = value
-        cache.move_to_end(key)
-        while len(cache) > most:
-            cache.popitem(last=False)
+    def parsed(key: tuple[str, XmlOptions], text: str, source: str) -> Any:
+        if key not in programs:
+            try:
+                programs[key] = parse_program(text, source, profile)
+            except SynthError:
+                return None
+        return programs[key]
 
     def model(proto: str) -> Any:
         if proto not in models:
@@ -127,17 +132,17 @@ def _serve(conn: Any) -> None:
             made = None
             if kind == "compile" or key not in programs:
                 if text is None:
-                    text = texts.get(key)
-                if text is None:
                     text = made = emit_xml_text(schedules[name], options)
                 if kind == "compile":
-                    keep(texts, key, text, TEXTS_KEPT)
-                    conn.send(text)
+                    conn.send([text, parsed(key, text, source)])
                     continue
-            if key not in programs:
-                programs[key] = parse_program(text, source, profile)
-            conn.send([made, program_times_us(programs[key], topology, [arg],
-                                              model=model(options.proto), profile=profile)[0]])
+            program = parsed(key, text, source)
+            if program is None:     # the scorer parses it and meets the error itself
+                conn.send(None)
+                continue
+            conn.send([made, program_times_us(program, topology, [arg],
+                                              model=model(options.proto), profile=profile)[0],
+                       None if made is None else program])
         except SynthError as exc:
             conn.send((exc.message,) if kind == "compile" else None)
         except Exception:
@@ -241,6 +246,8 @@ class CompileAhead:
         self._current: tuple[str, Any] | None = None
         """The job on the worker: ("compile", (name, options)) or ("time", (name, options, size))."""
         self._results: dict[tuple[str, XmlOptions], str | tuple[str] | None] = {}
+        self._programs: dict[tuple[str, XmlOptions], Any] = {}
+        """The worker's parse of a text in ``_results``, where it sent one."""
         self._times: dict[tuple[str, XmlOptions, int], float] = {}
         self._spared: dict[tuple[str, XmlOptions, int], float] = {}
         """Times the caller made itself while it waited for the worker (:meth:`take_time`)."""
@@ -367,9 +374,14 @@ class CompileAhead:
             while self._current is not None and self._current[1][:2] == key:
                 self._lock.wait()
             got = self._results.pop(key, None)
+            program = self._programs.pop(key, None)
             if got is not None:
                 self.compiled += 1
-            return got
+        if isinstance(got, str) and program is not None and options.profile == self._setup[2]:
+            from ..emit.xml_parse import remember_parsed
+
+            remember_parsed(got, options.profile, program)
+        return got
 
     def take_time(self, name: str, options: XmlOptions, size: int,
                   inline: Callable[[str, XmlOptions, int], float | None] | None = None
@@ -474,17 +486,24 @@ class CompileAhead:
             return
         (kind, key), self._current = self._current, None
         if kind == "compile":
+            if isinstance(got, list):
+                got, program = got
+                if program is not None:
+                    self._programs[key] = program
             self._results[key] = got
         elif kind == "file":
             if got is not None:
                 self._file_results[key] = got
         elif got is not None:
-            made, time_us = got
+            made, time_us, program = got
             if made is not None and key[:2] not in self._results:
                 self._results[key[:2]] = made
+                self._programs[key[:2]] = program
                 self._made.append(key[:2])
                 while len(self._made) > TEXTS_KEPT:     # not taken: the scorer compiles it
-                    self._results.pop(self._made.pop(0), None)
+                    old = self._made.pop(0)
+                    self._results.pop(old, None)
+                    self._programs.pop(old, None)
             self._times[key] = time_us
 
     def _start(self) -> None:
