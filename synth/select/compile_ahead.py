@@ -13,7 +13,9 @@ the moment it answers one (the scorer only marks what it has done itself):
   at this size and form, in its order, minus those its prunes already rule out, then what the
   next batches would try by the times found so far). The first one the scorer has not done is
   left to it (it does that one next; one the worker started would be waited for, not
-  overlapped), so the two alternate down the list;
+  overlapped), so the two alternate down the list; and when the scorer does reach one the
+  worker is still timing, it times the next ones nobody has started while it waits
+  (:meth:`CompileAhead.take_time`);
 * else **compiles**: the forms the scorer will most likely want, in that order
   (:meth:`ProgramScorer.planned_forms`);
 * else timings the worker must compile for;
