@@ -43,8 +43,8 @@ def test_a_failure_while_timing_leaves_no_files(monkeypatch, tmp_path, error, co
 
     # every caller of the program model's timing: the winners' scorer and the written files' times
     monkeypatch.setattr(synth.select.program_scorer, "program_times_us", failing)
-    monkeypatch.setattr(synth.select.ranking, "program_times_us", failing)
-    monkeypatch.setattr(synth.outputs.report, "program_times_us", failing)
+    monkeypatch.setattr(synth.select.ranking, "cached_times", failing)
+    monkeypatch.setattr(synth.outputs.report, "cached_times", failing)
     out = tmp_path / "deep" / "o"
     assert _exit_code([*SOLVE, "--out", str(out)]) == code  # documented: 1 verify, 2 input
     assert calls, "the program model was never called"
@@ -140,7 +140,7 @@ def _umask() -> int:
 def test_nothing_is_left_by_a_failed_run_in_the_current_folder(monkeypatch, tmp_path):
     """The default ``--out out`` is not created either."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(synth.outputs.report, "program_times_us",
+    monkeypatch.setattr(synth.outputs.report, "cached_times",
                         lambda *a, **k: (_ for _ in ()).throw(SynthError("no")))
     assert _exit_code(SOLVE) == INPUT_ERROR
     assert list(Path(tmp_path).iterdir()) == []
