@@ -259,7 +259,9 @@ class CompileAhead:
         """What the worker was sent a timing of: it keeps those programs, so no text is sent again."""
         self._made: list[tuple[str, XmlOptions]] = []
         """The texts the worker compiled for timings, oldest first (at most TEXTS_KEPT kept)."""
-        self._files: list[tuple[str, Schedule, XmlOptions, str | None, int, int, tuple[int, ...]]] = []
+        self._files: dict[tuple[str, XmlOptions, int, int],
+                          tuple[Schedule, str | None, tuple[int, ...]]] = {}
+        """The planned file jobs by (name, options, min bytes, max bytes), in the caller's order."""
         self._seen_files: set[tuple[str, XmlOptions, int, int]] = set()
         self._file_results: dict[tuple[str, XmlOptions, int, int], Any] = {}
         self._models: dict[str, Any] = {}
@@ -292,7 +294,8 @@ class CompileAhead:
         while the caller works from the first, so the two meet once, in the middle, and neither
         waits for the other before then (:func:`_range_file`). Replaces the last plan."""
         with self._lock:
-            self._files = list(jobs)
+            self._files = {(name, options, lo, hi): (schedule, text, sizes)
+                           for name, schedule, options, text, lo, hi, sizes in jobs}
 
     def done_inline(self, name: str, options: XmlOptions) -> None:
         """The caller made this one itself: the worker need not."""
@@ -333,9 +336,10 @@ class CompileAhead:
         if later:
             self._start_timing(later[0])
             return
-        for name, schedule, options, text, lo, hi, sizes in reversed(self._files):
-            key = (name, options, lo, hi)
+        for key in reversed(self._files):
             if key not in self._seen_files:
+                name, options, lo, hi = key
+                schedule, text, sizes = self._files[key]
                 self._send(("file", key), ("file", name, schedule, options, text, (lo, hi, sizes),
                                            name))
                 self._seen_files.add(key)
@@ -457,11 +461,9 @@ class CompileAhead:
             topology, calibration, profile = self._setup
             if options.proto not in self._models:
                 self._models[options.proto] = program_model(topology, options.proto, calibration)
-            sizes = next(job[6] for job in self._files if job[0] == name and job[2] == options
-                         and job[4:6] == (min_bytes, max_bytes))
             text = (whole if part is None else part)[0]
-            remember_times(text, topology, sizes, times, model=self._models[options.proto],
-                           profile=profile)
+            remember_times(text, topology, self._files[key][2], times,
+                           model=self._models[options.proto], profile=profile)
         self.made_files += 1
         return whole, part
 

@@ -283,7 +283,7 @@ def _choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer, p
     sizes = [p.bytes for p in result.best.costs]
     ranges = []
     for r in choice.ranges:
-        inside = tuple(s for s in sizes if s >= r.lo and (not r.hi or s <= r.hi))
+        inside = _inside(sizes, r)
         cand = lookup[r.config]
         if cand is None:    # left to NCCL: no file; its own time
             nccl = {p.bytes: p.time_us for p in result.nccl or ()}
@@ -334,6 +334,11 @@ def splits_call_kinds(collective: Any, xml: XmlOptions | None) -> bool:
             and collective.kind != "alltoall")
 
 
+def _inside(sizes: Sequence[int], r: Range) -> tuple[int, ...]:
+    """The swept sizes that fall in range ``r`` (``hi`` 0: unbounded)."""
+    return tuple(s for s in sizes if s >= r.lo and (not r.hi or s <= r.hi))
+
+
 def _files_ahead(result: SolveResult, tunings: Sequence[BucketTuning],
                  lookup: dict[Config, Candidate | None], xml: XmlOptions, model: Scorer,
                  made: XmlCache, split: bool) -> CompileAhead | None:
@@ -354,7 +359,7 @@ def _files_ahead(result: SolveResult, tunings: Sequence[BucketTuning],
         cand = lookup[r.config]
         if cand is None:
             continue
-        inside = tuple(s for s in sizes if s >= r.lo and (not r.hi or s <= r.hi))
+        inside = _inside(sizes, r)
         full = replace(xml, proto=r.config.proto, instances=r.config.instances)
         ranged = range_options(full, r.lo, r.hi)
         text = made.get((cand.name, full, COMPILED))
