@@ -161,6 +161,43 @@ def test_maxmin_small_agrees_with_the_vectorised_one_to_the_bit(component):
         maxmin_rates(res, np.array(caps), np.array(fcap)).tolist()
 
 
+def _filling(res: np.ndarray, res_cap: np.ndarray, flow_cap: np.ndarray) -> list[float]:
+    """Progressive filling as it is defined, flow by flow, every round counted afresh: what both
+    lean versions must reproduce to the bit."""
+    nf, nres = res.shape[0], len(res_cap)
+    valid = res >= 0
+    idx = np.where(valid, res, 0)
+    rate, left, active = np.zeros(nf), res_cap.astype(float).copy(), np.ones(nf, dtype=bool)
+    for _ in range(nf + nres + 1):
+        if not active.any():
+            break
+        counts = np.bincount(idx[active][valid[active]], minlength=nres).astype(float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(counts > 0, left / np.maximum(counts, 1), np.inf)
+        fshare = np.where(valid, share[idx], np.inf).min(axis=1)
+        inc = max(min(float(fshare[active].min()), float((flow_cap - rate)[active].min())), 0.0)
+        rate[active] += inc
+        left -= inc * counts
+        sat = left <= 1e-9 * np.maximum(res_cap, 1e-30)
+        active &= ~((valid & sat[idx]).any(axis=1) | (rate >= flow_cap * (1 - 1e-12)))
+    return rate.tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(_components(), st_.integers(0, 2))
+def test_both_lean_fillings_are_the_defined_one_to_the_bit(component, pad):
+    """Both versions keep one level for the rising flows and count resources as flows freeze;
+    their rates must be progressive filling's exactly, whatever the padding of the rows."""
+    flows, caps, fcap = component
+    res = np.full((len(flows), 3 + pad), -1, dtype=np.int64)
+    for i, rs in enumerate(flows):
+        res[i, :len(rs)] = rs
+    want = _filling(res, np.array(caps), np.array(fcap))
+    assert maxmin_rates(res, np.array(caps), np.array(fcap)).tolist() == want
+    assert maxmin_rates_small(flows, caps, fcap) == want
+    assert fair_rates(flows, caps, fcap, np.array(caps), res) == want
+
+
 def test_fair_rates_takes_either_path_with_the_same_answer():
     """The entry point both timed models call: at and just past :data:`SMALL_COMPONENT` flows it
     switches from the list path to numpy, and the rates it returns are the vectorised ones either
@@ -175,8 +212,11 @@ def test_fair_rates_takes_either_path_with_the_same_answer():
         for i, rs in enumerate(flows):
             res[i, :len(rs)] = rs
         want = maxmin_rates(res, np.array(caps), np.array(fcap)).tolist()
+        assert want == _filling(res, np.array(caps), np.array(fcap))
         assert fair_rates(flows, caps, fcap) == want
         assert fair_rates(flows, caps, fcap, np.array(caps)) == want
+        wide = np.hstack([res, np.full((nflows, 2), -1, dtype=np.int64)])
+        assert fair_rates(flows, caps, fcap, np.array(caps), wide) == want
 
 
 # ------------------------------------------------------------------------------ runtime semantics

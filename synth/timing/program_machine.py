@@ -38,7 +38,7 @@ from ..emit.program import Program
 from ..emit.runtimes import get_profile, normalize_coll
 from ..errors import SynthError, VerificationError
 from ..topology import MB, Topology
-from .fair_share import fair_rates
+from .fair_share import SMALL_COMPONENT, fair_rates
 from .protocol import ProtocolParams
 
 # operation codes, as the interpreter folds them
@@ -229,18 +229,27 @@ class Layout:
         self.res_cap_list = [float(c) for c in res_caps]
         self.conn_min_cap = [min(self.res_cap_list[r] for r in res) if res else math.inf
                              for res in self.conn_res]
+        width = max((len(res) for res in self.conn_res), default=0)
+        self.conn_rows = np.full((len(self.conn_res), max(1, width)), -1, dtype=np.int64)
+        """Each connection's resources as a row padded with -1 (what :meth:`fair` hands
+        :func:`fair_rates` for a large component, gathered by connection in one step)."""
+        for c, res in enumerate(self.conn_res):
+            self.conn_rows[c, :len(res)] = res
         self.memo: dict[tuple, list[float]] = {}
         self.op_count = sum(len(ops) for ops in self.ops)
         """Operations over every block: what :data:`LAYOUT_OPS_KEPT` counts."""
 
-    def fair(self, key: tuple, flow_res: list, flow_cap: list) -> list[float]:
-        """Max-min fair rates of one component (remembered by ``key``: its connections and caps)."""
+    def fair(self, key: tuple, conns: list, flow_cap: list) -> list[float]:
+        """Max-min fair rates of one component (remembered by ``key``: its connections' ids and
+        the flows' caps); ``conns``: each flow's connection (anything with ``res``, its
+        resources), looked at only when the component is new."""
         rates = self.memo.get(key)
         if rates is None:
             if len(self.memo) >= self.MEMO_LIMIT:
                 self.memo.clear()
-            rates = self.memo[key] = fair_rates(flow_res, self.res_cap_list, flow_cap,
-                                                self.res_cap)
+            rows = self.conn_rows[list(key[0])] if len(conns) > SMALL_COMPONENT else None
+            rates = self.memo[key] = fair_rates([c.res for c in conns], self.res_cap_list,
+                                                flow_cap, self.res_cap, rows)
         return rates
 
 
@@ -576,26 +585,25 @@ class _Sim:
         seen_res = self.dirty
         self.dirty = set()
         todo = list(seen_res)
-        comp: list[int] = []
         seen_flows: set[int] = set()
         flows = self.flows
         on_res = self.on_res
         while todo:
-            r = todo.pop()
-            for fid in on_res[r]:
-                if fid in seen_flows:
-                    continue
-                seen_flows.add(fid)
-                comp.append(fid)
-                for r2 in flows[fid][3].res:
-                    if r2 not in seen_res:
-                        seen_res.add(r2)
-                        todo.append(r2)
-        if not comp:
+            # a set difference per resource, not a test per flow: a port of a busy NVSwitch
+            # carries hundreds of flows, all but the first few already seen
+            fresh = on_res[todo.pop()] - seen_flows
+            if fresh:
+                seen_flows |= fresh
+                for fid in fresh:
+                    for r2 in flows[fid][3].res:
+                        if r2 not in seen_res:
+                            seen_res.add(r2)
+                            todo.append(r2)
+        if not seen_flows:
             return
         t = self.t
-        if len(comp) == 1:
-            fid = comp[0]
+        if len(seen_flows) == 1:
+            fid = next(iter(seen_flows))
             f = flows[fid]
             cap, cm = f[5], f[3].min_cap
             rate = cap if cap <= cm else cm
@@ -605,10 +613,11 @@ class _Sim:
                 f[1] = rate
                 self._milestone(fid, f)
         else:
-            comp.sort()
+            comp = sorted(seen_flows)
             fl = [flows[i] for i in comp]
-            key = (tuple([f[3].id for f in fl]), tuple([f[5] for f in fl]))
-            rates = self.layout.fair(key, [f[3].res for f in fl], [f[5] for f in fl])
+            caps = [f[5] for f in fl]
+            conns = [f[3] for f in fl]
+            rates = self.layout.fair((tuple([c.id for c in conns]), tuple(caps)), conns, caps)
             for fid, f, rate in zip(comp, fl, rates, strict=True):
                 if rate != f[1] or f[10] == 0:
                     f[0] -= f[1] * (t - f[9])
