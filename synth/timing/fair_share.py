@@ -126,9 +126,11 @@ def maxmin_rates_small(flow_res: Sequence[Sequence[int]], res_cap: Sequence[floa
             left[k] -= inc * count[k]
         still = []
         dropped = False
+        # saturated resources, looked up once a round (a rising flow's resources are all live)
+        sat = {k for k in live if left[k] <= floor[k]}
         for i in active:
             mine = fres[i]
-            if level >= capped_at[i] or any(left[k] <= floor[k] for k in mine):
+            if level >= capped_at[i] or (sat and not sat.isdisjoint(mine)):
                 rate[i] = level
                 for k in mine:
                     count[k] -= 1
