@@ -148,19 +148,6 @@ def _components(draw):
     return flows, caps, fcap
 
 
-@settings(max_examples=300, deadline=None)
-@given(_components())
-def test_maxmin_small_agrees_with_the_vectorised_one_to_the_bit(component):
-    """The program model takes the list path for small components and numpy for large ones: the
-    time it reports must not depend on which, so the two agree exactly, not approximately."""
-    flows, caps, fcap = component
-    res = np.full((len(flows), 3), -1, dtype=np.int64)
-    for i, rs in enumerate(flows):
-        res[i, :len(rs)] = rs
-    assert maxmin_rates_small(flows, caps, fcap) == \
-        maxmin_rates(res, np.array(caps), np.array(fcap)).tolist()
-
-
 def _filling(res: np.ndarray, res_cap: np.ndarray, flow_cap: np.ndarray) -> list[float]:
     """Progressive filling as it is defined, flow by flow, every round counted afresh: what both
     lean versions must reproduce to the bit."""

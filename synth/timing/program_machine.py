@@ -589,8 +589,8 @@ class _Sim:
         flows = self.flows
         on_res = self.on_res
         while todo:
-            # a set difference per resource, not a test per flow: a port of a busy NVSwitch
-            # carries hundreds of flows, all but the first few already seen
+            # a set difference per resource, not a test per flow: in a large component most of
+            # a resource's flows were already reached through another resource
             fresh = on_res[todo.pop()] - seen_flows
             if fresh:
                 seen_flows |= fresh
