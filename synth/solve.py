@@ -5,7 +5,9 @@ The pipeline, one call each::
     SolveRequest ─► solve (encodings ─► verify ─► lock-step costs)        synth.encodings, verify
                  ─► deciding_scorer (program model or lock-step)           synth.select.scorers
                  ─► prepare_winners (size ranges, each file compiled and   synth.select.ranking,
-                                     proven by the interpreter)            synth.outputs
+                                     proven by the interpreter, and vetoed synth.outputs
+                                     where the program model puts it
+                                     behind NCCL)
                  ─► time what is written, compare with NCCL               synth.timing, select.nccl
                  ─► commit (all files or none)                             synth.outputs
 
@@ -49,6 +51,7 @@ from .outputs.schedule_json import calibration_tag
 from .schedule import Schedule
 from .select.candidates import Candidate, SolveResult, cost_profile, nccl_points
 from .select.nccl import NcclComparison, compare_with_nccl
+from .select.program_veto import ProgramVeto
 from .select.ranges import INSTANCES
 from .select.ranking import splits_call_kinds
 from .select.scorers import deciding_scorer, lockstep_scorer
@@ -240,7 +243,12 @@ def run(req: SolveRequest) -> SolveOutcome | ClosedOutcome:
                                                         req.calibration, instances=tried,
                                                         protocols=protocols)
             result.notes += notes
-            written = prepare_winners(result, out_dir, xml, scorer, tag, decided_by, split=split)
+            # the files are timed by the program model before they are written, where it runs
+            veto = (ProgramVeto(topology, req.calibration, xml.profile)
+                    if req.time_program and xml is not None and not_a_gpu(topology) is None
+                    else None)
+            written = prepare_winners(result, out_dir, xml, scorer, tag, decided_by, split=split,
+                                      veto=veto)
             mine = [r.candidate for r in written.ranges if r.candidate is not None]
             if mine:
                 result.best = mine[-1]  # the one serving the largest size synth serves

@@ -28,6 +28,7 @@ from ..errors import SynthError
 from ..mscclpp.emit import emit_verified_plan, plan_unsupported_reason
 from ..schedule import Schedule
 from ..select.candidates import Candidate, SolveResult
+from ..select.program_veto import ProgramVeto
 from ..select.ranking import SizeRange, choose_ranges, range_options
 from ..select.scorers import Scorer, lockstep_scorer
 from .layout import (
@@ -203,7 +204,7 @@ def write_winners(result: SolveResult, out_dir: Path, xml: XmlOptions | None = D
 def prepare_winners(result: SolveResult, out_dir: Path, xml: XmlOptions | None = DEFAULT_XML,
                     model: Scorer = lockstep_scorer, tag: str = "",
                     winners_by: str = "lockstep", plan: PlanTarget | None = None,
-                    split: bool = False) -> Written:
+                    split: bool = False, veto: ProgramVeto | None = None) -> Written:
     """Produce, for every size range, its winner's schedule JSON and verified XML (with ``plan``:
     its verified MSCCL++ plan, ``min/max_message_size`` the range's bounds); with more than one
     range also the range table (``reports/<prefix>.ranges.md``).
@@ -215,9 +216,10 @@ def prepare_winners(result: SolveResult, out_dir: Path, xml: XmlOptions | None =
     decides the winners and ``winners_by`` names it in the range table (:func:`deciding_scorer`
     gives both). ``split``: ``xml`` is in-place only and each range also gets its out-of-place
     file where that one is faster than NCCL (:func:`synth.select.ranking.out_of_place_companion`).
+    ``veto``: the program model's veto of files behind NCCL (:mod:`synth.select.program_veto`).
     """
     try:
-        ranges, notes = choose_ranges(result, xml, model, plan, split)
+        ranges, notes = choose_ranges(result, xml, model, plan, split, veto)
     except SynthError as exc:
         if not result.notes:
             raise

@@ -15,7 +15,9 @@ rank_sizes`) and ``synth catalog`` (:mod:`synth.catalog`) both pass their rankin
 before :func:`synth.select.ranges.choose` merges them into ranges.
 
 **The program model's veto** (:func:`choose_with_nccl`). ``synth solve`` ranks with the program
-model where it decides, so its runtime times already are the program model's. A catalog ranks
+model where it decides, so its runtime times already are the program model's there; at the sizes it
+ranks with lock-step (the program model's budget ran out, or ``--winners-by lockstep``) its files
+are vetoed the same way (:mod:`synth.select.program_veto`). A catalog ranks
 hundreds of configurations per bucket with the protocol model and writes only the winners, so the
 program model can time only the files it writes: each written file is timed at its buckets, and a
 (configuration, bucket) whose program time is not below NCCL's is vetoed there -- it ranks after

@@ -8,9 +8,9 @@ how ``solve`` gets there from its candidates and a scorer (:mod:`synth.select.sc
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -24,9 +24,10 @@ from ..timing.program import cached_times, program_model
 from .buckets import make_buckets, runs_at
 from .candidates import Candidate, SolveResult
 from .compile_ahead import CompileAhead, wanted
-from .nccl import NCCL, runtime_times, with_nccl
+from .nccl import NCCL, Timed, Vetted, choose_with_nccl, runtime_times, with_nccl
 from .program_scorer import COMPILED, XmlCache, compiled_xml
-from .ranges import NEAR_TIE, BucketTuning, Config, Range, choose
+from .program_veto import ProgramVeto
+from .ranges import NEAR_TIE, BucketTuning, Choice, Config, Range, choose
 from .scorers import Scorer, lockstep_scorer
 
 MIN_FILE_TRANSFERS = 20_000
@@ -107,8 +108,22 @@ def config_times(model: Scorer, candidate: Candidate, cfg: Config) -> Sequence[f
     return at(candidate, cfg.instances, cfg.proto) if at is not None else model(candidate)
 
 
+class Ranked(NamedTuple):
+    """:func:`rank_sizes`' answer."""
+
+    tunings: list[BucketTuning]
+    """Per bucket, the configurations fastest first, NCCL among them where it runs."""
+    lookup: dict[Config, Candidate | None]
+    """Each configuration's candidate (:data:`NCCL`: None)."""
+    nccl_us: list[float] | None
+    """NCCL's time at each bucket's size (None: NCCL does not compete)."""
+    runtime_us: Any
+    """``runtime_us(cfg, tuning)``: the configuration at the bucket as the runtime runs it (what
+    NCCL's time was compared with; ``inf`` where the runtime would not select its file)."""
+
+
 def rank_sizes(result: SolveResult, xml: XmlOptions | None, model: Scorer = lockstep_scorer
-               ) -> tuple[list[BucketTuning], dict[Config, Candidate | None]]:
+               ) -> Ranked:
     """Per size bucket (:func:`synth.select.make_buckets` over the sizes inside the XML's
     byte range), the candidates fastest first under ``model``.
 
@@ -172,8 +187,9 @@ def rank_sizes(result: SolveResult, xml: XmlOptions | None, model: Scorer = lock
     def as_run(cfg: Config, t: BucketTuning) -> float:
         size = t.bucket.size
         return runtime[cfg][size] if runs(cfg, size) else math.inf
-    out = with_nccl(out, [nccl[b.size] for b in buckets] if nccl is not None else None, as_run)
-    return out, {**lookup, **({NCCL: None} if nccl is not None else {})}
+    nccl_us = [nccl[b.size] for b in buckets] if nccl is not None else None
+    return Ranked(with_nccl(out, nccl_us, as_run),
+                  {**lookup, **({NCCL: None} if nccl is not None else {})}, nccl_us, as_run)
 
 
 def range_options(xml: XmlOptions, lo: int, hi: int, instances: int | None = None,
@@ -226,7 +242,8 @@ def ranged_xml(cache: XmlCache, candidate: Candidate, xml: XmlOptions, cfg: Conf
 
 
 def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer = lockstep_scorer,
-                  plan: Any = None, split: bool = False) -> tuple[list[SizeRange], list[str]]:
+                  plan: Any = None, split: bool = False, veto: ProgramVeto | None = None
+                  ) -> tuple[list[SizeRange], list[str]]:
     """The winner of every size range, each with its interpreter-verified XML (when ``xml``), or
     with ``plan`` (:class:`synth.outputs.mscclpp.PlanTarget`) its verified MSCCL++ plan.
 
@@ -242,6 +259,13 @@ def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer = l
 
     ``split`` (``xml`` in-place only, :func:`splits_call_kinds`): each range also gets its
     out-of-place file (:func:`out_of_place_companion`).
+
+    ``veto`` (XML only, where NCCL competes): the program model's veto
+    (:mod:`synth.select.program_veto`). Every file the ranges would write is timed by the program
+    model at the sizes of its range that ``model`` did not rank with it; a (configuration, size)
+    not faster than NCCL there ranks after NCCL from then on and the ranges are chosen again
+    (:func:`synth.select.nccl.choose_with_nccl`), until no file is slower than NCCL at a size it
+    serves. An out-of-place file is held to the same rule.
     """
     notes: list[str] = []
     if xml is not None:
@@ -249,21 +273,24 @@ def choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer = l
         if why:     # the collective has no MSCCL-IR form: the same for every candidate
             notes.append(f"no XML: {why}")
             xml = None
-    tunings, lookup = rank_sizes(result, xml, model)
+    ranked = rank_sizes(result, xml, model)
     made: XmlCache = getattr(model, "compiled", {})
-    ahead = (_files_ahead(result, tunings, lookup, xml, model, made, split)
+    ahead = (_files_ahead(result, ranked.tunings, ranked.lookup, xml, model, made, split)
              if xml is not None and plan is None else None)
+    if xml is None or plan is not None or ranked.nccl_us is None:
+        veto = None     # no XML to time, or nothing to veto against
     try:
-        return _choose_ranges(result, xml, model, plan, split, notes, tunings, lookup, made, ahead)
+        return _choose_ranges(result, xml, model, plan, split, notes, ranked, made, ahead, veto)
     finally:
         if ahead is not None:
             ahead.close()
 
 
 def _choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer, plan: Any,
-                   split: bool, notes: list[str], tunings: list[BucketTuning],
-                   lookup: dict[Config, Candidate | None], made: XmlCache,
-                   ahead: CompileAhead | None) -> tuple[list[SizeRange], list[str]]:
+                   split: bool, notes: list[str], ranked: Ranked, made: XmlCache,
+                   ahead: CompileAhead | None, veto: ProgramVeto | None
+                   ) -> tuple[list[SizeRange], list[str]]:
+    tunings, lookup = ranked.tunings, ranked.lookup
     plans: dict[tuple[str, int, int, int], tuple[str, tuple[Any, ...]] | str] = {}
 
     def attempt(r: Range) -> str | None:
@@ -279,7 +306,14 @@ def _choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer, p
             got = ranged_xml(made, lookup[r.config], xml, r.config, r.lo, r.hi, ahead)
         return got if isinstance(got, str) else None
 
-    choice = choose(tunings, attempt, NEAR_TIE)
+    if veto is not None and ranked.nccl_us is not None and xml is not None:
+        vetted = choose_with_nccl(tunings, ranked.nccl_us, ranked.runtime_us, attempt,
+                                  _files_timed(veto, model, tunings, ranked.nccl_us, lookup, made,
+                                               xml, ahead), NEAR_TIE)
+        choice = vetted.choice
+        notes += _veto_notes(vetted, tunings, model, len(model_forms(model, xml)) > 1)
+    else:
+        choice = choose(tunings, attempt, NEAR_TIE)
     sizes = [p.bytes for p in result.best.costs]
     ranges = []
     for r in choice.ranges:
@@ -303,7 +337,7 @@ def _choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer, p
     if split and xml is not None and plan is None:
         paired = []
         for r in ranges:
-            r, why = out_of_place_companion(result, r, xml, made, model, ahead)
+            r, why = out_of_place_companion(result, r, xml, made, model, ahead, veto)
             paired.append(r)
             if why:
                 notes.append(f"out-of-place calls of {r.lo}..{r.hi or 'unbounded'} bytes are "
@@ -323,6 +357,52 @@ def _choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer, p
         notes += _never_selected(result, tunings, choice, lookup, lockstep_scorer,
                                  "" if model is lockstep_scorer else " by the lock-step model")
     return ranges, notes
+
+
+def _files_timed(veto: ProgramVeto, model: Scorer, tunings: Sequence[BucketTuning],
+                 nccl_us: Sequence[float], lookup: dict[Config, Candidate | None],
+                 made: XmlCache, xml: XmlOptions, ahead: CompileAhead | None
+                 ) -> Callable[[Choice], Timed]:
+    """The veto's timer for :func:`~synth.select.nccl.choose_with_nccl`: per bucket a chosen
+    range's file serves, that file's program time, only where ``model`` did not rank with the
+    program model (where it did, the ranking already holds the file's program time: a range's file
+    is the compile the scorer timed with only its byte bounds changed, :func:`ranged_xml`)."""
+    decided = getattr(model, "decided_by", None)
+
+    def timed(choice: Choice) -> Timed:
+        out = Timed()
+        for r in choice.ranges:
+            if r.config == NCCL:
+                continue
+            idx = [b for b in r.buckets
+                   if decided is None or decided(tunings[b].bucket.size) != "program"]
+            got = ranged_xml(made, lookup[r.config], xml, r.config, r.lo, r.hi, ahead) \
+                if idx else None
+            if not isinstance(got, tuple):
+                continue    # every size ranked by the program model (its file was made)
+            times, bounds = veto.times(got[0], r.config.proto,
+                                       [tunings[b].bucket.size for b in idx],
+                                       [nccl_us[b] for b in idx])
+            out.update(zip(idx, times, strict=True))
+            out.bounds.update(idx[i] for i in bounds)
+        return out
+    return timed
+
+
+def _veto_notes(vetted: Vetted, tunings: Sequence[BucketTuning], model: Scorer, forms: bool
+                ) -> list[str]:
+    """One note per configuration the program model's veto moved off sizes it had won."""
+    by: dict[Config, list[int]] = {}
+    for v in vetted.vetoes:
+        by.setdefault(v.config, []).append(tunings[v.bucket].bucket.size)
+    ranker = "the lock-step model" if model is lockstep_scorer or getattr(
+        model, "decided_by", None) is None else "the lock-step model (the program model's budget " \
+        "ran out before these sizes)"
+    return [f"{cfg.family}{f' {cfg.proto} x{cfg.instances}' if forms else ''}: its file is not "
+            f"faster than NCCL under the program model at {len(at)} size(s) "
+            f"({min(at)}..{max(at)} bytes) where {ranker} ranked it ahead; those sizes went to the "
+            f"next configuration or to NCCL"
+            for cfg, at in by.items()]
 
 
 def splits_call_kinds(collective: Any, xml: XmlOptions | None) -> bool:
@@ -380,8 +460,8 @@ def _files_ahead(result: SolveResult, tunings: Sequence[BucketTuning],
 
 
 def out_of_place_companion(result: SolveResult, r: SizeRange, xml: XmlOptions, cache: XmlCache,
-                           model: Scorer, ahead: CompileAhead | None = None
-                           ) -> tuple[SizeRange, str | None]:
+                           model: Scorer, ahead: CompileAhead | None = None,
+                           veto: ProgramVeto | None = None) -> tuple[SizeRange, str | None]:
     """``r`` (its file in-place only) with its out-of-place file, or without one and why.
 
     Why two files: a file declaring both kinds (``inplace="1" outofplace="1"``) must copy each
@@ -394,6 +474,8 @@ def out_of_place_companion(result: SolveResult, r: SizeRange, xml: XmlOptions, c
     receive's wait, :func:`synth.emit.passes.lower`), verified and timed by the deciding model at
     every size of the range. It is written only where it is faster than NCCL at every one of
     them; elsewhere out-of-place calls of that range fall back to NCCL, and the note says so.
+    Where the lock-step model ranked some of the range's sizes, ``veto`` (the program model's,
+    :mod:`synth.select.program_veto`) holds the file to NCCL's time there as well.
     """
     cand = r.candidate
     if cand is None or r.text is None or not r.sizes:
@@ -403,7 +485,8 @@ def out_of_place_companion(result: SolveResult, r: SizeRange, xml: XmlOptions, c
     if isinstance(got, str):
         return r, f"no out-of-place file: {got}"
     decided = getattr(model, "decided_by", None)
-    if decided is not None and all(decided(s) == "program" for s in r.sizes):
+    program = decided is not None and all(decided(s) == "program" for s in r.sizes)
+    if program:
         timing = program_model(result.topology, r.proto, getattr(model, "calibration", None))
         times = tuple(cached_times(got[0], result.topology, list(r.sizes), model=timing,
                                    profile=xml.profile))
@@ -411,6 +494,9 @@ def out_of_place_companion(result: SolveResult, r: SizeRange, xml: XmlOptions, c
         times = r.model_us
     nccl = {p.bytes: p.time_us for p in result.nccl or ()}
     slow = [s for s, t in zip(r.sizes, times, strict=True) if s in nccl and not t < nccl[s]]
+    if not slow and not program and veto is not None:
+        at = [s for s in r.sizes if s in nccl]
+        slow = veto.slower(got[0], r.proto, at, [nccl[s] for s in at])
     if slow:
         return r, (f"its out-of-place file is not faster than NCCL at {len(slow)} size(s) "
                    f"({slow[0]}..{slow[-1]} bytes)")

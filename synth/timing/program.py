@@ -102,7 +102,8 @@ __all__ = ["BUS_FACTOR", "CACHE_STATS", "MAX_COUNT", "NVLINK_EFFICIENCY", "SIMPL
            "STEP_US", "CacheStats", "ProgramModel", "ProgramPoint", "ProgramTimes",
            "ProgramTiming", "Slicing", "TimingStore", "cached_times", "effective_chunk_bytes",
            "in_size_range", "not_a_gpu", "program_model", "program_time", "program_times_us",
-           "remember_times", "slicing", "sweep", "time_lower_bound", "time_lower_bounds", "write_trace"]
+           "remember_times", "remembered_times", "slicing", "sweep", "time_lower_bound",
+           "time_lower_bounds", "write_trace"]
 
 NVLINK_EFFICIENCY = {"volta": 20.0 / 25.0, "ampere": 20.0 / 25.0, "hopper": 20.6 / 25.0}
 """NCCL's usable NVLink bandwidth per lane over the nominal 25 GB/s per direction: NVIDIA/nccl
@@ -299,6 +300,14 @@ def remember_times(text: str, topology: Topology, sizes: Sequence[int], times: S
     group = (_digest(text), topology.content_hash, model_figures(model), profile)
     for n, t in zip(sizes, times, strict=True):
         _remember(group, int(n), t)
+
+
+def remembered_times(text: str, topology: Topology, sizes: Sequence[int], *,
+                     model: ProgramModel, profile: str = "exec") -> dict[int, float]:
+    """The times of ``text`` this process already knows (:func:`cached_times`' memory), by size:
+    a caller with a cheaper answer for the rest (a lower bound) looks here before parsing."""
+    group = (_digest(text), topology.content_hash, model_figures(model), profile)
+    return {int(n): _TIMES[(*group, int(n))] for n in sizes if (*group, int(n)) in _TIMES}
 
 
 def _remember(group: tuple, nbytes: int, t: float) -> float:

@@ -1,0 +1,79 @@
+"""The program model's veto of the files ``synth solve`` is about to write.
+
+Why: a solve ranks with the program model only down to the sizes its budget lets it time
+(:attr:`synth.select.program_scorer.ProgramScorer.cut`); below them the lock-step model ranks, and
+a file it puts ahead of NCCL there can still be behind NCCL as the runtime runs it. On
+``synth solve --topo dgx_h100 --nodes 64 --coll allgather`` the lock-step model handed
+1,449 B..47 MB to recursive doubling, whose written file the program model then timed at
+0.77x-0.99x NCCL. The catalog already vetoes such files (:func:`synth.select.nccl.
+choose_with_nccl`); :class:`ProgramVeto` is the timer that lets ``solve`` use the same loop: each
+file the ranges would write is timed at the sizes of its range the program model did not rank,
+and a (configuration, size) not below NCCL's time there is vetoed, the ranges chosen again.
+
+Times are kept by the file's content (:func:`synth.timing.program.cached_times`), so the
+written files' ``program_us`` that ``solve`` reports afterwards are read, not simulated again.
+Where the program model's lower bound (:func:`synth.timing.program_bound.time_lower_bound`) is
+already not below NCCL's time, the file is vetoed there without a simulation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..emit.xml_parse import parse_program
+from ..timing.program import ProgramModel, cached_times, program_model, remembered_times
+from ..timing.program_bound import time_lower_bound
+from ..topology import Topology
+
+
+class ProgramVeto:
+    """Times written files with the timed program model, to veto those behind NCCL.
+
+    ``calibration``: the solve's calibration file (None: NCCL's figures); ``profile``: the XML
+    profile the files are written in (their slicing depends on it)."""
+
+    def __init__(self, topology: Topology, calibration: Any = None, profile: str = "exec") -> None:
+        self.topology = topology
+        self.calibration = calibration
+        self.profile = profile
+        self._models: dict[str, ProgramModel] = {}
+
+    def model(self, proto: str) -> ProgramModel:
+        """The program model for files in ``proto``, built once."""
+        if proto not in self._models:
+            self._models[proto] = program_model(self.topology, proto, self.calibration)
+        return self._models[proto]
+
+    def times(self, text: str, proto: str, sizes: Sequence[int], nccl_us: Sequence[float]
+              ) -> tuple[list[float], set[int]]:
+        """The file ``text`` (in ``proto``, interpreter-verified) at each of ``sizes``: its
+        program time, or, at the positions returned in the set, the program model's lower bound
+        where that is already not below ``nccl_us`` at that size (then it is not simulated)."""
+        model = self.model(proto)
+        known = remembered_times(text, self.topology, sizes, model=model, profile=self.profile)
+        out: list[float] = [known.get(n, 0.0) for n in sizes]
+        bounds: set[int] = set()
+        todo: list[int] = []
+        program = (parse_program(text, "<program>", self.profile)
+                   if any(n not in known for n in sizes) else None)
+        for i, (n, nccl) in enumerate(zip(sizes, nccl_us, strict=True)):
+            if n in known:
+                continue
+            low = time_lower_bound(program, self.topology, n, model, self.profile)
+            if low < nccl:
+                todo.append(i)
+            else:
+                out[i] = low
+                bounds.add(i)
+        timed = cached_times(text, self.topology, [sizes[i] for i in todo], model=model,
+                             profile=self.profile, program=program)
+        for i, t in zip(todo, timed, strict=True):
+            out[i] = t
+        return out, bounds
+
+    def slower(self, text: str, proto: str, sizes: Sequence[int], nccl_us: Sequence[float]
+               ) -> list[int]:
+        """The sizes where the file ``text`` is not faster than NCCL under the program model."""
+        times, _ = self.times(text, proto, sizes, nccl_us)
+        return [n for n, t, nccl in zip(sizes, times, nccl_us, strict=True) if not t < nccl]

@@ -1,0 +1,89 @@
+"""The program model's veto in ``synth solve``: no file is written for a size where the program
+model puts it behind NCCL, whichever model ranked the size (synth.select.program_veto)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+
+import synth.timing.program as program_mod
+from synth.collectives import make_collective
+from synth.emit import XmlOptions
+from synth.select.program_veto import ProgramVeto
+from synth.select.ranking import choose_ranges
+from synth.select.scorers import lockstep_scorer
+from synth.sizes import DEFAULT_SIZES
+from synth.solve import solve
+from synth.timing.program import cached_times, program_model
+from synth.topology_io import load_topology
+
+SIZES = tuple(DEFAULT_SIZES)  # 1 KB .. 1 GB, doubling
+IN_PLACE = XmlOptions(inplace=True)
+"""What ``synth solve`` ranks for allgather: in-place files, each with its out-of-place twin."""
+
+
+@pytest.fixture(scope="module")
+def h100_allgather():
+    topo = load_topology("dgx_h100")
+    return topo, solve(topo, make_collective("allgather", 8), sizes=SIZES)
+
+
+def _behind_nccl(topo, res, ranges) -> list[tuple[str, int]]:
+    """(candidate, size) wherever a range's file is not faster than NCCL under the program model."""
+    nccl = {p.bytes: p.time_us for p in res.nccl}
+    out = []
+    for r in ranges:
+        if r.candidate is None:
+            continue
+        for text in (r.text, *((r.oop.text,) if r.oop is not None else ())):
+            times = cached_times(text, topo, list(r.sizes), model=program_model(topo, r.proto))
+            out += [(r.candidate.name, s) for s, t in zip(r.sizes, times, strict=True)
+                    if not t < nccl[s]]
+    return out
+
+
+def test_lockstep_winners_behind_nccl_are_vetoed(h100_allgather):
+    """Ranked by lock-step alone, some written files are behind NCCL under the program model; with
+    the veto none is, the sizes going to the next configuration or to NCCL, and a note names each
+    configuration moved."""
+    topo, res = h100_allgather
+    plain, _ = choose_ranges(res, IN_PLACE, lockstep_scorer, split=True)
+    assert _behind_nccl(topo, res, plain)       # the veto has something to do here
+    vetted, notes = choose_ranges(res, IN_PLACE, lockstep_scorer, split=True,
+                                  veto=ProgramVeto(topo))
+    assert not _behind_nccl(topo, res, vetted)
+    assert any(r.candidate is not None and r.oop is not None for r in vetted)  # not all to NCCL
+    assert any("not faster than NCCL under the program model" in n for n in notes)
+    # every size is still served, by a file or by NCCL, and the ranges tile the byte range
+    assert [s for r in vetted for s in r.sizes] == list(SIZES)
+    assert all(a.hi + 1 == b.lo for a, b in itertools.pairwise(vetted))
+
+
+def test_the_veto_is_deterministic(h100_allgather):
+    topo, res = h100_allgather
+    a, na = choose_ranges(res, IN_PLACE, lockstep_scorer, split=True, veto=ProgramVeto(topo))
+    b, nb = choose_ranges(res, IN_PLACE, lockstep_scorer, split=True, veto=ProgramVeto(topo))
+    assert [(r.lo, r.hi, r.text) for r in a] == [(r.lo, r.hi, r.text) for r in b] and na == nb
+
+
+def test_a_lower_bound_at_nccl_vetoes_without_simulating(h100_allgather, monkeypatch):
+    """Where the program model's lower bound is already not below NCCL's time the file is vetoed
+    with that bound and nothing is simulated; below it the time is the simulated one."""
+    topo, res = h100_allgather
+    ranges, _ = choose_ranges(res, IN_PLACE, lockstep_scorer)
+    r = next(r for r in ranges if r.candidate is not None)
+    veto = ProgramVeto(topo)
+    sizes = list(SIZES[:3])
+    real, none = veto.times(r.text, r.proto, sizes, [math.inf] * 3)
+    assert not none and real == cached_times(r.text, topo, sizes,
+                                             model=program_model(topo, r.proto))
+
+    def no_simulation(*a, **k):
+        raise AssertionError("simulated although the bound vetoes")
+    monkeypatch.setattr(program_mod, "program_times_us", no_simulation)
+    monkeypatch.setattr(program_mod, "_TIMES", {})
+    low, bounds = veto.times(r.text, r.proto, sizes, [0.0] * 3)
+    assert bounds == {0, 1, 2} and all(0 < x <= t for x, t in zip(low, real, strict=True))
+    assert veto.slower(r.text, r.proto, sizes, [0.0] * 3) == sizes
