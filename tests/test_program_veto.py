@@ -87,3 +87,30 @@ def test_a_lower_bound_at_nccl_vetoes_without_simulating(h100_allgather, monkeyp
     low, bounds = veto.times(r.text, r.proto, sizes, [0.0] * 3)
     assert bounds == {0, 1, 2} and all(0 < x <= t for x, t in zip(low, real, strict=True))
     assert veto.slower(r.text, r.proto, sizes, [0.0] * 3) == sizes
+
+
+def test_sizes_the_program_model_ranked_are_not_timed_again(h100_allgather):
+    """Where the deciding model ranked a size with the program model, the ranking already holds
+    the file's program time, so the veto times only the other sizes (a scorer that claims the
+    program model for every size from 4 MB up: no veto there, the lock-step choice stands)."""
+    topo, res = h100_allgather
+    cut = 4 << 20
+
+    class Partial:
+        """Lock-step times, said to be the program model's from ``cut`` up."""
+
+        def __call__(self, candidate):
+            return lockstep_scorer(candidate)
+
+        def decided_by(self, nbytes: int) -> str:
+            return "program" if nbytes >= cut else "lockstep"
+
+    plain, _ = choose_ranges(res, IN_PLACE, Partial())
+    vetted, notes = choose_ranges(res, IN_PLACE, Partial(), veto=ProgramVeto(topo))
+    served = {s: (r.candidate.name if r.candidate else None) for r in plain for s in r.sizes}
+    after = {s: (r.candidate.name if r.candidate else None) for r in vetted for s in r.sizes}
+    assert [s for s in SIZES if after[s] != served[s]]          # some size below the cut moved
+    assert all(after[s] == served[s] for s in SIZES if s >= cut)
+    behind = _behind_nccl(topo, res, vetted)
+    assert behind and all(s >= cut for _, s in behind)   # left as the "program model" ranked
+    assert any("budget ran out" in n for n in notes)
