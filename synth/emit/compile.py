@@ -36,6 +36,7 @@ from ..errors import SynthError
 from ..schedule import Schedule
 from . import passes as P
 from .program import Gpu, Program, Threadblock
+from .proto_twins import keep, twin_text
 from .runtimes import MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL, PROFILES, get_profile
 from .xml_write import PROTOCOLS, check_limits, coll_name, program_to_xml
 
@@ -640,12 +641,16 @@ def emit_xml(schedule: Schedule, *, profile: str = "exec", proto: str = "Simple"
              instances: int = 1, min_bytes: int = 0, max_bytes: int = 0,
              inplace: bool | None = None, max_threadblocks: int = DEFAULT_MAX_THREADBLOCKS,
              gather: bool = False, channels: int = 0, aggregate: bool | None = None) -> str:
-    """:func:`compile_schedule` then :func:`~synth.emit.xml_write.program_to_xml`."""
-    program = compile_schedule(schedule, profile=profile, proto=proto, instances=instances,
-                               min_bytes=min_bytes, max_bytes=max_bytes, inplace=inplace,
-                               max_threadblocks=max_threadblocks, gather=gather,
-                               channels=channels, aggregate=aggregate)
-    return program_to_xml(program, profile)
+    """:func:`compile_schedule` then :func:`~synth.emit.xml_write.program_to_xml` (or its LL/LL128
+    twin's text with the protocol changed, where the two are one program: :mod:`.proto_twins`)."""
+    options = dict(profile=profile, proto=proto, instances=instances, min_bytes=min_bytes,
+                   max_bytes=max_bytes, inplace=inplace, max_threadblocks=max_threadblocks,
+                   gather=gather, channels=channels, aggregate=aggregate)
+    text = twin_text(schedule, options)
+    if text is None:
+        text = program_to_xml(compile_schedule(schedule, **options), profile)
+        keep(schedule, options, text)
+    return text
 
 
 def _counts(name: str, program: Program, fused: int = 0, unfused: int = 0) -> PassCounts:

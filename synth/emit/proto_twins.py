@@ -1,0 +1,80 @@
+"""LL and LL128 twins: where the compiler makes one program for both protocols, compile it once.
+
+Why they are one program. The passes see the protocol only through
+:func:`synth.emit.passes.units_params`: the chunks a message holds (``M``, from ``max_bytes``) and
+the FIFO's capacity in messages. A file without an upper size bound (``max_bytes`` 0, how a
+solve's scorer compiles every candidate, :class:`synth.select.program_scorer.ProgramScorer`) has
+``M`` = 1 whatever the protocol, and LL and LL128 both have 8 FIFO slots; the choice between two
+placements (:func:`synth.emit.compile._lighter`) then weighs chunks per block, not messages. So
+the LL128 file is the LL file with ``proto`` changed in its ``<algo>`` tag, byte for byte, and
+the other way round (``tests/test_proto_twins.py`` compares both against fresh compiles).
+
+Why it pays: a solve without ``--proto`` times every candidate in Simple, LL and LL128; on
+``synth solve --topo dgx_a100 --nodes 2 --coll allgather`` LL128 compiles that had an LL twin
+took a third of the compile time.
+
+The texts are kept per process, by the schedule object and the options, up to
+:data:`TWIN_CHARS_KEPT` characters (then no more are kept; none is dropped: the scorer compiles
+every LL form before any LL128 one, in the same order, so the earliest are the first wanted).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..schedule import Schedule
+
+TWINS = ("LL", "LL128")
+"""The protocols whose unbounded files are one program."""
+TWIN_CHARS_KEPT = 256 * 2**20
+"""Characters of text kept for twins at most (about 256 MB): two 512-rank files."""
+
+_KEPT: dict[tuple[Any, ...], tuple[Schedule, str, str]] = {}
+_chars = 0
+
+
+def _key(schedule: Schedule, options: dict[str, Any]) -> tuple[Any, ...] | None:
+    """The twin key of a compile (None: the protocol shapes this program, no twin)."""
+    if options.get("proto") not in TWINS or options.get("max_bytes", 0) != 0:
+        return None
+    return (id(schedule), tuple(sorted((k, v) for k, v in options.items() if k != "proto")))
+
+
+def twin_text(schedule: Schedule, options: dict[str, Any]) -> str | None:
+    """The file for ``options`` (:func:`synth.emit.compile.emit_xml`'s keywords) made from its
+    twin's text already compiled in this process, or None."""
+    key = _key(schedule, options)
+    hit = _KEPT.get(key) if key is not None else None
+    if hit is None or hit[0] is not schedule:
+        return None
+    _, text, proto = hit
+    return text if proto == options["proto"] else with_proto(text, proto, options["proto"])
+
+
+def keep(schedule: Schedule, options: dict[str, Any], text: str) -> None:
+    """Remember ``text``, compiled with ``options``, for its twin (where there is room)."""
+    global _chars
+    key = _key(schedule, options)
+    if key is None or key in _KEPT or _chars + len(text) > TWIN_CHARS_KEPT:
+        return
+    _KEPT[key] = (schedule, text, options["proto"])   # the schedule held: its id stays its own
+    _chars += len(text)
+
+
+def with_proto(text: str, old: str, new: str) -> str | None:
+    """``text`` with its ``<algo>`` tag's ``proto="old"`` set to ``new`` (None where the tag does
+    not hold exactly one such attribute: then compile instead)."""
+    end = text.find(">")
+    if end < 0:
+        return None
+    head, needle = text[:end], f' proto="{old}"'
+    if head.count(needle) != 1:
+        return None
+    return head.replace(needle, f' proto="{new}"') + text[end:]
+
+
+def forget() -> None:
+    """Drop every kept text (tests; a long-lived process between unrelated solves)."""
+    global _chars
+    _KEPT.clear()
+    _chars = 0
