@@ -33,9 +33,16 @@ _KEPT: dict[tuple[Any, ...], tuple[Schedule, str, str]] = {}
 _chars = 0
 
 
+def twin_protocol(proto: str, max_bytes: int) -> str | None:
+    """The protocol whose file compiled with the same options is this one's twin, or None."""
+    if proto not in TWINS or max_bytes != 0:
+        return None
+    return TWINS[1 - TWINS.index(proto)]
+
+
 def _key(schedule: Schedule, options: dict[str, Any]) -> tuple[Any, ...] | None:
     """The twin key of a compile (None: the protocol shapes this program, no twin)."""
-    if options.get("proto") not in TWINS or options.get("max_bytes", 0) != 0:
+    if twin_protocol(options.get("proto", ""), options.get("max_bytes", 0)) is None:
         return None
     return (id(schedule), tuple(sorted((k, v) for k, v in options.items() if k != "proto")))
 

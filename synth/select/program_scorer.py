@@ -14,6 +14,7 @@ import numpy as np
 from .. import progress
 from ..emit import XmlOptions, emit_verified_xml, emit_xml_text, verify_text, xml_unsupported_reason
 from ..emit.interpreter import LL128_CHUNK_BYTES, LL_CHUNK_BYTES, SIMPLE_CHUNK_BYTES
+from ..emit.proto_twins import twin_protocol, with_proto
 from ..emit.xml_parse import parse_program
 from ..errors import SynthError
 from ..guards import xml_estimate
@@ -128,7 +129,11 @@ def compiled_program(cache: XmlCache, candidate: Candidate, options: XmlOptions,
                 with progress.phase(f"XML of {candidate.name} ({options.proto} "
                                     f"x{options.instances}, {candidate.schedule.num_transfers:,} "
                                     "transfers): compile"):
-                    made = None if ahead is None else ahead.take(candidate.name, options)
+                    made = _twin_in(cache, candidate.name, options)
+                    if made is not None and ahead is not None:
+                        ahead.done_inline(candidate.name, options)
+                    elif ahead is not None:
+                        made = ahead.take(candidate.name, options)
                     if isinstance(made, tuple):     # the compiler refused, in the worker
                         raise SynthError(made[0])
                     text = made if made is not None else emit_xml_text(candidate.schedule, options)
@@ -137,6 +142,20 @@ def compiled_program(cache: XmlCache, candidate: Candidate, options: XmlOptions,
                 cache[key] = exc.message
     got = cache[key]
     return got if isinstance(got, str) else got[1]
+
+
+def _twin_in(cache: XmlCache, name: str, options: XmlOptions) -> str | None:
+    """The file for ``options`` made from its LL/LL128 twin's text where ``cache`` has that
+    (compiled here or by the worker: :mod:`synth.emit.proto_twins`), else None."""
+    other = twin_protocol(options.proto, options.max_bytes)
+    if other is None:
+        return None
+    twin = replace(options, proto=other)
+    for key in ((name, twin, COMPILED), (name, twin)):
+        got = cache.get(key)
+        if isinstance(got, tuple):
+            return with_proto(got[0], other, options.proto)
+    return None
 
 
 def program_cost(program: Any, nbytes: int, profile: str = "exec") -> int:
