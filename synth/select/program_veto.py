@@ -71,9 +71,3 @@ class ProgramVeto:
         for i, t in zip(todo, timed, strict=True):
             out[i] = t
         return out, bounds
-
-    def slower(self, text: str, proto: str, sizes: Sequence[int], nccl_us: Sequence[float]
-               ) -> list[int]:
-        """The sizes where the file ``text`` is not faster than NCCL under the program model."""
-        times, _ = self.times(text, proto, sizes, nccl_us)
-        return [n for n, t, nccl in zip(sizes, times, nccl_us, strict=True) if not t < nccl]

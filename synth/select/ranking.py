@@ -475,7 +475,8 @@ def out_of_place_companion(result: SolveResult, r: SizeRange, xml: XmlOptions, c
     every size of the range. It is written only where it is faster than NCCL at every one of
     them; elsewhere out-of-place calls of that range fall back to NCCL, and the note says so.
     Where the lock-step model ranked some of the range's sizes, ``veto`` (the program model's,
-    :mod:`synth.select.program_veto`) holds the file to NCCL's time there as well.
+    :mod:`synth.select.program_veto`) times the file at every size of the range, and those are
+    the times it is held to (and carries) instead of lock-step's.
     """
     cand = r.candidate
     if cand is None or r.text is None or not r.sizes:
@@ -493,10 +494,9 @@ def out_of_place_companion(result: SolveResult, r: SizeRange, xml: XmlOptions, c
     else:       # ranked by lock-step: one schedule, one wire time for both kinds
         times = r.model_us
     nccl = {p.bytes: p.time_us for p in result.nccl or ()}
+    if not program and veto is not None:   # the program model's times (or bounds over NCCL's)
+        times = tuple(veto.times(got[0], r.proto, r.sizes, [nccl[s] for s in r.sizes])[0])
     slow = [s for s, t in zip(r.sizes, times, strict=True) if s in nccl and not t < nccl[s]]
-    if not slow and not program and veto is not None:
-        at = [s for s in r.sizes if s in nccl]
-        slow = veto.slower(got[0], r.proto, at, [nccl[s] for s in at])
     if slow:
         return r, (f"its out-of-place file is not faster than NCCL at {len(slow)} size(s) "
                    f"({slow[0]}..{slow[-1]} bytes)")
