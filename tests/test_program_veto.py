@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import pytest
 
 import synth.timing.program as program_mod
 from synth.collectives import make_collective
-from synth.emit import XmlOptions
+from synth.emit import XmlOptions, emit_verified_xml
 from synth.select.program_veto import ProgramVeto
 from synth.select.ranking import choose_ranges
 from synth.select.scorers import lockstep_scorer
 from synth.sizes import DEFAULT_SIZES
 from synth.solve import solve
-from synth.timing.program import cached_times, program_model
+from synth.timing.program import cached_times, program_model, remembered_times
 from synth.topology_io import load_topology
 
 SIZES = tuple(DEFAULT_SIZES)  # 1 KB .. 1 GB, doubling
@@ -117,3 +118,24 @@ def test_sizes_the_program_model_ranked_are_not_timed_again(h100_allgather):
     behind = _behind_nccl(topo, res, vetted)
     assert behind and all(s >= cut for _, s in behind)   # left as the "program model" ranked
     assert any("budget ran out" in n for n in notes)
+
+
+def test_a_range_file_is_timed_as_its_unbounded_compile(h100_allgather, monkeypatch):
+    """A range's file is its candidate's unbounded compile with byte bounds set; the veto times the
+    unbounded text in its place (shared by every range cut from it) and the times are the range
+    file's own, which it then remembers for the report."""
+    topo, res = h100_allgather
+    ranges, _ = choose_ranges(res, IN_PLACE, lockstep_scorer)
+    r = next(r for r in ranges if r.candidate is not None and (r.lo, r.hi) != (0, 0))
+    whole = emit_verified_xml(r.candidate.schedule, replace(IN_PLACE, proto=r.proto,
+                                                            instances=r.instances))[0]
+    assert whole != r.text
+    sizes = list(r.sizes)
+    monkeypatch.setattr(program_mod, "_TIMES", {})
+    via, bounds = ProgramVeto(topo).times(r.text, r.proto, sizes, [math.inf] * len(sizes), whole)
+    assert not bounds
+    model = program_model(topo, r.proto)
+    assert remembered_times(r.text, topo, sizes, model=model) == dict(zip(sizes, via,
+                                                                          strict=True))
+    monkeypatch.setattr(program_mod, "_TIMES", {})
+    assert via == cached_times(r.text, topo, sizes, model=model)
