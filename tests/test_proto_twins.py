@@ -93,3 +93,15 @@ def test_with_proto_changes_the_algo_tag_only():
     assert twins.with_proto(text, "LL", "LL128") == text.replace('proto="LL" n', 'proto="LL128" n')
     assert twins.with_proto(text, "LL128", "LL") is None
     assert twins.with_proto('<algo proto="LL" proto="LL">', "LL", "LL128") is None
+
+
+def test_a_twin_parses_to_its_twins_program_with_the_protocol_changed(schedules):
+    """What lets the scorer keep the twin's parse (synth.select.program_scorer._twin_in)."""
+    from dataclasses import replace
+
+    from synth.emit.xml_parse import parse_program
+
+    for schedule in schedules[:6]:
+        text = _fresh(schedule, XmlOptions(proto="LL"))
+        twin = twins.with_proto(text, "LL", "LL128")
+        assert parse_program(twin, "t.xml") == replace(parse_program(text, "t.xml"), proto="LL128")

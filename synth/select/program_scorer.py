@@ -15,7 +15,7 @@ from .. import progress
 from ..emit import XmlOptions, emit_verified_xml, emit_xml_text, verify_text, xml_unsupported_reason
 from ..emit.interpreter import LL128_CHUNK_BYTES, LL_CHUNK_BYTES, SIMPLE_CHUNK_BYTES
 from ..emit.proto_twins import twin_protocol, with_proto
-from ..emit.xml_parse import parse_program
+from ..emit.xml_parse import parse_program, remember_parsed
 from ..errors import SynthError
 from ..guards import xml_estimate
 from ..timing.program import program_model, program_times_us, slicing
@@ -129,7 +129,7 @@ def compiled_program(cache: XmlCache, candidate: Candidate, options: XmlOptions,
                 with progress.phase(f"XML of {candidate.name} ({options.proto} "
                                     f"x{options.instances}, {candidate.schedule.num_transfers:,} "
                                     "transfers): compile"):
-                    made = _twin_in(cache, candidate.name, options)
+                    made, parsed = _twin_in(cache, candidate.name, options)
                     if made is not None and ahead is not None:
                         ahead.done_inline(candidate.name, options)
                     elif ahead is not None:
@@ -137,6 +137,8 @@ def compiled_program(cache: XmlCache, candidate: Candidate, options: XmlOptions,
                     if isinstance(made, tuple):     # the compiler refused, in the worker
                         raise SynthError(made[0])
                     text = made if made is not None else emit_xml_text(candidate.schedule, options)
+                    if parsed is not None:
+                        remember_parsed(text, options.profile, parsed)
                     cache[key] = (text, parse_program(text, name, options.profile))
             except SynthError as exc:
                 cache[key] = exc.message
@@ -144,18 +146,24 @@ def compiled_program(cache: XmlCache, candidate: Candidate, options: XmlOptions,
     return got if isinstance(got, str) else got[1]
 
 
-def _twin_in(cache: XmlCache, name: str, options: XmlOptions) -> str | None:
+def _twin_in(cache: XmlCache, name: str, options: XmlOptions) -> tuple[str | None, Any]:
     """The file for ``options`` made from its LL/LL128 twin's text where ``cache`` has that
-    (compiled here or by the worker: :mod:`synth.emit.proto_twins`), else None."""
+    (compiled here or by the worker: :mod:`synth.emit.proto_twins`), and where the twin was parsed,
+    its program with the protocol changed -- what parsing the new text gives, so it is not parsed
+    again (``tests/test_proto_twins.py``); (None, None) where there is no twin at hand."""
     other = twin_protocol(options.proto, options.max_bytes)
     if other is None:
-        return None
+        return None, None
     twin = replace(options, proto=other)
     for key in ((name, twin, COMPILED), (name, twin)):
         got = cache.get(key)
         if isinstance(got, tuple):
-            return with_proto(got[0], other, options.proto)
-    return None
+            text = with_proto(got[0], other, options.proto)
+            if text is None:
+                return None, None
+            parsed = got[1] if len(key) == 3 else None
+            return text, None if parsed is None else replace(parsed, proto=options.proto)
+    return None, None
 
 
 def program_cost(program: Any, nbytes: int, profile: str = "exec") -> int:
