@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -304,30 +305,19 @@ def program_times(emitted: Sequence[Emitted], buckets: Sequence[Bucket], topolog
     is vetoed there whatever its time, so the bound is returned (listed in ``Timed.bounds``) and
     nothing is simulated; every bucket a final file serves is below NCCL's time, so simulated.
     """
-    from ..emit.xml_parse import parse_program
-    from ..timing.program import cached_times, program_model
-    from ..timing.program_bound import time_lower_bound
+    from ..select.program_veto import ProgramVeto
 
+    veto = ProgramVeto(topology, protocols=protocols, store=store)
     out = Timed()
-    models: dict[str, Any] = {}
     size = {b.index: b.size for b in buckets}
     for e in emitted:
-        proto = e.range.config.proto
-        if proto not in models:
-            models[proto] = program_model(topology, proto, protocols=protocols)
-        text = e.timed_xml or e.exec_xml
         idx = list(e.range.buckets)
-        if nccl_us is not None:
-            program = parse_program(text, "<program>", "exec")
-            for i in list(idx):
-                low = time_lower_bound(program, topology, size[i], models[proto])
-                if not low < nccl_us[i]:
-                    out[i] = low
-                    out.bounds.add(i)
-                    idx.remove(i)
-        times = cached_times(text, topology, [size[i] for i in idx], model=models[proto],
-                             store=store)
+        times, bounds = veto.times(e.timed_xml or e.exec_xml, e.range.config.proto,
+                                   [size[i] for i in idx],
+                                   [nccl_us[i] for i in idx] if nccl_us is not None
+                                   else [math.inf] * len(idx))
         out.update(zip(idx, times, strict=True))
+        out.bounds.update(idx[k] for k in bounds)
     return out
 
 

@@ -18,6 +18,7 @@ already not below NCCL's time, the file is vetoed there without a simulation.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,18 +38,26 @@ class ProgramVeto:
     """Times written files with the timed program model, to veto those behind NCCL.
 
     ``calibration``: the solve's calibration file (None: NCCL's figures); ``profile``: the XML
-    profile the files are written in (their slicing depends on it)."""
+    profile the files are written in (their slicing depends on it). ``protocols``: a protocol
+    model already built, instead of ``calibration``'s (a catalog's); ``store``: where times are
+    kept across runs (:class:`synth.timing.program.TimingStore`, a catalog's cache). ``synth
+    catalog`` times its written files through this too (:func:`synth.catalog.emit.program_times`).
+    """
 
-    def __init__(self, topology: Topology, calibration: Any = None, profile: str = "exec") -> None:
+    def __init__(self, topology: Topology, calibration: Any = None, profile: str = "exec",
+                 protocols: Any = None, store: Any = None) -> None:
         self.topology = topology
         self.calibration = calibration
         self.profile = profile
+        self.protocols = protocols
+        self.store = store
         self._models: dict[str, ProgramModel] = {}
 
     def model(self, proto: str) -> ProgramModel:
         """The program model for files in ``proto``, built once."""
         if proto not in self._models:
-            self._models[proto] = program_model(self.topology, proto, self.calibration)
+            self._models[proto] = program_model(self.topology, proto, self.calibration,
+                                                protocols=self.protocols)
         return self._models[proto]
 
     def times(self, text: str, proto: str, sizes: Sequence[int], nccl_us: Sequence[float],
@@ -77,10 +86,14 @@ class ProgramVeto:
         out: list[float] = [known.get(n, 0.0) for n in sizes]
         bounds: set[int] = set()
         todo: list[int] = []
-        program = (parse_program(text, "<program>", self.profile)
-                   if any(n not in known for n in sizes) else None)
+        program = (parse_program(text, "<program>", self.profile) if any(
+            n not in known and math.isfinite(nccl) for n, nccl in zip(sizes, nccl_us, strict=True))
+            else None)     # no bound to take: cached_times parses only if it must simulate
         for i, (n, nccl) in enumerate(zip(sizes, nccl_us, strict=True)):
             if n in known:
+                continue
+            if program is None or not math.isfinite(nccl):
+                todo.append(i)
                 continue
             low = time_lower_bound(program, self.topology, n, model, self.profile)
             if low < nccl:
@@ -89,7 +102,7 @@ class ProgramVeto:
                 out[i] = low
                 bounds.add(i)
         timed = cached_times(text, self.topology, [sizes[i] for i in todo], model=model,
-                             profile=self.profile, program=program)
+                             profile=self.profile, program=program, store=self.store)
         for i, t in zip(todo, timed, strict=True):
             out[i] = t
         return out, bounds

@@ -117,7 +117,7 @@ class Ranked(NamedTuple):
     """Each configuration's candidate (:data:`NCCL`: None)."""
     nccl_us: list[float] | None
     """NCCL's time at each bucket's size (None: NCCL does not compete)."""
-    runtime_us: Any
+    runtime_us: Callable[[Config, BucketTuning], float]
     """``runtime_us(cfg, tuning)``: the configuration at the bucket as the runtime runs it (what
     NCCL's time was compared with; ``inf`` where the runtime would not select its file)."""
 
@@ -306,7 +306,8 @@ def _choose_ranges(result: SolveResult, xml: XmlOptions | None, model: Scorer, p
             got = ranged_xml(made, lookup[r.config], xml, r.config, r.lo, r.hi, ahead)
         return got if isinstance(got, str) else None
 
-    if veto is not None and ranked.nccl_us is not None and xml is not None:
+    if veto is not None:    # choose_ranges keeps one only with XML and NCCL competing
+        assert ranked.nccl_us is not None and xml is not None
         vetted = choose_with_nccl(tunings, ranked.nccl_us, ranked.runtime_us, attempt,
                                   _files_timed(veto, model, tunings, ranked.nccl_us, lookup, made,
                                                xml, ahead), NEAR_TIE)
