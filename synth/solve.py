@@ -56,7 +56,7 @@ from .select.ranges import INSTANCES
 from .select.ranking import splits_call_kinds
 from .select.scorers import deciding_scorer, lockstep_scorer
 from .sizes import DEFAULT_SIZES
-from .solve_closed import ClosedOutcome, platform_for, run_closed
+from .solve_closed import ClosedOutcome, RefinementGate, platform_for, run_closed
 from .timing.program import not_a_gpu
 from .timing.protocol import RuntimeProfile
 from .topology import Topology
@@ -289,9 +289,11 @@ def run_closed_request(req: SolveRequest, topology: Topology, group: Any, fmt: s
                                  bool(req.inplace))
     out_dir = check_writable_dir(Path(req.out_dir))
     with progress.phase(f"solving {collective.name} on {topology.name} ({req.encoding})"):
+        # a refinement that cannot change the program written is skipped (RefinementGate)
+        gate = RefinementGate(topology, collective.kind, fmt, req.sizes, req.calibration)
         result = solve(topology, collective, encoding=req.encoding, algorithm=req.algorithm,
                        sizes=req.sizes, time_limit_s=req.time_limit_s, chunks=req.chunks,
-                       extra=req.extra, budget=budget, nccl=False)
+                       extra=req.extra, budget=budget, nccl=False, refine_gate=gate)
         result.calibration = req.calibration
         return run_closed(result, fmt, req.sizes, out_dir, req.calibration,
                           calibration_tag(req.calibration))
@@ -301,10 +303,11 @@ def solve(topology: Topology, collective: Collective, *, encoding: str = "auto",
           algorithm: str | None = None, sizes: Sequence[int] = DEFAULT_SIZES,
           time_limit_s: float | None = None, chunks: int | None = None,
           extra: dict[str, Any] | None = None, nccl_calibration: Any = None,
-          budget: Budget | None = None, nccl: bool = True) -> SolveResult:
+          budget: Budget | None = None, nccl: bool = True,
+          refine_gate: Any = None) -> SolveResult:
     """Produce, verify and cost schedules; the best is the one closest to the bound overall.
     NCCL's own times come along (``SolveResult.nccl``; ``nccl`` False: not): it competes in
-    every selection.
+    every selection. ``refine_gate``: :attr:`synth.encodings.options.Options.refine_gate`.
 
     With a ``budget`` (:mod:`synth.guards`) every candidate is sized before it is verified: one
     over the memory budget or, when XML is wanted, over the runtime's limits is passed over with a
@@ -318,7 +321,8 @@ def solve(topology: Topology, collective: Collective, *, encoding: str = "auto",
     with progress.phase(f"encoding {encoding}"):
         found = run_encoding(encoding, topology, collective,
                              Options(algorithm=algorithm, chunks=chunks, time_limit_s=time_limit_s,
-                                     extra=extra, budget=budget, notes=notes), notes)
+                                     extra=extra, budget=budget, notes=notes,
+                                     refine_gate=refine_gate), notes)
     if budget is not None:
         found, passed = within_budget(found, budget)
         notes += passed

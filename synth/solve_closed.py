@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -250,6 +250,15 @@ def _config(unit: Unit, platform: str) -> Config:
     return Config(unit.name, chunks, platform, 1)
 
 
+def _times(program, elements: int, buckets, kind: str, world: int, item: int,
+           model: CostModel) -> list[float]:
+    """``program``'s time at every bucket's size: a unit of ``elements`` run at its column count
+    there."""
+    return [estimate(program, model, columns_for(
+        kind, per_rank_elements(kind, b.size, world, item), elements, world)).time_us
+        for b in buckets]
+
+
 def _rank(units: list[Unit], buckets, kind: str, world: int, item: int, model: CostModel,
           platform: str) -> tuple[list[BucketTuning], dict[str, list[float]]]:
     """Each unit's time at every bucket's size (its column count there), and each bucket's
@@ -257,9 +266,7 @@ def _rank(units: list[Unit], buckets, kind: str, world: int, item: int, model: C
     times: dict[str, list[float]] = {}
     calls = {u.name: len(u.program.calls) for u in units}
     for u in units:
-        times[u.name] = [estimate(u.program, model, columns_for(
-            kind, per_rank_elements(kind, b.size, world, item), u.elements, world)).time_us
-            for b in buckets]
+        times[u.name] = _times(u.program, u.elements, buckets, kind, world, item, model)
     tunings = []
     for b in buckets:
         order = sorted(units, key=lambda u: (times[u.name][b.index], calls[u.name], u.name))
@@ -267,6 +274,100 @@ def _rank(units: list[Unit], buckets, kind: str, world: int, item: int, model: C
         tunings.append(BucketTuning(b, ranking, len(units), len(units), ranking[0],
                                     {_config(u, platform): times[u.name][b.index] for u in units}))
     return tunings, times
+
+
+# ------------------------------------------------------------------------------ refinements
+class RefinementGate:
+    """Can reordering a candidate's last steps change the module :func:`run_closed` writes?
+
+    The MILP's stage 3 reorders only the last steps of its plan, and on trn1_32 it was half of the
+    main job's time. Here a candidate serves a size only where its lowered program is the fastest
+    unit, or within :data:`NEAR_TIE` of the fastest (:func:`choose`). The cost model
+    (:func:`synth.closed.cost.estimate`) times a program's ops in order, each op's end depending
+    on earlier ops alone, so the program lowered from the steps a refinement keeps, cut where the
+    first step it may change begins, is a lower bound on the refined program's time. Where that
+    bound is over ``1 + NEAR_TIE`` times the runtime's own single call (the vendor unit, proven on
+    the stand-in first, as :func:`run_closed` would) at every size, the vendor call ranks ahead
+    of the refined candidate everywhere, no near tie can reach it, and no fallback needs it: the
+    refinement cannot change a byte written, and is skipped
+    (:attr:`synth.encodings.options.Options.refine_gate`). What it cannot decide (a program that
+    does not lower or breaks a platform rule, an unproven vendor call) runs the refinement.
+    """
+
+    def __init__(self, topology, kind: str, platform: str, sizes: Sequence[int],
+                 calibration: str | None = None) -> None:
+        self.topology, self.kind, self.platform = topology, kind, platform
+        self.buckets = make_buckets(sizes)
+        self.calibration = calibration
+        self._model: tuple[Any, CostModel] | None = None
+        self._vendor: tuple[Unit, list[float]] | bool | None = False
+        """The vendor unit and its time per bucket once built and proven; None: not proven."""
+
+    def _mesh_model(self) -> tuple[Any, CostModel]:
+        if self._model is None:
+            mesh = mesh_for_topology(self.topology)
+            self._model = mesh, load_model(self.topology, mesh, self.calibration)
+        return self._model
+
+    def _vendor_times(self) -> tuple[Unit, list[float]] | None:
+        """The runtime's own call as :func:`run_closed` finds it (the first valid composed unit
+        that is one), proven on the stand-in, and its times; None where it fails either."""
+        if self._vendor is False:
+            self._vendor = None
+            topology, (mesh, _) = self.topology, self._mesh_model()
+            vendor = next((u for u in (build_unit(p, mesh, topology, DTYPE)
+                                       for p in all_plans(self.kind, mesh, 1))
+                           if not violations(u.program, self.platform, topology) and _is_vendor(u)),
+                          None)
+            if vendor is not None:
+                try:
+                    _prove(vendor, self.platform, topology)
+                except (SynthError, VerificationError):
+                    return None
+                self._vendor = vendor, self._times(vendor.program, vendor.elements)
+        return self._vendor or None
+
+    def _times(self, program, elements: int) -> list[float]:
+        mesh, model = self._mesh_model()
+        return _times(program, elements, self.buckets, self.kind, mesh.size,
+                      np.dtype(DTYPE).itemsize, model)
+
+    def __call__(self, schedule, kept: int) -> str | None:
+        """None: a refinement of ``schedule`` that keeps its first ``kept`` steps may change what
+        is written; else why it cannot."""
+        if schedule.num_transfers > LOWER_MAX_TRANSFERS:
+            return (f"{schedule.num_transfers:,} transfers are more than a lowered program takes "
+                    f"({LOWER_MAX_TRANSFERS:,})")
+        got = self._vendor_times()
+        bound = self.kept_steps_us(schedule, kept) if got is not None else None
+        if got is None or bound is None:
+            return None
+        vendor, vendor_us = got
+        ratios = [b / v for b, v in zip(bound, vendor_us, strict=True) if v > 0]
+        if len(ratios) != len(bound) or min(ratios) <= 1 + NEAR_TIE:
+            return None
+        return (f"its first {kept} steps alone take {min(ratios):.2f}x or more of the runtime's "
+                f"own call ({vendor.name}) at every size under {self.platform}'s cost model "
+                "(synth.closed.cost): it serves no size however its last steps are ordered")
+
+    def kept_steps_us(self, schedule, kept: int) -> list[float] | None:
+        """A lower bound on the time, at every size, of any schedule that begins with the first
+        ``kept`` steps of ``schedule``, lowered: the lowered program cut where step ``kept``
+        begins (class docstring). None where ``schedule`` does not lower validly here."""
+        mesh, _ = self._mesh_model()
+        try:
+            unit = build_unit(LoweredPlan(self.kind, schedule, schedule.algorithm), mesh,
+                              self.topology, DTYPE)
+        except SynthError:
+            return None
+        if kept < 1 or violations(unit.program, self.platform, self.topology):
+            return None
+        ops = unit.program.ops
+        cut = next((i for i, op in enumerate(ops) if op.stage in (f"step {kept}", "output")),
+                   len(ops))
+        specs = unit.program.meta.get("specs") or unit.program.specs()
+        return self._times(replace(unit.program, ops=ops[:cut], meta={"specs": specs}),
+                           unit.elements)
 
 
 # ------------------------------------------------------------------------------ proofs

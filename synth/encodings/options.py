@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
@@ -52,6 +52,15 @@ class Options:
     notes: list[str] | None = field(default=None, compare=False)
     """Where an encoding appends what the caller must know about the run (e.g. that a wall-clock
     safety net, not the deterministic work budget, stopped a solve); ``synth solve`` prints them."""
+    refine_gate: Callable[[Any, int], str | None] | None = field(default=None, compare=False)
+    """Asked before a refinement of a candidate that only reorders its last steps (the MILP's
+    stage 3, half of the main job's time on trn1_32): given the candidate as it stands (a
+    :class:`~synth.schedule.Schedule`) and how many of its leading steps the refinement keeps
+    whatever it finds, None when the refinement may change what the caller writes (it runs),
+    else the reason it cannot (it is skipped, and the candidate's report says why). None here:
+    every refinement runs. The closed-stack main job sets it
+    (:class:`synth.solve_closed.RefinementGate`): there a lowered schedule whose kept steps alone
+    are slower than the runtime's own call at every size can serve no size."""
 
 
 # ------------------------------------------------------------------------------- value converters

@@ -69,7 +69,17 @@ from .problem import (
     reversed_links,
 )
 from .route import InfeasibleSketch, NoRouting, PeerPolicy, Routes, route
-from .schedule import FIRST_WINDOW, Tasks, make_tasks, order, outcome, schedule_tasks, step_arrays
+from .schedule import (
+    FIRST_WINDOW,
+    Tasks,
+    make_tasks,
+    order,
+    outcome,
+    plan_cost,
+    schedule_tasks,
+    stage3_keeps,
+    step_arrays,
+)
 
 DEFAULT_WINDOW = MilpOptions.window
 AUTO_MAX_RANKS = 80
@@ -395,19 +405,26 @@ class _Finishes:
         self._jobs: list = []
         """Per submitted plan: its (steps, report) once solved, else (its future, its arguments)."""
         self._pool = None
+        self._submitted = 0
 
     @property
     def parallel(self) -> bool:
         return self.workers > 1
 
     @property
+    def submitted(self) -> int:
+        """Plans whose stage 3 was submitted (not :meth:`skip`-ped)."""
+        return self._submitted
+
+    @property
     def processes(self) -> int:
         """Worker processes the submitted plans use (no more than there are plans)."""
-        return min(self.workers, len(self._jobs))
+        return min(self.workers, self._submitted)
 
     def submit(self, tasks: Tasks, initial: list[int], chunk_mb: float, *, window: int,
                solver: str, work: float) -> int:
         """Start one plan's stage 3; returns its handle for :meth:`result`."""
+        self._submitted += 1
         if not self.parallel:
             self._jobs.append(_schedule(tasks, initial, chunk_mb, window, solver, work,
                                         self.safety, self.progress))
@@ -427,6 +444,11 @@ class _Finishes:
                 # an earlier worker died: this plan is solved here when its result is asked for
                 future = None
             self._jobs.append((future, args))
+        return len(self._jobs) - 1
+
+    def skip(self, initial: list[int], report: dict) -> int:
+        """Record a plan whose stage 3 is not run (its stage-2 steps stand); returns its handle."""
+        self._jobs.append((initial, report))
         return len(self._jobs) - 1
 
     def result(self, handle: int) -> tuple[list[int], dict]:
@@ -604,7 +626,14 @@ def milp_encoding(topology: Topology, collective: Collective, options: Options) 
             for cand, (_, k, plans), extra, cand_window in picks:
                 coll = make_collective(kind, n, k, collective.root, collective.inplace)
                 chunk_mb = target / coll.buffer_chunks / MB
-                jobs = [(finishes.submit(phase.tasks, initial, chunk_mb, window=cand_window,
+                why = (_stage3_moot(options.refine_gate, coll, cand, plans, cand_window,
+                                    stage3_work, chunk_mb, topology)
+                       if options.refine_gate is not None and directions == (False,) else None)
+                jobs = [(finishes.skip(initial, {
+                             "stage2_us": round(plan_cost(phase.tasks, initial, chunk_mb), 6),
+                             "window": cand_window, "stage3": f"not run: {why}"})
+                         if why is not None else
+                         finishes.submit(phase.tasks, initial, chunk_mb, window=cand_window,
                                          solver=solver, work=stage3_work), phase, rate, reverse)
                         for phase, initial, rate, reverse in plans]
                 why = (f"milp: TACCL-style routing MILP + ordering + scheduling MILP ({solver}), "
@@ -617,9 +646,9 @@ def milp_encoding(topology: Topology, collective: Collective, options: Options) 
                         "chunkings_not_routed_in_time": sorted(x for x in ks if x in failed),
                         "stages": []}
                 picked.append((cand, coll, jobs, meta))
-        if finishes.parallel:
-            with _progress_phase(f"milp: scheduling {len(picked)} candidates on "
-                                 f"{finishes.processes} processes"):
+        if finishes.parallel and finishes.submitted:
+            with _progress_phase(f"milp: scheduling {_count(finishes.submitted, 'plan')} on "
+                                 f"{_count(finishes.processes, 'process', 'es')}"):
                 finishes.settle()
         out: dict[str, Schedule] = {}
         for cand, coll, jobs, meta in picked:
@@ -639,6 +668,26 @@ def milp_encoding(topology: Topology, collective: Collective, options: Options) 
     if options.notes is not None:
         options.notes.extend(n for n in safety.safety_notes if n not in options.notes)
     return out
+
+
+def _stage3_moot(gate, coll: Collective, cand: str, plans: list, window: int, work: float,
+                 chunk_mb: float, topology: Topology) -> str | None:
+    """Why stage 3 of the one-phase plan of ``cand`` cannot change what the caller writes, or
+    None: ``gate`` (:attr:`..options.Options.refine_gate`) is given the schedule of the stage-2
+    plan and the leading steps of it that stage 3 keeps (:func:`.schedule.stage3_keeps`)."""
+    (phase, initial, _, _), = plans
+    kept = stage3_keeps(initial, window, work)
+    if window <= 0 or kept < 1:
+        return None
+    schedule = Schedule(coll, topology.name, topology.content_hash,
+                        tuple(_replicate(phase.problem, phase.tasks, initial, topology)), cand,
+                        "milp", {})
+    with _progress_phase(f"milp: can stage 3 of {cand} change what is written?"):
+        return gate(schedule, kept)
+
+
+def _count(n: int, noun: str, plural: str = "s") -> str:
+    return f"{n} {noun}{'' if n == 1 else plural}"
 
 
 def _progress_phase(label: str):

@@ -335,7 +335,7 @@ def schedule_tasks(tasks: Tasks, initial: list[int], chunk_mb: float, *, window:
     steps, cost = initial, base
     passes = []
     windows = sorted({min(window, FIRST_WINDOW), window})
-    if work is not None and work < WIDE_PASS_MIN_WORK:
+    if not wide_pass_runs(window, work):
         windows = windows[:1]
     for w in windows:
         found, outcome_line, size = _schedule_pass(tasks, steps, chunk_mb, w, solver, time_limit_s,
@@ -353,6 +353,25 @@ def schedule_tasks(tasks: Tasks, initial: list[int], chunk_mb: float, *, window:
     if steps is not initial:
         report["stage3_us"] = round(cost, 6)
     return steps, report
+
+
+def stage3_keeps(initial: list[int], window: int, work: float | None) -> int:
+    """How many leading steps of the stage-2 plan ``initial`` stage 3 (:func:`schedule_tasks`)
+    leaves as they are, whatever it finds: its narrow pass frees only the tasks of the last
+    ``FIRST_WINDOW + 1`` steps and puts none before them (:func:`build_scheduling_model`), so its
+    plan's last step is at least the number of steps it kept; the wide pass then frees the last
+    ``window + 1`` steps of that plan. The schedule replicated from the plan (one forward phase)
+    begins with these steps, in this order."""
+    if not initial:
+        return 0
+    first = max(initial) - min(window, FIRST_WINDOW)
+    kept = len({s for s in initial if s < first})  # non-empty steps: the plans drop empty ones
+    return max(0, kept - window) if wide_pass_runs(window, work) else kept
+
+
+def wide_pass_runs(window: int, work: float | None) -> bool:
+    """Does stage 3 run a second, wide pass (:func:`schedule_tasks`)?"""
+    return window > FIRST_WINDOW and (work is None or work >= WIDE_PASS_MIN_WORK)
 
 
 def _schedule_pass(tasks: Tasks, initial: list[int], chunk_mb: float, window: int, solver: str,
