@@ -206,11 +206,7 @@ def _units(result: SolveResult, mesh, topology, platform: str, notes: list[str])
     """Every single-tensor composed strategy, and every verified schedule lowered, that the
     platform accepts (a note on each schedule it does not)."""
     kind = result.collective.kind
-    units: list[Unit] = []
-    for plan in all_plans(kind, mesh, 1):
-        unit = build_unit(plan, mesh, topology, DTYPE)
-        if not violations(unit.program, platform, topology):
-            units.append(unit)
+    units = list(_composed_units(kind, mesh, topology, platform))
     for cand in result.candidates:
         sched = cand.schedule
         if sched.num_transfers > LOWER_MAX_TRANSFERS:
@@ -229,6 +225,15 @@ def _units(result: SolveResult, mesh, topology, platform: str, notes: list[str])
             continue
         units.append(unit)
     return units
+
+
+def _composed_units(kind: str, mesh, topology, platform: str):
+    """Every single-tensor composition of the runtime's calls the platform accepts, in
+    :func:`all_plans` order (the runtime's own call is the first :func:`_is_vendor` of them)."""
+    for plan in all_plans(kind, mesh, 1):
+        unit = build_unit(plan, mesh, topology, DTYPE)
+        if not violations(unit.program, platform, topology):
+            yield unit
 
 
 def _is_vendor(unit: Unit) -> bool:
@@ -315,10 +320,8 @@ class RefinementGate:
         if self._vendor is False:
             self._vendor = None
             topology, (mesh, _) = self.topology, self._mesh_model()
-            vendor = next((u for u in (build_unit(p, mesh, topology, DTYPE)
-                                       for p in all_plans(self.kind, mesh, 1))
-                           if not violations(u.program, self.platform, topology) and _is_vendor(u)),
-                          None)
+            vendor = next((u for u in _composed_units(self.kind, mesh, topology, self.platform)
+                           if _is_vendor(u)), None)
             if vendor is not None:
                 try:
                     _prove(vendor, self.platform, topology)

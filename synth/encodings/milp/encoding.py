@@ -75,8 +75,8 @@ from .schedule import (
     make_tasks,
     order,
     outcome,
-    plan_cost,
     schedule_tasks,
+    stage2_report,
     stage3_keeps,
     step_arrays,
 )
@@ -626,16 +626,19 @@ def milp_encoding(topology: Topology, collective: Collective, options: Options) 
             for cand, (_, k, plans), extra, cand_window in picks:
                 coll = make_collective(kind, n, k, collective.root, collective.inplace)
                 chunk_mb = target / coll.buffer_chunks / MB
-                why = (_stage3_moot(options.refine_gate, coll, cand, plans, cand_window,
-                                    stage3_work, chunk_mb, topology)
-                       if options.refine_gate is not None and directions == (False,) else None)
-                jobs = [(finishes.skip(initial, {
-                             "stage2_us": round(plan_cost(phase.tasks, initial, chunk_mb), 6),
-                             "window": cand_window, "stage3": f"not run: {why}"})
-                         if why is not None else
-                         finishes.submit(phase.tasks, initial, chunk_mb, window=cand_window,
-                                         solver=solver, work=stage3_work), phase, rate, reverse)
-                        for phase, initial, rate, reverse in plans]
+                moot = (_stage3_moot(options.refine_gate, coll, cand, plans, cand_window,
+                                     stage3_work, topology)
+                        if options.refine_gate is not None and directions == (False,) else None)
+                jobs = []
+                for phase, initial, rate, reverse in plans:
+                    if moot is not None:
+                        handle = finishes.skip(initial, stage2_report(
+                            phase.tasks, initial, chunk_mb, cand_window, why_not=moot))
+                    else:
+                        handle = finishes.submit(phase.tasks, initial, chunk_mb,
+                                                 window=cand_window, solver=solver,
+                                                 work=stage3_work)
+                    jobs.append((handle, phase, rate, reverse))
                 why = (f"milp: TACCL-style routing MILP + ordering + scheduling MILP ({solver}), "
                        f"sketch {sketch.name if sketch else 'none (every link)'}, {k} chunk(s) per "
                        f"rank (of {', '.join(map(str, ks))} tried), planned for "
@@ -671,13 +674,13 @@ def milp_encoding(topology: Topology, collective: Collective, options: Options) 
 
 
 def _stage3_moot(gate, coll: Collective, cand: str, plans: list, window: int, work: float,
-                 chunk_mb: float, topology: Topology) -> str | None:
+                 topology: Topology) -> str | None:
     """Why stage 3 of the one-phase plan of ``cand`` cannot change what the caller writes, or
     None: ``gate`` (:attr:`..options.Options.refine_gate`) is given the schedule of the stage-2
     plan and the leading steps of it that stage 3 keeps (:func:`.schedule.stage3_keeps`)."""
     (phase, initial, _, _), = plans
-    kept = stage3_keeps(initial, window, work)
-    if window <= 0 or kept < 1:
+    kept = stage3_keeps(initial, window, work) if window > 0 else 0
+    if kept < 1:
         return None
     schedule = Schedule(coll, topology.name, topology.content_hash,
                         tuple(_replicate(phase.problem, phase.tasks, initial, topology)), cand,

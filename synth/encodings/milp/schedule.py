@@ -327,8 +327,8 @@ def schedule_tasks(tasks: Tasks, initial: list[int], chunk_mb: float, *, window:
 
     Each pass is bounded by :data:`STAGE3_NODES` and ``work`` (deterministic); ``time_limit_s``
     is the wall-clock safety net, and ``safety`` records when it is what stopped the solve."""
+    report = stage2_report(tasks, initial, chunk_mb, window)
     base = plan_cost(tasks, initial, chunk_mb)
-    report: dict = {"stage2_us": round(base, 6), "window": window}
     if not len(tasks) or window <= 0:
         report["stage3"] = "skipped"
         return initial, report
@@ -353,6 +353,16 @@ def schedule_tasks(tasks: Tasks, initial: list[int], chunk_mb: float, *, window:
     if steps is not initial:
         report["stage3_us"] = round(cost, 6)
     return steps, report
+
+
+def stage2_report(tasks: Tasks, initial: list[int], chunk_mb: float, window: int,
+                  why_not: str | None = None) -> dict:
+    """The report of a plan's stage 3 before it runs; ``why_not``: it will not run (the caller
+    keeps the stage-2 plan ``initial``), and why."""
+    report: dict = {"stage2_us": round(plan_cost(tasks, initial, chunk_mb), 6), "window": window}
+    if why_not is not None:
+        report["stage3"] = f"not run: {why_not}"
+    return report
 
 
 def stage3_keeps(initial: list[int], window: int, work: float | None) -> int:
