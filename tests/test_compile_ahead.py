@@ -208,3 +208,95 @@ def test_idle_cores_are_those_other_processes_leave_idle_now(monkeypatch):
     monkeypatch.setattr(cores, "_cpu_ticks", no_proc)
     assert cores.busy_elsewhere() is None
     assert cores.idle_cores() == 1      # the load average stands in: 0.9 of another's load
+
+
+def test_a_planned_compile_the_caller_will_never_ask_for_is_passed_over():
+    """The caller's word (``wanted``) is asked as each planned compile comes up, with the
+    compiles the worker saw refused: here, nothing after a refusal is wanted."""
+    schedule = _pair()
+    simple, ll = XmlOptions(), XmlOptions(proto="LL")
+    refused = XmlOptions(instances=10_000)
+    asked: list[tuple[XmlOptions, frozenset]] = []
+
+    def after_a_refusal_nothing(name, options, seen_refused):
+        asked.append((options, frozenset(seen_refused)))
+        return not seen_refused
+
+    ahead = CompileAhead()
+    ahead.wanted = after_a_refusal_nothing
+    try:
+        ahead.plan([("pair", schedule, refused), ("pair", schedule, simple),
+                    ("pair", schedule, ll)])
+        ahead.pump()
+        assert isinstance(ahead.take("pair", refused), tuple)
+        ahead.pump()
+        assert ahead.take("pair", simple) is None and ahead.take("pair", ll) is None
+        assert ahead.passed_over == 2 and ahead.compiled == 1
+        assert [o for o, _ in asked] == [refused, simple, ll]
+        assert asked[1][1] == {("pair", refused)}
+    finally:
+        ahead.close()
+
+
+def test_the_scorer_passes_over_only_compiles_it_never_asks_for(monkeypatch):
+    """The program scorer's word to the worker (``ProgramScorer._run``'s ``may_want``) is sound:
+    no compile it called unwanted is asked for later in the run, and where the compiler refused
+    a lower instance count, the higher ones of the solve's protocol are unwanted. The times are
+    those of the run without a worker."""
+    import itertools
+    import math
+
+    from synth.select.program_scorer import ProgramScorer
+    from synth.solve import solve
+    from synth.topology_io import load_topology
+
+    topo = load_topology("dgx1")
+    res = solve(topo, make_collective("allgather", 8), encoding="baseline",
+                sizes=tuple(2 ** k for k in range(10, 31, 5)), nccl=False)
+    # 8 blocks a rank: the direct schedule (7 peers) is refused at x4
+    xml = XmlOptions(max_threadblocks=8)
+    order = itertools.count()
+    verdicts: list[tuple[int, str, XmlOptions, bool]] = []
+    requests: list[tuple[int, str, XmlOptions]] = []
+    final: list = []
+
+    def set_wanted(self, value):
+        def recorded(name, options, refused):
+            got = value(name, options, refused)
+            verdicts.append((next(order), name, options, got))
+            return got
+        if value is not None:
+            final.append(value)
+        self.__dict__["wanted"] = recorded if value is not None else None
+
+    monkeypatch.setattr(compile_ahead.CompileAhead, "wanted",
+                        property(lambda self: self.__dict__.get("wanted"), set_wanted),
+                        raising=False)
+    real = ProgramScorer._program
+
+    def program(self, c, proto, instances):
+        requests.append((next(order), c.name, self.options(proto, instances)))
+        return real(self, c, proto, instances)
+
+    monkeypatch.setattr(ProgramScorer, "_program", program)
+    monkeypatch.setenv(compile_ahead.ENV, "1")
+    ahead = ProgramScorer(res, topo, xml, instances=(1, 2, 4, 8), protocols=("LL",))
+    times = ahead.run()
+    for n, name, options, ok in verdicts:
+        if not ok:
+            assert not [r for r in requests if r[0] > n and r[1:] == (name, options)], \
+                (name, options)
+    monkeypatch.setenv(compile_ahead.ENV, "0")
+    inline = ProgramScorer(res, topo, xml, instances=(1, 2, 4, 8), protocols=("LL",))
+    assert inline.run() == times
+    may_want = final[0]
+    refused = [(c, inst) for c in res.candidates for inst in (1, 2, 4)
+               if ahead._programs.get((c.name, "Simple", inst), 0) is None]
+    assert refused, "no candidate's count was refused: the case tests nothing"
+    for c, inst in refused:
+        for higher in (2 * inst, 4 * inst):
+            assert not may_want(c.name, ahead.options("Simple", higher), set())
+            assert all(math.isinf(t) for t in times.get((c.name, "Simple", higher), [math.inf]))
+    for c in res.candidates:
+        if all(ahead._programs.get((c.name, "Simple", inst)) is not None for inst in (1, 2, 4)):
+            assert may_want(c.name, ahead.options("Simple", 8), set())

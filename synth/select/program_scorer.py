@@ -5,7 +5,7 @@ at the sizes where a runtime selects it, within a budget of estimated work.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import replace
 from typing import Any
 
@@ -423,6 +423,39 @@ class ProgramScorer:
 
         proto0, base = self.forms[0]
         decided: list[int] = []
+        first_done: list[bool] = []
+        by_name = {c.name: c for c in cands}
+
+        def may_want(name: str, options: XmlOptions, refused: Set[tuple[str, XmlOptions]]) -> bool:
+            """False where this run will never ask for the compile of ``name`` in ``options``
+            (what :mod:`.compile_ahead` need not make); True where it may. Called from the
+            compile-ahead thread while this run goes on, so it rests only on facts that, once
+            they hold, hold for the rest of the run (a stale read only makes it say True):
+
+            * a higher count of the solve's protocol is tried at a size only where the count
+              before it has a finite time there, so never once a lower count's compile was
+              refused (here: :attr:`_programs` holds None; in the worker: ``refused``);
+            * another protocol is tried only at the sizes the first form decided, where the
+              candidate's lock-step time is within the prune factor of the fastest time found
+              there, which only falls (:func:`listed`)."""
+            c = by_name.get(name)
+            if c is None:
+                return True
+            if options.proto == proto0:
+                for inst in self.instances:
+                    if inst >= options.instances:
+                        break
+                    if self._programs.get((name, proto0, inst), True) is None \
+                            or (name, self.options(proto0, inst)) in refused:
+                        return False
+                return True
+            if not first_done:
+                return True
+            return any(runs(c, options.instances, i)
+                       and c.costs[i].time_us <= self.prune_factor * best_at(i) for i in decided)
+
+        if self._ahead is not None:
+            self._ahead.wanted = may_want
 
         def first_order(i: int) -> list[Candidate]:
             return sorted((c for c in cands if runs(c, base, i)),
@@ -458,6 +491,7 @@ class ProgramScorer:
                     for c in cands:
                         times[(c.name, proto0, base)][i] = c.costs[i].time_us
         self.decided = frozenset(sizes[i] for i in decided)
+        first_done.append(True)
 
         def listed(proto: str, k: int, i: int) -> list[tuple[Candidate, bool | None]]:
             """The candidates of form (proto, instances[k]) at size i in the order they are
