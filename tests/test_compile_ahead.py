@@ -43,7 +43,7 @@ def test_the_workers_text_is_the_compilers_and_a_refusal_is_its_message():
             assert kept == xml_parse.parse_program.__wrapped__.__wrapped__(text, "pair.xml")
         with pytest.raises(SynthError) as exc:
             emit_xml_text(schedule, refused)
-        assert got[2] == (exc.value.message,)
+        assert got[2][0] == exc.value.message
         assert ahead.compiled == 3
     finally:
         ahead.close()

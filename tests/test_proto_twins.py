@@ -3,6 +3,8 @@ text is byte for byte what compiling it gives."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext as _nothing
+
 import pytest
 
 from synth.collectives import make_collective
@@ -72,15 +74,19 @@ def vars_of(options: XmlOptions) -> dict:
 
 
 def test_no_twin_where_the_protocol_shapes_the_program(schedules):
-    """A size bound sets the chunks a message holds per protocol, and Simple's FIFO is 2 slots:
-    neither has a twin."""
+    """A size bound sets the chunks a message holds per protocol: no twin; Simple's FIFO is 2
+    slots: its file is the twins' only where no progress check found an op blocked."""
     s = schedules[0]
     twins.forget()
     try:
         emit_xml_text(s, XmlOptions(proto="LL", max_bytes=1 << 20))
         assert twins.twin_text(s, vars_of(XmlOptions(proto="LL128", max_bytes=1 << 20))) is None
+        emit_xml_text(s, XmlOptions(proto="Simple", max_bytes=1 << 20))
+        assert twins.twin_text(s, vars_of(XmlOptions(proto="LL", max_bytes=1 << 20))) is None
+        assert not twins.serves_twins(s, vars_of(XmlOptions(proto="Simple", max_bytes=1 << 20)))
         emit_xml_text(s, XmlOptions(proto="Simple"))
-        assert twins.twin_text(s, vars_of(XmlOptions(proto="LL"))) is None
+        assert (twins.twin_text(s, vars_of(XmlOptions(proto="LL"))) is None) == (
+            not twins.serves_twins(s, vars_of(XmlOptions(proto="Simple"))))
         other = schedules[1]        # another schedule's text is never its twin
         emit_xml_text(s, XmlOptions(proto="LL"))
         assert twins.twin_text(other, vars_of(XmlOptions(proto="LL128"))) is None
@@ -105,3 +111,45 @@ def test_a_twin_parses_to_its_twins_program_with_the_protocol_changed(schedules)
         text = _fresh(schedule, XmlOptions(proto="LL"))
         twin = twins.with_proto(text, "LL", "LL128")
         assert parse_program(twin, "t.xml") == replace(parse_program(text, "t.xml"), proto="LL128")
+
+
+def test_a_simple_compile_no_fifo_check_blocked_is_its_ll_twins(schedules):
+    """A Simple compile none of whose progress checks found an op blocked serves LL and LL128
+    (its text with the protocol changed, or its refusal): each is byte for byte what compiling
+    it afresh gives. Compiles some check blocked serve none."""
+    shared = refusals = unshared = 0
+    for schedule in schedules:
+        for instances, inplace, blocks in ((1, None, 64), (2, True, 64), (4, None, 6)):
+            simple = XmlOptions(instances=instances, inplace=inplace, max_threadblocks=blocks)
+            twins.forget()
+            try:
+                text, refusal = emit_xml_text(schedule, simple), None
+            except SynthError as exc:
+                text, refusal = None, exc.message
+            kw = vars_of(simple)
+            if not twins.serves_twins(schedule, kw):
+                unshared += 1
+                assert twins.twin_text(schedule, {**kw, "proto": "LL"}) is None
+                assert twins.twin_refusal(schedule, {**kw, "proto": "LL"}) is None
+                continue
+            for proto in ("LL", "LL128"):
+                options = XmlOptions(proto=proto, instances=instances, inplace=inplace,
+                                     max_threadblocks=blocks)
+                twins.forget()
+                with pytest.raises(SynthError) if refusal else _nothing():
+                    emit_xml_text(schedule, simple)     # the Simple compile kept again
+                if refusal is None:
+                    assert twins.twin_text(schedule, vars_of(options)) is not None
+                    assert emit_xml_text(schedule, options) == twins.with_proto(text, "Simple",
+                                                                                proto)
+                    assert _fresh(schedule, options) == twins.with_proto(text, "Simple", proto)
+                else:
+                    assert twins.twin_refusal(schedule, vars_of(options)) == refusal
+                    for compile_ in (emit_xml_text, _fresh):
+                        with pytest.raises(SynthError) as exc:
+                            compile_(schedule, options)
+                        assert exc.value.message == refusal
+            shared += refusal is None
+            refusals += refusal is not None
+    twins.forget()
+    assert shared >= 20 and refusals >= 3, (shared, refusals, unshared)

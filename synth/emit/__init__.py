@@ -9,6 +9,7 @@ file declares, and check that both ends of every message name the same transfer 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .. import progress
 from ..collectives import make_collective
@@ -80,11 +81,16 @@ def emit_xml_text(schedule: Schedule, options: XmlOptions) -> str:
     from .compile import emit_xml
 
     with progress.span("compile"):
-        return emit_xml(schedule, profile=options.profile, proto=options.proto,
-                        instances=options.instances, min_bytes=options.min_bytes,
-                        max_bytes=options.max_bytes, inplace=options.inplace,
-                        max_threadblocks=options.max_threadblocks, gather=options.gather,
-                        channels=options.channels, aggregate=options.aggregate)
+        return emit_xml(schedule, **compile_keywords(options))
+
+
+def compile_keywords(options: XmlOptions) -> dict[str, Any]:
+    """``options`` as :func:`synth.emit.compile.emit_xml`'s keywords (how :mod:`.proto_twins`
+    keys a compile)."""
+    return dict(profile=options.profile, proto=options.proto, instances=options.instances,
+                min_bytes=options.min_bytes, max_bytes=options.max_bytes, inplace=options.inplace,
+                max_threadblocks=options.max_threadblocks, gather=options.gather,
+                channels=options.channels, aggregate=options.aggregate)
 
 
 def verify_text(text: str, schedule: Schedule, options: XmlOptions) -> tuple[Program, list]:

@@ -36,7 +36,7 @@ from ..errors import SynthError
 from ..schedule import Schedule
 from . import passes as P
 from .program import Gpu, Program, Threadblock
-from .proto_twins import keep, twin_text
+from .proto_twins import keep, keep_refusal, twin_refusal, twin_text
 from .runtimes import MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL, PROFILES, get_profile
 from .xml_write import PROTOCOLS, check_limits, coll_name, program_to_xml
 
@@ -460,7 +460,7 @@ def _place_connections(ir: P.Ir, max_steps: int, max_channels: int, m: int, cap:
             per_rank = P.allocate_connections(ir, run, max_channels, MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL)
             packed = P.pack(per_rank, max_steps, tb_budget) if packing else 0
             # shared blocks: the global order's check is stricter than the runtime needs
-            if P.progress(ir, m, cap) and (not packed or P.progress_any_order(ir, m, cap)):
+            if _progress(ir, m, cap) and (not packed or _progress_any_order(ir, m, cap)):
                 if packed:
                     continue
                 return None     # cannot happen without fused ops (synth.emit.passes)
@@ -472,7 +472,7 @@ def _place_connections(ir: P.Ir, max_steps: int, max_channels: int, m: int, cap:
             wide = P.allocate_connections(ir, run, max_channels,
                                           MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL, tb_budget)
             if (max(len(row) for row in wide) <= tb_budget and _side_excess(wide) == 0
-                    and not P.progress(ir, m, cap)):
+                    and not _progress(ir, m, cap)):
                 spread = P.dependencies(wide)
                 if max(len(tb.steps) for row in spread for tb in row) <= max_steps:
                     return spread
@@ -549,7 +549,7 @@ def _place(ir: P.Ir, max_steps: int, budget: int, m: int, cap: int, enforce: boo
         packed = P.pack(per_rank, max_steps, tb_budget) if packing and longest <= max_steps else 0
         tbs: list[list[Threadblock]] = []
         if not enforce or longest <= max_steps:
-            bad = P.progress(ir, m, cap)
+            bad = _progress(ir, m, cap)
             if bad and packed:      # a shared block can wait on its own send side: do not share
                 packing = False
                 continue
@@ -574,7 +574,7 @@ def _place(ir: P.Ir, max_steps: int, budget: int, m: int, cap: int, enforce: boo
             balance, spread = True, min(budget, 2)
         else:       # nothing fits: return what we have, the limit check names the overflow
             if not tbs:
-                bad = P.progress(ir, m, cap)
+                bad = _progress(ir, m, cap)
                 if bad and packed:
                     packing = False
                     continue
@@ -582,6 +582,28 @@ def _place(ir: P.Ir, max_steps: int, budget: int, m: int, cap: int, enforce: boo
                     return [], [], bad
                 tbs = P.dependencies(per_rank)
             return tbs, [], []
+
+
+_BLOCKED = [0]
+"""Progress checks in this process that found an op blocked (:func:`_progress`)."""
+
+
+def _progress(ir: P.Ir, m: int, cap: int) -> list[P.IOp]:
+    """:func:`synth.emit.passes.progress`, counted in :data:`_BLOCKED` where it finds an op
+    blocked: a build none of whose checks did is the same build at any larger FIFO capacity
+    (:func:`emit_xml`: why a Simple file is its LL and LL128 twins' too)."""
+    bad = P.progress(ir, m, cap)
+    if bad:
+        _BLOCKED[0] += 1
+    return bad
+
+
+def _progress_any_order(ir: P.Ir, m: int, cap: int) -> list[P.IOp]:
+    """:func:`synth.emit.passes.progress_any_order`, counted like :func:`_progress`."""
+    bad = P.progress_any_order(ir, m, cap)
+    if bad:
+        _BLOCKED[0] += 1
+    return bad
 
 
 def _culprits(bad: list[P.IOp]) -> list[P.IOp]:
@@ -641,15 +663,33 @@ def emit_xml(schedule: Schedule, *, profile: str = "exec", proto: str = "Simple"
              instances: int = 1, min_bytes: int = 0, max_bytes: int = 0,
              inplace: bool | None = None, max_threadblocks: int = DEFAULT_MAX_THREADBLOCKS,
              gather: bool = False, channels: int = 0, aggregate: bool | None = None) -> str:
-    """:func:`compile_schedule` then :func:`~synth.emit.xml_write.program_to_xml` (or its LL/LL128
-    twin's text with the protocol changed, where the two are one program: :mod:`.proto_twins`)."""
+    """:func:`compile_schedule` then :func:`~synth.emit.xml_write.program_to_xml` (or its twin's
+    text with the protocol changed, or its twin's refusal, where the two are one program:
+    :mod:`.proto_twins`).
+
+    Whether a Simple compile is its LL and LL128 twins' too: the passes see the protocol only
+    through the chunks a message holds (one in every protocol where ``max_bytes`` is 0) and the
+    FIFO's capacity (2 messages for Simple, 8 for LL and LL128), and the capacity only through
+    the progress checks. Those are monotone in it (:func:`synth.emit.passes.progress` moves the
+    same occupancy whatever the capacity and only compares it; an interleaving that finishes at
+    a capacity finishes at a larger one), so a Simple build none of whose checks found an op
+    blocked (:data:`_BLOCKED`) is, check for check, the LL build: the same program, or the same
+    refusal."""
     options = dict(profile=profile, proto=proto, instances=instances, min_bytes=min_bytes,
                    max_bytes=max_bytes, inplace=inplace, max_threadblocks=max_threadblocks,
                    gather=gather, channels=channels, aggregate=aggregate)
+    refused = twin_refusal(schedule, options)
+    if refused is not None:
+        raise SynthError(refused)
     text = twin_text(schedule, options)
     if text is None:
-        text = program_to_xml(compile_schedule(schedule, **options), profile)
-        keep(schedule, options, text)
+        blocked = _BLOCKED[0]
+        try:
+            text = program_to_xml(compile_schedule(schedule, **options), profile)
+        except SynthError as exc:
+            keep_refusal(schedule, options, exc.message, _BLOCKED[0] == blocked)
+            raise
+        keep(schedule, options, text, _BLOCKED[0] == blocked)
     return text
 
 

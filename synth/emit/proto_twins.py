@@ -9,6 +9,14 @@ placements (:func:`synth.emit.compile._lighter`) then weighs chunks per block, n
 the LL128 file is the LL file with ``proto`` changed in its ``<algo>`` tag, byte for byte, and
 the other way round (``tests/test_proto_twins.py`` compares both against fresh compiles).
 
+A Simple file is their twin too where its compile never found an op blocked by the FIFO's
+capacity (:func:`synth.emit.compile.emit_xml` says why: at the larger capacity every check
+passes again, so the build is the same), and a refusal of such a compile is theirs as well (the
+same program breaks the same limit). Not the other way: an LL build that passed at 8 slots may
+not at 2. Measured on ``synth solve --topo dgx_a100 --nodes 8 --coll allgather`` before: the LL
+compiles of forms whose Simple compile had been made took 146 s of the scorer's process (rail_blocks
+at x1 alone 52 s).
+
 Why it pays: a solve without ``--proto`` times every candidate in Simple, LL and LL128; on
 ``synth solve --topo dgx_a100 --nodes 2 --coll allgather`` LL128 compiles that had an LL twin
 took a third of the compile time.
@@ -29,7 +37,11 @@ TWINS = ("LL", "LL128")
 TWIN_CHARS_KEPT = 256 * 2**20
 """Characters of text kept for twins at most (about 256 MB): two 512-rank files."""
 
+SOURCES = ("Simple",)
+"""Protocols whose unbounded file is the twins' where its compile says so (``shared``)."""
+
 _KEPT: dict[tuple[Any, ...], tuple[Schedule, str, str]] = {}
+_REFUSED: dict[tuple[Any, ...], tuple[Schedule, str, str]] = {}
 _chars = 0
 
 
@@ -40,9 +52,13 @@ def twin_protocol(proto: str, max_bytes: int) -> str | None:
     return TWINS[1 - TWINS.index(proto)]
 
 
-def _key(schedule: Schedule, options: dict[str, Any]) -> tuple[Any, ...] | None:
-    """The twin key of a compile (None: the protocol shapes this program, no twin)."""
-    if twin_protocol(options.get("proto", ""), options.get("max_bytes", 0)) is None:
+def _key(schedule: Schedule, options: dict[str, Any], shared: bool = False
+         ) -> tuple[Any, ...] | None:
+    """The twin key of a compile (None: the protocol shapes this program, no twin); ``shared``:
+    the compile of a :data:`SOURCES` protocol says its program is the twins' too."""
+    proto = options.get("proto", "")
+    if twin_protocol(proto, options.get("max_bytes", 0)) is None and not (
+            shared and proto in SOURCES and options.get("max_bytes", 0) == 0):
         return None
     return (id(schedule), tuple(sorted((k, v) for k, v in options.items() if k != "proto")))
 
@@ -58,14 +74,41 @@ def twin_text(schedule: Schedule, options: dict[str, Any]) -> str | None:
     return text if proto == options["proto"] else with_proto(text, proto, options["proto"])
 
 
-def keep(schedule: Schedule, options: dict[str, Any], text: str) -> None:
-    """Remember ``text``, compiled with ``options``, for its twin (where there is room)."""
-    global _chars
+def twin_refusal(schedule: Schedule, options: dict[str, Any]) -> str | None:
+    """The compiler's message refusing this compile, where its twin's compile was refused in
+    this process (:func:`keep_refusal`), else None."""
     key = _key(schedule, options)
+    hit = _REFUSED.get(key) if key is not None else None
+    return None if hit is None or hit[0] is not schedule else hit[1]
+
+
+def keep(schedule: Schedule, options: dict[str, Any], text: str, shared: bool = False) -> None:
+    """Remember ``text``, compiled with ``options``, for its twin (where there is room);
+    ``shared``: a :data:`SOURCES` compile whose program is its twins' too."""
+    global _chars
+    key = _key(schedule, options, shared)
     if key is None or key in _KEPT or _chars + len(text) > TWIN_CHARS_KEPT:
         return
     _KEPT[key] = (schedule, text, options["proto"])   # the schedule held: its id stays its own
     _chars += len(text)
+
+
+def keep_refusal(schedule: Schedule, options: dict[str, Any], message: str,
+                 shared: bool = False) -> None:
+    """Remember the compiler's refusal of a compile with ``options`` for its twins (``shared``
+    as in :func:`keep`)."""
+    key = _key(schedule, options, shared)
+    if key is not None and key not in _REFUSED:
+        _REFUSED[key] = (schedule, message, options["proto"])
+
+
+def serves_twins(schedule: Schedule, options: dict[str, Any]) -> bool:
+    """Whether this process holds a text or a refusal compiled with ``options`` (its protocol
+    included) that its twins can take."""
+    key = _key(schedule, options, True)
+    return key is not None and any(
+        hit is not None and hit[0] is schedule and hit[2] == options["proto"]
+        for hit in (_KEPT.get(key), _REFUSED.get(key)))
 
 
 def with_proto(text: str, old: str, new: str) -> str | None:
@@ -84,4 +127,5 @@ def forget() -> None:
     """Drop every kept text (tests; a long-lived process between unrelated solves)."""
     global _chars
     _KEPT.clear()
+    _REFUSED.clear()
     _chars = 0

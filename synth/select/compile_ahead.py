@@ -92,16 +92,18 @@ def _serve(conn: Any) -> None:
     A job is (kind, name, schedule or None, options, text or None, argument, source): the
     schedule comes with a name's first job only; the text where the scorer has it.
 
-    * ``compile``: the answer is ``[text, program]`` (the text parsed as the scorer parses it, None
-      where that failed: the scorer then parses it and meets the error itself), ``(message,)``
-      where the compiler refused;
+    * ``compile``: the answer is ``[text, program, twins]`` (the text parsed as the scorer parses
+      it, None where that failed: the scorer then parses it and meets the error itself),
+      ``(message, twins)`` where the compiler refused; ``twins``: whether the text or refusal is
+      its protocol twins' too (:func:`synth.emit.proto_twins.serves_twins`);
     * ``time`` (argument: a size): ``[text, µs, program]`` where the worker compiled the text for
       the job, else ``[None, µs, None]``;
     * ``file`` (argument: (min bytes, max bytes, sizes)): :func:`_range_file`.
 
     ``None`` answers a job where anything else went wrong (the caller then does it inline, which
     raises that error where it belongs)."""
-    from ..emit import emit_xml_text
+    from ..emit import compile_keywords, emit_xml_text
+    from ..emit.proto_twins import serves_twins
     from ..emit.xml_parse import parse_program
     from ..timing.program import program_model, program_times_us
 
@@ -142,7 +144,8 @@ def _serve(conn: Any) -> None:
                 if text is None:
                     text = made = emit_xml_text(schedules[name], options)
                 if kind == "compile":
-                    conn.send([text, parsed(key, text, source)])
+                    conn.send([text, parsed(key, text, source),
+                               serves_twins(schedules[name], compile_keywords(options))])
                     continue
             program = parsed(key, text, source)
             if program is None:     # the scorer parses it and meets the error itself
@@ -152,7 +155,8 @@ def _serve(conn: Any) -> None:
                                               model=model(options.proto), profile=profile)[0],
                        None if made is None else program])
         except SynthError as exc:
-            conn.send((exc.message,) if kind == "compile" else None)
+            conn.send((exc.message, serves_twins(schedules[name], compile_keywords(options)))
+                      if kind == "compile" else None)
         except Exception:
             conn.send(None)
 
@@ -271,6 +275,9 @@ class CompileAhead:
         self._seen_files: set[tuple[str, XmlOptions, int, int]] = set()
         self._file_results: dict[tuple[str, XmlOptions, int, int], Any] = {}
         self._models: dict[str, Any] = {}
+        self._twins: set[tuple[str, XmlOptions]] = set()
+        """Compiles the worker made whose text or refusal serves their protocol twins."""
+        self._schedules: dict[str, Schedule] = {}
         self._refused: set[tuple[str, XmlOptions]] = set()
         """The compiles the worker made that the compiler refused."""
         self.wanted: Callable[[str, XmlOptions, Set[tuple[str, XmlOptions]]], bool] | None = None
@@ -378,6 +385,7 @@ class CompileAhead:
 
     def _send(self, current: tuple[str, Any], job: tuple) -> None:
         kind, name, schedule = job[:3]
+        self._schedules.setdefault(name, schedule)
         try:
             self._start()
             self._conn.send((kind, name, None if name in self._sent else schedule, *job[3:]))
@@ -400,6 +408,16 @@ class CompileAhead:
             program = self._programs.pop(key, None)
             if got is not None:
                 self.compiled += 1
+            twins = key in self._twins
+        if got is not None and twins:
+            # the worker's compile serves its protocol twins: so it does in this process
+            from ..emit import compile_keywords
+            from ..emit.proto_twins import keep, keep_refusal
+
+            if isinstance(got, str):
+                keep(self._schedules[name], compile_keywords(options), got, True)
+            else:
+                keep_refusal(self._schedules[name], compile_keywords(options), got[0], True)
         if isinstance(got, str) and program is not None and options.profile == self._setup[2]:
             from ..emit.xml_parse import remember_parsed
 
@@ -508,11 +526,14 @@ class CompileAhead:
         (kind, key), self._current = self._current, None
         if kind == "compile":
             if isinstance(got, list):
-                got, program = got
+                got, program, twins = got
                 if program is not None:
                     self._programs[key] = program
             elif isinstance(got, tuple):
                 self._refused.add(key)
+                twins = got[1]
+            if got is not None and twins:
+                self._twins.add(key)
             self._results[key] = got
         elif kind == "file":
             if got is not None:

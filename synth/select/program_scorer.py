@@ -12,9 +12,16 @@ from typing import Any
 import numpy as np
 
 from .. import progress
-from ..emit import XmlOptions, emit_verified_xml, emit_xml_text, verify_text, xml_unsupported_reason
+from ..emit import (
+    XmlOptions,
+    compile_keywords,
+    emit_verified_xml,
+    emit_xml_text,
+    verify_text,
+    xml_unsupported_reason,
+)
 from ..emit.interpreter import LL128_CHUNK_BYTES, LL_CHUNK_BYTES, SIMPLE_CHUNK_BYTES
-from ..emit.proto_twins import twin_protocol, with_proto
+from ..emit.proto_twins import serves_twins, twin_protocol, with_proto
 from ..emit.xml_parse import parse_program, remember_parsed
 from ..errors import SynthError
 from ..guards import xml_estimate
@@ -129,7 +136,7 @@ def compiled_program(cache: XmlCache, candidate: Candidate, options: XmlOptions,
                 with progress.phase(f"XML of {candidate.name} ({options.proto} "
                                     f"x{options.instances}, {candidate.schedule.num_transfers:,} "
                                     "transfers): compile"):
-                    made, parsed = _twin_in(cache, candidate.name, options)
+                    made, parsed = _twin_in(cache, candidate.schedule, candidate.name, options)
                     if made is not None and ahead is not None:
                         ahead.done_inline(candidate.name, options)
                     elif ahead is not None:
@@ -146,23 +153,31 @@ def compiled_program(cache: XmlCache, candidate: Candidate, options: XmlOptions,
     return got if isinstance(got, str) else got[1]
 
 
-def _twin_in(cache: XmlCache, name: str, options: XmlOptions) -> tuple[str | None, Any]:
-    """The file for ``options`` made from its LL/LL128 twin's text where ``cache`` has that
-    (compiled here or by the worker: :mod:`synth.emit.proto_twins`), and where the twin was parsed,
-    its program with the protocol changed -- what parsing the new text gives, so it is not parsed
-    again (``tests/test_proto_twins.py``); (None, None) where there is no twin at hand."""
+def _twin_in(cache: XmlCache, schedule: Any, name: str, options: XmlOptions
+             ) -> tuple[str | None, Any]:
+    """The file for ``options`` made from its twin's text where ``cache`` has that (compiled here
+    or by the worker: :mod:`synth.emit.proto_twins`) -- its LL/LL128 twin's, or the Simple file's
+    where that compile serves its twins (:func:`synth.emit.proto_twins.serves_twins`) -- and
+    where the twin was parsed, its program with the protocol changed: what parsing the new text
+    gives, so it is not parsed again (``tests/test_proto_twins.py``); (None, None) where there is
+    no twin at hand."""
     other = twin_protocol(options.proto, options.max_bytes)
     if other is None:
         return None, None
-    twin = replace(options, proto=other)
-    for key in ((name, twin, COMPILED), (name, twin)):
-        got = cache.get(key)
-        if isinstance(got, tuple):
-            text = with_proto(got[0], other, options.proto)
-            if text is None:
-                return None, None
-            parsed = got[1] if len(key) == 3 else None
-            return text, None if parsed is None else replace(parsed, proto=options.proto)
+    sources = [other]
+    simple = replace(options, proto="Simple")
+    if serves_twins(schedule, compile_keywords(simple)):
+        sources.append("Simple")
+    for source in sources:
+        twin = replace(options, proto=source)
+        for key in ((name, twin, COMPILED), (name, twin)):
+            got = cache.get(key)
+            if isinstance(got, tuple):
+                text = with_proto(got[0], source, options.proto)
+                if text is None:
+                    return None, None
+                parsed = got[1] if len(key) == 3 else None
+                return text, None if parsed is None else replace(parsed, proto=options.proto)
     return None, None
 
 
