@@ -300,3 +300,22 @@ def test_the_scorer_passes_over_only_compiles_it_never_asks_for(monkeypatch):
     for c in res.candidates:
         if all(ahead._programs.get((c.name, "Simple", inst)) is not None for inst in (1, 2, 4)):
             assert may_want(c.name, ahead.options("Simple", 8), set())
+
+
+def test_a_word_that_raises_counts_as_wanted():
+    """The thread that feeds the worker asks ``wanted``: whatever it raises, the compile is made
+    (a hang of the caller waiting on a dead thread would be worse than a needless compile)."""
+    schedule = _pair()
+
+    def broken(name, options, refused):
+        raise KeyError(name)
+
+    ahead = CompileAhead()
+    ahead.wanted = broken
+    try:
+        ahead.plan([("pair", schedule, XmlOptions())])
+        ahead.pump()
+        assert ahead.take("pair", XmlOptions()) == emit_xml_text(schedule, XmlOptions())
+        assert ahead.passed_over == 0
+    finally:
+        ahead.close()

@@ -351,7 +351,7 @@ class CompileAhead:
             key = (name, options)
             if key in self._seen:
                 continue
-            if self.wanted is not None and not self.wanted(name, options, self._refused):
+            if not self._asked_for(name, options):
                 self.passed_over += 1
                 continue
             self._send(("compile", key), ("compile", name, schedule, options, None, None, name))
@@ -368,6 +368,17 @@ class CompileAhead:
                                            name))
                 self._seen_files.add(key)
                 return
+
+    def _asked_for(self, name: str, options: XmlOptions) -> bool:
+        """The caller's word on a planned compile (:attr:`wanted`; True without one). Anything
+        it raises counts as True: the thread must go on feeding the worker, and a compile made
+        that was not needed costs only time."""
+        if self.wanted is None:
+            return True
+        try:
+            return bool(self.wanted(name, options, self._refused))
+        except Exception:
+            return True
 
     def _timing_key(self, k: int) -> tuple[str, XmlOptions, int]:
         name, _, options, size, _ = self._timings[k]
