@@ -489,6 +489,13 @@ def _before(figures: list[float | None]) -> float | None:
     return next((f for f in reversed(figures[:-1]) if f is not None), None)
 
 
+def _newest(runs: dict[str, Any], labels: list[str], name: str) -> int:
+    """How many of ``labels`` count for a case's ratios: up to the newest tree that ran it (a
+    later tree measured only other cases leaves this one's ratio to the trees that ran it)."""
+    ran = [i for i, lb in enumerate(labels) if name in runs.get(lb, {})]
+    return ran[-1] + 1 if ran else len(labels)
+
+
 def to_markdown(data: dict[str, Any]) -> str:
     labels = list(data["trees"])
     lines = [
@@ -501,8 +508,9 @@ def to_markdown(data: dict[str, Any]) -> str:
         "is listed), so compare trees measured in the same invocation, which alternate case by "
         "case. Phases come from `synth.progress.ledger` (exclusive: a phase nested in another "
         "counts only under its own kind); `other` is what no phase covered. Seconds. Ratios: the "
-        "newest earlier tree with a figure for the case (*before*) over the last tree; *same "
-        "bytes*: the last tree wrote the files the newest earlier tree that ran the case wrote.",
+        "newest earlier tree with a figure for the case (*before*) over the newest tree that ran "
+        "the case (*after*); *same bytes*: *after* wrote the files the newest earlier tree that "
+        "ran the case wrote.",
         "",
         "Trees: " + "; ".join(f"**{k}** = {v['commit'] or v['path']}" for k, v in
                              data["trees"].items()),
@@ -514,7 +522,7 @@ def to_markdown(data: dict[str, Any]) -> str:
     # summary
     lines += ["## Totals", "", "| case | goal | " + " | ".join(
         f"{lb} wall | {lb} CPU | {lb} status | {lb} load" for lb in labels)
-        + (f" | before/{labels[-1]} wall | CPU | same bytes |" if len(labels) > 1 else " |"),
+        + (" | before/after wall | CPU | same bytes |" if len(labels) > 1 else " |"),
         "|---|---:|" + "---:|---:|---|---:|" * len(labels)
         + ("---:|---:|---|" if len(labels) > 1 else "")]
     for n in measured:
@@ -529,11 +537,12 @@ def to_markdown(data: dict[str, Any]) -> str:
             row += [_fmt(w), _fmt(rec.get("cpu_s") if rec else None), _status(rec),
                     _fmt(rec["load_before"][0]) if rec and "load_before" in rec else "—"]
         if len(labels) > 1:
-            for pair in (walls, cpus_):
+            upto = _newest(runs, labels, n)
+            for pair in (walls[:upto], cpus_[:upto]):
                 before = _before(pair)
                 ok = before is not None and pair[-1] is not None and pair[-1] > 0
                 row.append(f"{before / pair[-1]:.2f}x" if ok else "—")
-            outs = [(runs.get(lb, {}).get(n) or {}).get("outputs") for lb in labels]
+            outs = [(runs.get(lb, {}).get(n) or {}).get("outputs") for lb in labels[:upto]]
             pair = [o for o in outs[:-1] if o is not None][-1:] + outs[-1:]
             row.append("—" if len(pair) < 2 or pair[-1] is None or not pair[0] else
                        "yes" if pair[0] == pair[-1] else "**no**")
@@ -562,6 +571,7 @@ def to_markdown(data: dict[str, Any]) -> str:
             if all(c == "—" for c in cells):
                 continue
             if len(labels) > 1:
+                walls = walls[:_newest(runs, labels, n)]
                 before = _before(walls)
                 ok = before is not None and walls[-1] is not None and walls[-1] > 0.005
                 cells.append(f"{before / walls[-1]:.2f}x" if ok else "—")
