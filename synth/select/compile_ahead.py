@@ -68,7 +68,8 @@ import os
 from collections.abc import Callable, Iterable, Set
 from typing import Any
 
-from ..emit import XmlOptions
+from ..emit import XmlOptions, compile_keywords
+from ..emit.proto_twins import keep, keep_refusal
 from ..errors import SynthError
 from ..schedule import Schedule
 
@@ -102,7 +103,7 @@ def _serve(conn: Any) -> None:
 
     ``None`` answers a job where anything else went wrong (the caller then does it inline, which
     raises that error where it belongs)."""
-    from ..emit import compile_keywords, emit_xml_text
+    from ..emit import emit_xml_text
     from ..emit.proto_twins import serves_twins
     from ..emit.xml_parse import parse_program
     from ..timing.program import program_model, program_times_us
@@ -422,9 +423,6 @@ class CompileAhead:
             twins = key in self._twins
         if got is not None and twins:
             # the worker's compile serves its protocol twins: so it does in this process
-            from ..emit import compile_keywords
-            from ..emit.proto_twins import keep, keep_refusal
-
             if isinstance(got, str):
                 keep(self._schedules[name], compile_keywords(options), got, True)
             else:
