@@ -185,6 +185,34 @@ def test_both_lean_fillings_are_the_defined_one_to_the_bit(component, pad):
     assert fair_rates(flows, caps, fcap, np.array(caps), res) == want
 
 
+@settings(max_examples=200, deadline=None)
+@given(_components(), st_.lists(st_.integers(1, 40), min_size=16, max_size=16))
+def test_alike_flows_weighted_share_as_the_flows_one_by_one(component, copies):
+    """An entry with weight w (w flows on the same resources with the same cap, the program
+    model's classes of alike flows) gets, on both paths, the very rate each of those w flows gets
+    when they are listed one by one -- at sizes that take either path."""
+    flows, caps, fcap = component
+    weight = copies[:len(flows)]
+    listed = [i for i, w in enumerate(weight) for _ in range(w)]
+    want = maxmin_rates_small([flows[i] for i in listed], caps, [fcap[i] for i in listed])
+    assert want == _filling(_rows([flows[i] for i in listed]), np.array(caps),
+                            np.array([fcap[i] for i in listed]))
+    per_entry = {i: want[k] for k, i in enumerate(listed)}
+    assert all(want[k] == per_entry[i] for k, i in enumerate(listed))   # alike flows share alike
+    expect = [per_entry[i] for i in range(len(flows))]
+    assert maxmin_rates_small(flows, caps, fcap, weight) == expect
+    assert maxmin_rates(_rows(flows), np.array(caps), np.array(fcap),
+                        np.array(weight)).tolist() == expect
+    assert fair_rates(flows, caps, fcap, np.array(caps), None, weight) == expect
+
+
+def _rows(flows: list[list[int]]) -> np.ndarray:
+    res = np.full((len(flows), 3), -1, dtype=np.int64)
+    for i, rs in enumerate(flows):
+        res[i, :len(rs)] = rs
+    return res
+
+
 def test_fair_rates_takes_either_path_with_the_same_answer():
     """The entry point both timed models call: at and just past :data:`SMALL_COMPONENT` flows it
     switches from the list path to numpy, and the rates it returns are the vectorised ones either

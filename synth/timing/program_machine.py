@@ -143,10 +143,11 @@ class Layout:
     a sweep or a select layer timing one file at many sizes used to fold every block and look up
     every channel again per size (0.5 s a size on trn1_32's largest file). ``memo`` keeps the
     max-min fair rates of every flow-resource component met so far, keyed by the component's
-    connections and flow caps (which decide them: :func:`synth.timing.fair_share.fair_rates` is a
-    function of its arguments), so a component that recurs -- every grid iteration of a ring
-    repeats the last one's -- is shared out once: on synth's 64-rank ring allreduce at 1 GiB,
-    54,642 multi-flow shares had 487 distinct components.
+    classes of alike flows (resource class, cap, count: :meth:`fair`), which decide them
+    (:func:`synth.timing.fair_share.fair_rates` is a function of its arguments), so a component
+    that recurs -- every grid iteration of a ring repeats the last one's -- is shared out once:
+    on synth's 64-rank ring allreduce at 1 GiB, 54,642 multi-flow shares had 487 distinct
+    components.
     """
 
     MEMO_LIMIT = 1 << 18
@@ -229,27 +230,36 @@ class Layout:
         self.res_cap_list = [float(c) for c in res_caps]
         self.conn_min_cap = [min(self.res_cap_list[r] for r in res) if res else math.inf
                              for res in self.conn_res]
-        width = max((len(res) for res in self.conn_res), default=0)
-        self.conn_rows = np.full((len(self.conn_res), max(1, width)), -1, dtype=np.int64)
-        """Each connection's resources as a row padded with -1 (what :meth:`fair` hands
-        :func:`fair_rates` for a large component, gathered by connection in one step)."""
-        for c, res in enumerate(self.conn_res):
-            self.conn_rows[c, :len(res)] = res
+        classes: dict[tuple[int, ...], int] = {}
+        self.conn_class = [classes.setdefault(res, len(classes)) for res in self.conn_res]
+        """Each connection's resource class: connections crossing the same resources share one
+        (channels between one pair of ranks), and their flows, capped alike, share alike."""
+        self.class_res = list(classes)
+        width = max((len(res) for res in self.class_res), default=0)
+        self.class_rows = np.full((len(self.class_res), max(1, width)), -1, dtype=np.int64)
+        """Each class's resources as a row padded with -1 (what :meth:`fair` hands
+        :func:`fair_rates` for a large component, gathered by class in one step)."""
+        for c, res in enumerate(self.class_res):
+            self.class_rows[c, :len(res)] = res
         self.memo: dict[tuple, list[float]] = {}
         self.op_count = sum(len(ops) for ops in self.ops)
         """Operations over every block: what :data:`LAYOUT_OPS_KEPT` counts."""
 
-    def fair(self, key: tuple, conns: list, flow_cap: list) -> list[float]:
-        """Max-min fair rates of one component (remembered by ``key``: its connections' ids and
-        the flows' caps); ``conns``: each flow's connection (anything with ``res``, its
-        resources), looked at only when the component is new."""
+    def fair(self, classes: tuple[int, ...], caps: tuple[float, ...], weight: tuple[int, ...]
+             ) -> list[float]:
+        """Max-min fair rates of one component given as its classes of alike flows: entry i is
+        ``weight[i]`` flows on a connection of resource class ``classes[i]`` capped at
+        ``caps[i]``; one rate per entry, each of its flows' (:func:`fair_rates`). Remembered by
+        all three, which decide them."""
+        key = (classes, caps, weight)
         rates = self.memo.get(key)
         if rates is None:
             if len(self.memo) >= self.MEMO_LIMIT:
                 self.memo.clear()
-            rows = self.conn_rows[list(key[0])] if len(conns) > SMALL_COMPONENT else None
-            rates = self.memo[key] = fair_rates([c.res for c in conns], self.res_cap_list,
-                                                flow_cap, self.res_cap, rows)
+            rows = self.class_rows[list(classes)] if len(classes) > SMALL_COMPONENT else None
+            rates = self.memo[key] = fair_rates([self.class_res[c] for c in classes],
+                                                self.res_cap_list, caps, self.res_cap, rows,
+                                                weight)
         return rates
 
 
@@ -287,8 +297,8 @@ def layout_of(program: Program, topology: Topology, nvlink_efficiency: float) ->
 
 
 class _Conn:
-    __slots__ = ("alpha", "cap", "id", "inflight", "inter", "min_cap", "queue", "receiver", "res",
-                 "send_sync", "sender")
+    __slots__ = ("alpha", "cap", "id", "inflight", "inter", "min_cap", "queue", "rclass",
+                 "receiver", "res", "send_sync", "sender")
 
     def __init__(self, layout: Layout, i: int, send_sync: float) -> None:
         self.id = i
@@ -298,6 +308,7 @@ class _Conn:
         self.sender = layout.conn_sender[i]
         self.receiver = layout.conn_receiver[i]
         self.res = layout.conn_res[i]
+        self.rclass = layout.conn_class[i]
         self.alpha = layout.conn_alpha[i]
         self.inter = layout.conn_inter[i]
         self.min_cap = layout.conn_min_cap[i]
@@ -586,16 +597,22 @@ class _Sim:
         self.dirty = set()
         todo = list(seen_res)
         seen_flows: set[int] = set()
+        seen_classes: set[int] = set()
         flows = self.flows
         on_res = self.on_res
         while todo:
             # a set difference per resource, not a test per flow: in a large component most of
-            # a resource's flows were already reached through another resource
+            # a resource's flows were already reached through another resource; and a flow's
+            # resources are looked at once per resource class (its alike flows cross the same)
             fresh = on_res[todo.pop()] - seen_flows
             if fresh:
                 seen_flows |= fresh
                 for fid in fresh:
-                    for r2 in flows[fid][3].res:
+                    c = flows[fid][3]
+                    if c.rclass in seen_classes:
+                        continue
+                    seen_classes.add(c.rclass)
+                    for r2 in c.res:
                         if r2 not in seen_res:
                             seen_res.add(r2)
                             todo.append(r2)
@@ -615,10 +632,22 @@ class _Sim:
         else:
             comp = sorted(seen_flows)
             fl = [flows[i] for i in comp]
-            caps = [f[5] for f in fl]
-            conns = [f[3] for f in fl]
-            rates = self.layout.fair((tuple([c.id for c in conns]), tuple(caps)), conns, caps)
-            for fid, f, rate in zip(comp, fl, rates, strict=True):
+            # alike flows (one resource class, one cap) share alike: one entry each class
+            index: dict[tuple[int, float], int] = {}
+            which = []
+            for f in fl:
+                k = (f[3].rclass, f[5])
+                j = index.get(k)
+                if j is None:
+                    j = index[k] = len(index)
+                which.append(j)
+            weight = [0] * len(index)
+            for j in which:
+                weight[j] += 1
+            rates = self.layout.fair(tuple([k[0] for k in index]), tuple([k[1] for k in index]),
+                                     tuple(weight))
+            for fid, f, j in zip(comp, fl, which, strict=True):
+                rate = rates[j]
                 if rate != f[1] or f[10] == 0:
                     f[0] -= f[1] * (t - f[9])
                     f[9] = t
