@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 from .ir import MAX_COUNT, Copy, Dag, IOp, Ir, Recv, Reduce, Send
 
@@ -18,6 +19,10 @@ def _recv_type(rv: Recv) -> str:
 def _landing(rv: Recv) -> int:
     """Where a message to ``rv`` lands (its write cell, or its operand for an rrs)."""
     return rv.dst if rv.store else rv.operand
+
+
+def _cells(keyed: tuple[tuple[int, ...], Any]) -> tuple[int, ...]:
+    return keyed[0]
 
 
 def aggregate(dag: Dag, enabled: bool = True) -> Ir:
@@ -65,16 +70,21 @@ def aggregate(dag: Dag, enabled: bool = True) -> Ir:
                 sig = tuple((rv.rank, rv.step, rv.reduce, rv.fwd is None, rv.store) for rv in ch[1:])
                 by_sig[sig].append(ch)
             for members in by_sig.values():
-                members.sort(key=vector)
-                vecs = [vector(ch) for ch in members]
-                run = [members[0]]
-                for i in range(1, len(members)):
-                    if len(run) < MAX_COUNT and all(b == a + 1 for a, b in zip(vecs[i - 1], vecs[i],
-                                                                                 strict=True)):
-                        run.append(members[i])
+                if len(members) == 1:
+                    runs.append(members)
+                    continue
+                # sorted by cells (stable, as sorting the chains by ``vector`` is), each chain's
+                # vector made once; a run goes on while a vector is its predecessor's plus one
+                keyed = sorted([(vector(ch), ch) for ch in members], key=_cells)
+                prev = keyed[0][0]
+                run = [keyed[0][1]]
+                for vec, ch in keyed[1:]:
+                    if len(run) < MAX_COUNT and vec == tuple([a + 1 for a in prev]):
+                        run.append(ch)
                     else:
                         runs.append(run)
-                        run = [members[i]]
+                        run = [ch]
+                    prev = vec
                 runs.append(run)
     else:
         runs = [[ch] for ch in chains]
