@@ -113,6 +113,35 @@ def test_rooted_collectives_keep_their_root() -> None:
 
 # ------------------------------------------------------------------------------ the passes
 
+@pytest.mark.parametrize(("kind", "alg", "kw"), [
+    ("allgather", "ring", {}), ("allreduce", "ring", {"instances": 2, "proto": "LL"}),
+    ("reducescatter", "recursive_halving", {"inplace": False}),
+    ("alltoall", "bidir_ring", {"aggregate": False})])
+def test_a_build_leaves_no_cyclic_garbage(kind: str, alg: str, kw: dict) -> None:
+    """Every build unlinks its op graphs when it is over (``synth.emit.passes.Graphs``), so the
+    cyclic collector, paused while it runs, finds none of its objects when it is back on (it
+    traced millions of them after each large compile before)."""
+    import gc
+    from collections import Counter
+
+    sch = baseline(topo("dgx1"), make_collective(kind, 8, 2), alg)
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        check(compile_schedule(sch, **kw))
+        direct = baseline(topo("dgx1"), make_collective("allgather", 8, 2), "direct")
+        with pytest.raises(SynthError, match="threadblocks"):   # a refused build unlinks too
+            compile_schedule(direct, max_threadblocks=2)
+        gc.collect()
+        left = Counter(type(o).__name__ for o in gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert not {"IOp", "Send", "Recv", "Copy", "Reduce", "Tb", "Dag", "Ir"} & set(left), left
+    assert gc.isenabled()
+
+
+
 def test_fusion_and_aggregation_shrink_ring_allgather() -> None:
     sch = baseline(topo("dgx1"), make_collective("allgather", 8, 2), "ring")
     st_ = compile_stats(sch, max_bytes=1 << 20)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .. import progress
+from .. import collector, progress
 from ..collectives import make_collective
 from ..errors import SynthError, VerificationError
 from ..schedule import Schedule
@@ -98,6 +98,11 @@ def verify_text(text: str, schedule: Schedule, options: XmlOptions) -> tuple[Pro
     rules and prove it: the interpreter in every declared mode against the schedule's collective
     (its chunks split ``options.instances`` ways), and message agreement (spec E2). Returns the
     parsed program and the interpreter's reports; raises VerificationError."""
+    with collector.paused():    # the parse, the lint and the runs: see synth.collector
+        return _verify_text(text, schedule, options)
+
+
+def _verify_text(text: str, schedule: Schedule, options: XmlOptions) -> tuple[Program, list]:
     from .agreement import disagreements
     from .interpreter import verify_program
     from .xml_parse import parse_program

@@ -25,13 +25,12 @@ outofplace="1"``) -- except alltoall and the LEGACY profile (which cannot declar
 
 from __future__ import annotations
 
-import gc
 import re
 from dataclasses import dataclass, field
 from math import ceil
 from typing import Any
 
-from .. import guards
+from .. import collector, guards
 from ..errors import SynthError
 from ..schedule import Schedule
 from . import passes as P
@@ -194,12 +193,11 @@ def _build(schedule: Schedule, **kw: Any) -> _Built:
     blocks, 260 chunks each) against 5,299 µs spread (64 blocks, 137 at most); dgx_h100 x 4
     ``rail_blocks`` with 64 chunks a rank, 5,332 against 4,838 µs.
 
-    The cyclic garbage collector is paused meanwhile: the passes allocate millions of small acyclic
-    objects (a 512-rank ring: 260k ops), and its scans would double the time; the op graph's few
-    cycles are collected once it is back on."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    The cyclic garbage collector is paused meanwhile (:mod:`synth.collector`): the passes allocate
+    millions of small objects (a 512-rank ring: 260k ops), and its scans would double the time;
+    each build unlinks its op graphs when it is over (:class:`synth.emit.passes.Graphs`), so
+    reference counting frees them and the collector finds nothing when it is back on."""
+    with collector.paused():
         forced = kw.pop("aggregate", None)
         if forced is not None:      # the caller's form, nothing weighed
             return _build_passes(schedule, **{**kw, "do_aggregate": forced})
@@ -223,9 +221,6 @@ def _build(schedule: Schedule, **kw: Any) -> _Built:
         if narrow_built is None and _widest_op(built.program) > 1 and kw.get("enforce", True):
             built = _lighter(built, _build_or_none(schedule, {**kw, "spread": True}), *size)
         return built
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _build_or_none(schedule: Schedule, kw: dict[str, Any]) -> _Built | None:
@@ -330,7 +325,18 @@ def narrow_fits(num_ranks: int, ops: int, profile: str = "exec") -> bool:
     return guards.narrow_fits(num_ranks, ops, PROFILES[profile].max_steps)
 
 
-def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: int, min_bytes: int,
+def _build_passes(schedule: Schedule, **kw: Any) -> _Built:
+    """:func:`_passes`, its op graphs unlinked once it is over (:class:`synth.emit.passes.Graphs`:
+    freed as the build lets go of them, not traced by the cyclic collector)."""
+    graphs = P.Graphs()
+    try:
+        return _passes(schedule, graphs, **kw)
+    finally:
+        graphs.release()
+
+
+def _passes(schedule: Schedule, graphs: P.Graphs, *, profile: str, proto: str, instances: int,
+            min_bytes: int,
                   max_bytes: int, inplace: bool | None,
                   max_threadblocks: int = DEFAULT_MAX_THREADBLOCKS, do_fuse: bool = True,
                   do_aggregate: bool = True, enforce: bool = True, spread: bool = False,
@@ -353,7 +359,7 @@ def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: in
     nchunks = coll.buffer_chunks * instances
     m, cap = P.units_params(proto, max_bytes, nchunks, kind, profile)
     budget = lim.max_channels // instances if enforce else 1 << 20
-    dag = P.lower(schedule, mode, gather)
+    dag = graphs.dag(P.lower(schedule, mode, gather))
 
     def assemble(tbs: list[list[Threadblock]]) -> Program:
         nchannels = max(tb.chan for row in tbs for tb in row) + 1
@@ -373,7 +379,8 @@ def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: in
         """The schedule unfused, each connection on as few blocks as it needs (more where the
         budget leaves blocks spare); None when no run length fits."""
         P.fuse(dag, False)
-        ir = _ordered(dag, P.aggregate(dag, do_aggregate), instances, do_aggregate)
+        ir = graphs.ir(_ordered(dag, graphs.ir(P.aggregate(dag, do_aggregate)), instances,
+                                do_aggregate))
         alt = _place_connections(ir, lim.max_steps, budget, m, cap,
                                  max(1, max_threadblocks // instances))
         return None if alt is None else assemble(alt)
@@ -394,10 +401,10 @@ def _build_passes(schedule: Schedule, *, profile: str, proto: str, instances: in
         if attempts > most and fuse_on:
             fuse_on = False
         fused = P.fuse(dag, fuse_on)
-        ir = P.aggregate(dag, do_aggregate)
+        ir = graphs.ir(P.aggregate(dag, do_aggregate))
         if fuse_on and _unfuse(dag, P.disagreements(ir)):
             continue
-        ir = _ordered(dag, ir, instances, do_aggregate)
+        ir = graphs.ir(_ordered(dag, ir, instances, do_aggregate))
         tbs, misfits, bad = _place(ir, lim.max_steps, budget, m, cap, enforce,
                                    max(1, max_threadblocks // instances), channels)
         if misfits:

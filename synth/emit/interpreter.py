@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import progress
+from .. import collector, progress
 from ..collectives import Collective
 from ..errors import SynthError, VerificationError
 from .interp_fold import (
@@ -600,9 +600,10 @@ def run_program(program: Program, *, mode: str = "inplace", collective: Collecti
     cap = capacity if capacity is not None else fifo_capacity(program)
     if M < 1 or cap < 1:
         raise SynthError("max_count and capacity must be at least 1")
-    mach = _Machine(program, mode, sem, M, cap, folds)
-    mach.run()
-    mach.check_postcondition()
+    with collector.paused():    # millions of live objects, no cyclic garbage (synth.collector)
+        mach = _Machine(program, mode, sem, M, cap, folds)
+        mach.run()
+        mach.check_postcondition()
     return InterpretReport(mode=mode, collective=sem.name, ngpus=program.ngpus,
                            threadblocks=mach.nb, operations=mach.n_ops, messages=mach.n_msgs,
                            max_count=M, fifo_capacity=cap, max_fifo_depth=mach.max_depth,

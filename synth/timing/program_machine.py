@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import collector
 from ..emit.interp_fold import (
     LL128_CHUNK_BYTES,
     LL_CHUNK_BYTES,
@@ -724,9 +725,10 @@ def simulate(program: Program, topology: Topology, nbytes: int, model: ProgramMo
              profile: str = "exec", trace: bool = False) -> ProgramTiming:
     """One call of ``program`` moving ``nbytes`` on ``topology`` under ``model``, event by event
     (:func:`synth.timing.program.program_time` checks the arguments and builds the model)."""
-    sim = _Sim(layout_of(program, topology, model.nvlink_efficiency), program, int(nbytes), model,
-               profile, trace)
-    t = sim.run()
+    with collector.paused():    # millions of events, no cyclic garbage (synth.collector)
+        sim = _Sim(layout_of(program, topology, model.nvlink_efficiency), program, int(nbytes),
+                   model, profile, trace)
+        t = sim.run()
     busy = {(sim.block_rank[b], sim.block_tb[b]): sim.busy_us[b] for b in range(sim.nb)}
     return ProgramTiming(int(nbytes), t, len(sim.sl.slices), sim.sl.max_count, sim.messages,
                          sim.flow_events, model, busy, sim.events if trace else None)
