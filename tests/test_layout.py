@@ -83,7 +83,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     # 0: vocabulary every layer shares: errors, files, sizes, the topology and schedule data, the
     #    calibration file format, the idle cores a solve may put workers on
     ("synth", "synth.errors", "synth.files", "synth.sizes", "synth.topology", "synth.schedule",
-     "synth.collectives", "synth.steps", "synth.progress", "synth.schema", "synth.memo", "synth.cores",
+     "synth.collectives", "synth.steps", "synth.progress", "synth.schema", "synth.memo", "synth.collector",
+     "synth.cores",
      "synth.calibration"),
     # 1: building and checking topologies and schedules
     ("synth.builders", "synth.topology_io", "synth.groups", "synth.cuts", "synth.bounds",
