@@ -84,8 +84,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     #    calibration file format, the idle cores a solve may put workers on
     ("synth", "synth.errors", "synth.files", "synth.sizes", "synth.topology", "synth.schedule",
      "synth.collectives", "synth.steps", "synth.progress", "synth.schema", "synth.memo", "synth.collector",
-     "synth.cores",
-     "synth.calibration"),
+     "synth.cores", "synth.calibration"),
     # 1: building and checking topologies and schedules
     ("synth.builders", "synth.topology_io", "synth.groups", "synth.cuts", "synth.bounds",
      "synth.verify", "synth.guards", "synth.summary"),

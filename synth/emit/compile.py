@@ -336,11 +336,10 @@ def _build_passes(schedule: Schedule, **kw: Any) -> _Built:
 
 
 def _passes(schedule: Schedule, graphs: P.Graphs, *, profile: str, proto: str, instances: int,
-            min_bytes: int,
-                  max_bytes: int, inplace: bool | None,
-                  max_threadblocks: int = DEFAULT_MAX_THREADBLOCKS, do_fuse: bool = True,
-                  do_aggregate: bool = True, enforce: bool = True, spread: bool = False,
-                  gather: bool = False, channels: int = 0) -> _Built:
+            min_bytes: int, max_bytes: int, inplace: bool | None,
+            max_threadblocks: int = DEFAULT_MAX_THREADBLOCKS, do_fuse: bool = True,
+            do_aggregate: bool = True, enforce: bool = True, spread: bool = False,
+            gather: bool = False, channels: int = 0) -> _Built:
     """The compile passes, fused placement first (``spread``: straight to the unfused placement
     over spare blocks, :func:`_place_connections`, which :func:`_build` weighs against it).
     ``gather`` and ``channels`` as in :func:`compile_schedule`."""

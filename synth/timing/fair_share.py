@@ -43,12 +43,11 @@ def maxmin_rates(res: np.ndarray, res_cap: np.ndarray, flow_cap: np.ndarray,
     left = res_cap.astype(float).copy()
     floor = 1e-9 * np.maximum(res_cap, 1e-30)
     capped_at = flow_cap * (1 - 1e-12)
-    if weight is None:
-        counts = np.bincount(idx[valid], minlength=nres)
-        per = None
-    else:   # integral counts, as with the flows one by one (weighted bincount sums in floats)
-        per = np.broadcast_to(np.asarray(weight, dtype=np.int64)[:, None], idx.shape)
-        counts = np.bincount(idx[valid], weights=per[valid], minlength=nres).astype(np.int64)
+    # each resource's rising flows, an integer as with the flows one by one (a weighted bincount
+    # sums in floats, exactly at these magnitudes)
+    per = np.broadcast_to((np.ones(nf, dtype=np.int64) if weight is None
+                           else np.asarray(weight, dtype=np.int64))[:, None], idx.shape)
+    counts = np.bincount(idx[valid], weights=per[valid], minlength=nres).astype(np.int64)
     active = np.ones(nf, dtype=bool)
     rising = nf
     level = 0.0
@@ -68,12 +67,9 @@ def maxmin_rates(res: np.ndarray, res_cap: np.ndarray, flow_cap: np.ndarray,
             rate[frozen] = level
             active &= ~frozen
             rising -= int(frozen.sum())
-            if per is None:
-                counts -= np.bincount(idx[frozen][valid[frozen]], minlength=nres)
-            else:
-                gone = valid[frozen]
-                counts -= np.bincount(idx[frozen][gone], weights=per[frozen][gone],
-                                      minlength=nres).astype(np.int64)
+            gone = valid[frozen]
+            counts -= np.bincount(idx[frozen][gone], weights=per[frozen][gone],
+                                  minlength=nres).astype(np.int64)
     rate[active] = level    # not settled within the bound on rounds (never seen): as they stand
     return rate
 
@@ -117,10 +113,10 @@ def maxmin_rates_small(flow_res: Sequence[Sequence[int]], res_cap: Sequence[floa
                 k = local[r] = len(local)
             mine.append(k)
         fres.append(mine)
+    if weight is None:
+        weight = [1] * n
     count = [0] * len(local)
-    ones = weight is None
-    for i, mine in enumerate(fres):
-        w = 1 if ones else weight[i]
+    for mine, w in zip(fres, weight, strict=True):
         for k in mine:
             count[k] += w
     left = [0.0] * len(local)
@@ -150,7 +146,7 @@ def maxmin_rates_small(flow_res: Sequence[Sequence[int]], res_cap: Sequence[floa
             mine = fres[i]
             if level >= capped_at[i] or (sat and not sat.isdisjoint(mine)):
                 rate[i] = level
-                w = 1 if ones else weight[i]
+                w = weight[i]
                 for k in mine:
                     count[k] -= w
                 dropped = True

@@ -81,9 +81,8 @@ from .replicate import consistent_groups, replicate, split_bundles
 
 __all__ = [
     "ALIASED_KINDS", "BOTH", "BUFFERS", "CELL", "IN", "INF", "INPLACE", "LOCAL_OPS", "MAX_COUNT",
-    "MAX_REDUCE_FUSION", "MODES", "OOP", "OUT", "PAIR_SETS", "SCRATCH", "Copy", "Dag", "Graphs", "IOp",
-    "Ir",
-    "Recv", "Reduce", "Send", "Tb", "aggregate",
+    "MAX_REDUCE_FUSION", "MODES", "OOP", "OUT", "PAIR_SETS", "SCRATCH", "Copy", "Dag", "Graphs",
+    "IOp", "Ir", "Recv", "Reduce", "Send", "Tb", "aggregate",
     "allocate", "allocate_connections", "consistent_groups", "dependencies", "disagreements", "fuse",
     "hazards", "lower", "order", "pack", "physical", "progress", "progress_any_order", "renumber",
     "replicate", "split_bundles", "units_params",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from operator import itemgetter
 
 from .ir import MAX_COUNT, Copy, Dag, IOp, Ir, Recv, Reduce, Send
 
@@ -19,10 +19,6 @@ def _recv_type(rv: Recv) -> str:
 def _landing(rv: Recv) -> int:
     """Where a message to ``rv`` lands (its write cell, or its operand for an rrs)."""
     return rv.dst if rv.store else rv.operand
-
-
-def _cells(keyed: tuple[tuple[int, ...], Any]) -> tuple[int, ...]:
-    return keyed[0]
 
 
 def aggregate(dag: Dag, enabled: bool = True) -> Ir:
@@ -75,7 +71,7 @@ def aggregate(dag: Dag, enabled: bool = True) -> Ir:
                     continue
                 # sorted by cells (stable, as sorting the chains by ``vector`` is), each chain's
                 # vector made once; a run goes on while a vector is its predecessor's plus one
-                keyed = sorted([(vector(ch), ch) for ch in members], key=_cells)
+                keyed = sorted([(vector(ch), ch) for ch in members], key=itemgetter(0))
                 prev = keyed[0][0]
                 run = [keyed[0][1]]
                 for vec, ch in keyed[1:]:
