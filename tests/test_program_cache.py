@@ -69,6 +69,33 @@ def test_the_key_is_the_content_the_machine_and_the_figures(fresh):
     assert CACHE_STATS.simulated == 4
 
 
+def test_a_text_with_other_byte_bounds_has_the_same_times(fresh):
+    """``minBytes``/``maxBytes`` only say where a runtime selects a file: a range's file (the
+    scorer's compile with its bounds set) is answered from the compile's times, which are the
+    times simulating it finds; any other change to the text is another key."""
+    from synth.emit.xml_parse import parse_program
+    from synth.timing.program_store import text_digest
+
+    topo = load_topology("dgx_h100")
+    text = _file()
+    head = text[:text.index(">")]
+    assert 'minBytes="' in head and 'maxBytes="' in head
+    ranged = text.replace(head, head.replace('minBytes="', 'minBytes="1').replace(
+        'maxBytes="', 'maxBytes="9'), 1)
+    assert ranged != text and text_digest(ranged) == text_digest(text)
+    model = program_model(topo, "Simple")
+    base = cached_times(text, topo, SIZES, model=model)
+    assert cached_times(ranged, topo, SIZES, model=model) == base
+    assert CACHE_STATS.simulated == 3 and CACHE_STATS.memory == 3
+    # what the cache answered is what simulating the ranged file finds, to the bit
+    assert program_times_us(parse_program(ranged), topo, SIZES, model=model) == base
+    # the same attributes anywhere else, or any other attribute of the tag, count
+    other = text.replace('proto="Simple"', 'proto="LL128"', 1)
+    assert other != text and text_digest(other) != text_digest(text)
+    body = text.replace("\n", '\n<!-- minBytes="1" -->\n', 2)
+    assert text_digest(body) != text_digest(text)
+
+
 def test_store_keeps_times_across_processes(fresh, tmp_path, monkeypatch):
     topo = load_topology("dgx_h100")
     text = _file("ndv5__ag-1m.xml")

@@ -164,6 +164,36 @@ def test_range_table_reports_the_deciding_model(dgx1_allgather, tmp_path):
     assert "| program µs | lock-step µs |" in md
 
 
+def test_the_files_are_not_timed_again_where_the_scorer_timed_their_compile(dgx1_allgather,
+                                                                             tmp_path, monkeypatch):
+    """A range's file is the scorer's compile with its byte bounds set, so the report's program
+    times of the written files (``synth.outputs.report.program_times``) are the scorer's, taken
+    from the timing cache (its key leaves the bounds out) without a simulation."""
+    import synth.timing.program as program_mod
+    from synth.outputs.report import program_times
+
+    topo, res = dgx1_allgather
+    monkeypatch.setattr(program_mod, "_TIMES", {})
+    model, by, _ = deciding_scorer(res, topo, XmlOptions(), "program")
+    w = prepare_winners(res, tmp_path, XmlOptions(), model, winners_by=by)
+    assert by == "program" and len(w.ranges) > 1
+    assert any(r.text is not None and 'minBytes="0"' not in r.text[:300] for r in w.ranges)
+    simulated: list[int] = []
+    real = program_mod.program_times_us
+
+    def counted(program, topology, sizes, **kw):
+        simulated.extend(sizes)
+        return real(program, topology, sizes, **kw)
+
+    monkeypatch.setattr(program_mod, "program_times_us", counted)
+    got = program_times(w, res, w.texts, topo, list(SIZES), "exec", None)
+    assert simulated == []
+    for r in w.ranges:
+        for size, t in zip(r.sizes, r.model_us, strict=True):
+            assert got[SIZES.index(size)] == t == model.at(r.candidate, r.instances)[
+                SIZES.index(size)]
+
+
 def test_one_compile_per_candidate_when_the_range_is_the_whole_range(dgx1_allgather, tmp_path,
                                                                       monkeypatch):
     """One size: one range, with the solve's own options, so the model's compile is the file."""

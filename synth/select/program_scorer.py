@@ -25,7 +25,7 @@ from ..emit.proto_twins import serves_twins, twin_protocol, with_proto
 from ..emit.xml_parse import parse_program, remember_parsed
 from ..errors import SynthError
 from ..guards import xml_estimate
-from ..timing.program import program_model, program_times_us, slicing
+from ..timing.program import program_model, program_times_us, remember_times, slicing
 from ..timing.program_bound import time_lower_bound
 from ..topology import Topology
 from .buckets import runs_at
@@ -434,6 +434,10 @@ class ProgramScorer:
                 t = program_times_us(program, self.topology, [sizes[i]], model=model_of(proto),
                                      profile=self.xml.profile)[0]
             times[(c.name, proto, inst)][i] = t
+            text = self._text_of(c.name, self.options(proto, inst))
+            if text is not None:    # a range's file is this text with its bounds set: its time
+                remember_times(text, self.topology, [sizes[i]], [t], model=model_of(proto),
+                               profile=self.xml.profile)
             return t
 
         proto0, base = self.forms[0]

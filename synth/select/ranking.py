@@ -428,8 +428,9 @@ def _files_ahead(result: SolveResult, tunings: Sequence[BucketTuning],
                  made: XmlCache, split: bool) -> CompileAhead | None:
     """A worker making the range files :func:`choose_ranges` will most likely ask for -- each
     range's in-place file and, with ``split``, its out-of-place one, both proven and timed at the
-    range's sizes -- while this process makes them from the first (:meth:`CompileAhead.plan_files`);
-    None where that does not pay (:data:`MIN_FILE_TRANSFERS`).
+    range's sizes (an in-place file only where the scorer did not time its compile) -- while this
+    process makes them from the first (:meth:`CompileAhead.plan_files`); None where that does not
+    pay (:data:`MIN_FILE_TRANSFERS`).
 
     The ranges are :func:`choose`'s first pass with every file assumed to exist (what it returns
     unless a file cannot be made; a range it then changes is made inline). Measured on one group
@@ -447,8 +448,11 @@ def _files_ahead(result: SolveResult, tunings: Sequence[BucketTuning],
         full = replace(xml, proto=r.config.proto, instances=r.config.instances)
         ranged = range_options(full, r.lo, r.hi)
         text = made.get((cand.name, full, COMPILED))
+        # the sizes the program model decided have the scorer's times already (a range's file
+        # is its compile with the bounds set, the same times: synth.timing.program_store)
+        untimed = tuple(s for s in inside if decided is None or decided(s) != "program")
         jobs.append((cand.name, cand.schedule, full, text[0] if isinstance(text, tuple) else None,
-                     ranged.min_bytes, ranged.max_bytes, inside))
+                     ranged.min_bytes, ranged.max_bytes, untimed))
         if split and inside:
             out = range_options(replace(full, inplace=False), r.lo, r.hi)
             timed = decided is not None and all(decided(s) == "program" for s in inside)
