@@ -488,6 +488,34 @@ def test_shared_links_times_are_pinned_to_the_bit():
         ("hierarchical", "0x1.0334e643a31b5p+8", 960, 279)] * 2
 
 
+def test_alike_flows_times_are_pinned_to_the_bit():
+    """Four instances of synth's allgathers and a reduce-scatter on two H100 nodes: each
+    connection's flows run four at a time on channels of one pair, alike (one resource class, one
+    cap), so the simulator rates them as one share (``_Share``). These are the times rating every
+    flow one by one computed (2ced0df), bit for bit, with their messages and recomputations."""
+    from synth.collectives import make_collective
+    from synth.emit import XmlOptions, emit_verified_xml
+    from synth.emit.xml_parse import parse_program
+    from synth.encodings.baseline import baseline, preferred_chunks
+    from synth.topology_io import load_topology
+
+    topo = load_topology("dgx_h100", 2)
+    got = []
+    for algo, kind in (("ring", "allgather"), ("hierarchical", "allgather"),
+                       ("bidir_ring", "allgather"), ("hierarchical", "reducescatter")):
+        coll = make_collective(kind, 16, preferred_chunks(algo, kind, 16))
+        text, _ = emit_verified_xml(baseline(topo, coll, algo), XmlOptions(instances=4))
+        program = parse_program(text)
+        for nbytes in (2**16, 2**22):
+            t = program_time(program, topo, nbytes)
+            got.append((t.time_us.hex(), t.messages, t.flow_events))
+    assert got == [
+        ("0x1.6b897782d8b83p+7", 960, 105), ("0x1.05aef05b1707dp+8", 960, 105),
+        ("0x1.13dcc36db3931p+6", 960, 76), ("0x1.8c200e189e671p+6", 960, 55),
+        ("0x1.6a44bbc16c5c4p+7", 1920, 105), ("0x1.ba2ef05b1707fp+7", 1920, 105),
+        ("0x1.0eaf8b186503ep+6", 960, 48), ("0x1.9f45d03b994bap+6", 960, 59)]
+
+
 # ------------------------------------------------------------------------------ the lower bound
 def _bound_sample():
     """Production files of every protocol and collective on their machine, and synth's own ring

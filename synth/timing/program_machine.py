@@ -329,6 +329,25 @@ class _Msg:
         self.waiter: tuple | None = None   # a receiving unit that ended before the tail arrived
 
 
+class _Share:
+    """The flows in progress on connections of one resource class with one cap: max-min sharing
+    gives them one rate (they rise and freeze together), so a recomputation reaches, weighs and
+    rates them as one entry, and touches a flow only where its rate changes or it is new."""
+
+    __slots__ = ("cap", "flows", "fresh", "rate", "rclass", "res")
+
+    def __init__(self, rclass: int, cap: float, res: tuple[int, ...]) -> None:
+        self.rclass = rclass
+        self.cap = cap
+        self.res = res
+        self.flows: dict[int, list] = {}
+        """Id -> flow, in the order the flows began (ids rise): the first is the oldest."""
+        self.fresh: list[int] = []
+        """Flows begun since the last recomputation (rated then whatever the rate)."""
+        self.rate = -1.0
+        """The rate every flow here had at the last recomputation (all alike)."""
+
+
 _OP_NAMES = ("s", "r", "rcs", "rrs", "rrc", "rrcs", "cpy", "re")
 
 
@@ -386,9 +405,14 @@ class _Sim:
         self.heap: list[tuple[float, int, int, int, Any]] = []
         self.seq = 0
         # id -> [wire bytes left at t_ref, rate, block, conn, t_start, cap, data bytes, msg,
-        #        head threshold (wire bytes left when the head is in; -1 once sent), t_ref, version]
+        #        head threshold (wire bytes left when the head is in; -1 once sent), t_ref, version,
+        #        share]
         self.flows: dict[int, list] = {}
-        self.on_res: list[set[int]] = [set() for _ in layout.res_cap_list]
+        self.shares: dict[tuple[int, float], _Share] = {}
+        self.on_res: list[set[_Share]] = [set() for _ in layout.res_cap_list]
+        """Per resource, the shares with a flow crossing it."""
+        self.flows_on: list[set[int]] = ([set() for _ in layout.res_cap_list] if trace else [])
+        """Per resource, the flows crossing it (kept for a trace's link loads only)."""
         self.dirty: set[int] = set()          # resources whose flows need new rates
         self.flow_ids = 0
         self.messages = 0
@@ -475,21 +499,35 @@ class _Sim:
             head_rem = wire * (1.0 - self.head_frac)
         self.flow_ids += 1
         fid = self.flow_ids
-        self.flows[fid] = [wire, 0.0, b, c, t_start,
-                           self.fused_flow_cap if code in (RRS, RRCS) else self.flow_cap,
-                           nbytes, msg, head_rem, t, 0]
-        on_res = self.on_res
-        for r in c.res:
-            on_res[r].add(fid)
+        cap = self.fused_flow_cap if code in (RRS, RRCS) else self.flow_cap
+        share = self.shares.get((c.rclass, cap))
+        if share is None:
+            share = self.shares[(c.rclass, cap)] = _Share(c.rclass, cap, c.res)
+        f = self.flows[fid] = [wire, 0.0, b, c, t_start, cap, nbytes, msg, head_rem, t, 0, share]
+        if not share.flows:
+            on_res = self.on_res
+            for r in c.res:
+                on_res[r].add(share)
+        share.flows[fid] = f
+        share.fresh.append(fid)
+        if self.want_trace:
+            for r in c.res:
+                self.flows_on[r].add(fid)
         self.dirty.update(c.res)
         self.messages += 1
 
     def finish_flow(self, fid: int) -> None:
         f = self.flows.pop(fid)
         b, c, t_start, nbytes, msg = f[2], f[3], f[4], f[6], f[7]
-        on_res = self.on_res
-        for r in c.res:
-            on_res[r].discard(fid)
+        share = f[11]
+        del share.flows[fid]
+        if not share.flows:
+            on_res = self.on_res
+            for r in c.res:
+                on_res[r].discard(share)
+        if self.want_trace:
+            for r in c.res:
+                self.flows_on[r].discard(fid)
         self.dirty.update(c.res)
         t = self.t
         if f[8] >= 0:                      # the head threshold was never crossed separately
@@ -592,71 +630,74 @@ class _Sim:
 
         Max-min fair shares decompose over connected components of the flow-resource graph, so
         only the components touching a resource whose flow set changed are recomputed (all of
-        them in one sharing, as they changed at one instant).
+        them in one sharing, as they changed at one instant). A component is reached, weighed and
+        rated by its shares (:class:`_Share`: alike flows, one rate), entered in the order of
+        their oldest flows, and the flows are then updated oldest first: what rating every flow
+        of the component one by one, by id, gives, float for float and event for event.
         """
         seen_res = self.dirty
         self.dirty = set()
         todo = list(seen_res)
-        seen_flows: set[int] = set()
+        comp: set[_Share] = set()
         seen_classes: set[int] = set()
-        flows = self.flows
         on_res = self.on_res
         while todo:
-            # a set difference per resource, not a test per flow: in a large component most of
-            # a resource's flows were already reached through another resource; and a flow's
-            # resources are looked at once per resource class (its alike flows cross the same)
-            fresh = on_res[todo.pop()] - seen_flows
+            # a set difference per resource, not a test per share: in a large component most of
+            # a resource's shares were already reached through another resource; and a share's
+            # resources are looked at once per resource class (its shares cross the same)
+            fresh = on_res[todo.pop()] - comp
             if fresh:
-                seen_flows |= fresh
-                for fid in fresh:
-                    c = flows[fid][3]
-                    if c.rclass in seen_classes:
+                comp |= fresh
+                for sh in fresh:
+                    if sh.rclass in seen_classes:
                         continue
-                    seen_classes.add(c.rclass)
-                    for r2 in c.res:
+                    seen_classes.add(sh.rclass)
+                    for r2 in sh.res:
                         if r2 not in seen_res:
                             seen_res.add(r2)
                             todo.append(r2)
-        if not seen_flows:
+        if not comp:
             return
         t = self.t
-        if len(seen_flows) == 1:
-            fid = next(iter(seen_flows))
-            f = flows[fid]
+        if len(comp) == 1 and len(next(iter(comp)).flows) == 1:
+            sh = next(iter(comp))
+            sh.fresh.clear()
+            fid, f = next(iter(sh.flows.items()))
             cap, cm = f[5], f[3].min_cap
-            rate = cap if cap <= cm else cm
+            rate = sh.rate = cap if cap <= cm else cm
             if rate != f[1] or f[10] == 0:
                 f[0] -= f[1] * (t - f[9])
                 f[9] = t
                 f[1] = rate
                 self._milestone(fid, f)
         else:
-            comp = sorted(seen_flows)
-            fl = [flows[i] for i in comp]
-            # alike flows (one resource class, one cap) share alike: one entry each class
-            index: dict[tuple[int, float], int] = {}
-            which = []
-            for f in fl:
-                k = (f[3].rclass, f[5])
-                j = index.get(k)
-                if j is None:
-                    j = index[k] = len(index)
-                which.append(j)
-            weight = [0] * len(index)
-            for j in which:
-                weight[j] += 1
-            rates = self.layout.fair(tuple([k[0] for k in index]), tuple([k[1] for k in index]),
-                                     tuple(weight))
-            for fid, f, j in zip(comp, fl, which, strict=True):
-                rate = rates[j]
-                if rate != f[1] or f[10] == 0:
+            # by each share's oldest flow (its first: ids rise); ids are unique, so the sort
+            # never compares two shares
+            shares = [sh for _, sh in sorted([(next(iter(sh.flows)), sh) for sh in comp])]
+            rates = self.layout.fair(tuple([sh.rclass for sh in shares]),
+                                     tuple([sh.cap for sh in shares]),
+                                     tuple([len(sh.flows) for sh in shares]))
+            changed: list[int] = []
+            for sh, rate in zip(shares, rates, strict=True):
+                if rate != sh.rate:
+                    sh.rate = rate
+                    changed.extend(sh.flows)
+                elif sh.fresh:
+                    changed.extend(fid for fid in sh.fresh if fid in sh.flows)
+                sh.fresh.clear()
+            if changed:
+                flows = self.flows
+                changed.sort()
+                for fid in changed:
+                    f = flows[fid]
                     f[0] -= f[1] * (t - f[9])
                     f[9] = t
-                    f[1] = rate
+                    f[1] = f[11].rate
                     self._milestone(fid, f)
         if self.want_trace:
+            flows = self.flows
             for r in sorted(seen_res):
-                load = sum(flows[i][1] for i in on_res[r])
+                load = sum(flows[i][1] for i in self.flows_on[r])
                 self.events.append({"name": self.res_names[r], "ph": "C", "ts": round(t, 4),
                                     "pid": "links", "args": {"GB/s": round(load / 1e3, 3)}})
         self.flow_events += 1
