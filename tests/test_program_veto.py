@@ -121,9 +121,9 @@ def test_sizes_the_program_model_ranked_are_not_timed_again(h100_allgather):
 
 
 def test_a_range_file_is_timed_as_its_unbounded_compile(h100_allgather, monkeypatch):
-    """A range's file is its candidate's unbounded compile with byte bounds set; the veto times the
-    unbounded text in its place (shared by every range cut from it) and the times are the range
-    file's own, which it then remembers for the report."""
+    """A range's file is its candidate's unbounded compile with byte bounds set; the timing key
+    leaves the bounds out, so what the veto finds for the unbounded text (shared by every range
+    cut from it) is known for the range's file, and is that file's own time."""
     topo, res = h100_allgather
     ranges, _ = choose_ranges(res, IN_PLACE, lockstep_scorer)
     r = next(r for r in ranges if r.candidate is not None and (r.lo, r.hi) != (0, 0))
@@ -132,7 +132,7 @@ def test_a_range_file_is_timed_as_its_unbounded_compile(h100_allgather, monkeypa
     assert whole != r.text
     sizes = list(r.sizes)
     monkeypatch.setattr(program_mod, "_TIMES", {})
-    via, bounds = ProgramVeto(topo).times(r.text, r.proto, sizes, [math.inf] * len(sizes), whole)
+    via, bounds = ProgramVeto(topo).times(whole, r.proto, sizes, [math.inf] * len(sizes))
     assert not bounds
     model = program_model(topo, r.proto)
     assert remembered_times(r.text, topo, sizes, model=model) == dict(zip(sizes, via,

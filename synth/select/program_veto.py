@@ -27,7 +27,6 @@ from ..timing.program import (
     ProgramModel,
     cached_times,
     program_model,
-    remember_times,
     remembered_times,
 )
 from ..timing.program_bound import time_lower_bound
@@ -60,24 +59,17 @@ class ProgramVeto:
                                                 protocols=self.protocols)
         return self._models[proto]
 
-    def times(self, text: str, proto: str, sizes: Sequence[int], nccl_us: Sequence[float],
-              unbounded: str | None = None) -> tuple[list[float], set[int]]:
+    def times(self, text: str, proto: str, sizes: Sequence[int], nccl_us: Sequence[float]
+              ) -> tuple[list[float], set[int]]:
         """The file ``text`` (in ``proto``, interpreter-verified) at each of ``sizes``: its
         program time, or, at the positions returned in the set, the program model's lower bound
         where that is already not below ``nccl_us`` at that size (then it is not simulated).
 
-        ``unbounded``: the compile ``text`` was cut from (the same program, no byte bounds:
-        :func:`synth.select.ranking.ranged_xml`), timed in its place -- a program's time does not
-        depend on its ``minBytes``/``maxBytes`` -- so the ranges a veto round reshapes share its
-        times, which are then remembered for ``text`` too (what ``solve`` reports afterwards)."""
-        timed = self._times(unbounded or text, proto, sizes, nccl_us)
-        if unbounded is not None and unbounded != text:
-            out, bounds = timed
-            simulated = [i for i in range(len(sizes)) if i not in bounds]
-            remember_times(text, self.topology, [sizes[i] for i in simulated],
-                           [out[i] for i in simulated], model=self.model(proto),
-                           profile=self.profile)
-        return timed
+        A range's file is the compile it was cut from with byte bounds set
+        (:func:`synth.select.ranking.ranged_xml`); the timing key leaves the bounds out
+        (:func:`synth.timing.program_store.text_digest`), so the ranges a veto round reshapes
+        share that compile's times, and ``solve``'s report finds them afterwards."""
+        return self._times(text, proto, sizes, nccl_us)
 
     def _times(self, text: str, proto: str, sizes: Sequence[int], nccl_us: Sequence[float]
                ) -> tuple[list[float], set[int]]:

@@ -381,12 +381,9 @@ def _files_timed(veto: ProgramVeto, model: Scorer, tunings: Sequence[BucketTunin
                 if idx else None
             if not isinstance(got, tuple):
                 continue    # every size ranked by the program model (its file was made)
-            whole = made.get((lookup[r.config].name,
-                              replace(xml, proto=r.config.proto, instances=r.config.instances)))
             times, bounds = veto.times(got[0], r.config.proto,
                                        [tunings[b].bucket.size for b in idx],
-                                       [nccl_us[b] for b in idx],
-                                       whole[0] if isinstance(whole, tuple) else None)
+                                       [nccl_us[b] for b in idx])
             out.update(zip(idx, times, strict=True))
             out.bounds.update(idx[i] for i in bounds)
         return out
@@ -503,10 +500,7 @@ def out_of_place_companion(result: SolveResult, r: SizeRange, xml: XmlOptions, c
         times = r.model_us
     nccl = {p.bytes: p.time_us for p in result.nccl or ()}
     if not program and veto is not None:   # the program model's times (or bounds over NCCL's)
-        whole = cache.get((cand.name, replace(xml, inplace=False, proto=r.proto,
-                                              instances=r.instances)))
-        times = tuple(veto.times(got[0], r.proto, r.sizes, [nccl[s] for s in r.sizes],
-                                 whole[0] if isinstance(whole, tuple) else None)[0])
+        times = tuple(veto.times(got[0], r.proto, r.sizes, [nccl[s] for s in r.sizes])[0])
     slow = [s for s, t in zip(r.sizes, times, strict=True) if s in nccl and not t < nccl[s]]
     if slow:
         return r, (f"its out-of-place file is not faster than NCCL at {len(slow)} size(s) "
