@@ -516,6 +516,44 @@ def test_alike_flows_times_are_pinned_to_the_bit():
         ("0x1.0eaf8b186503ep+6", 960, 48), ("0x1.9f45d03b994bap+6", 960, 59)]
 
 
+def test_dropping_superseded_milestones_changes_no_time_or_event(monkeypatch):
+    """The simulator drops superseded flow milestones from its event heap once it has grown
+    (``_Sim._compact``). Forced to compact at every few entries, it gives the same times,
+    messages, recomputations and trace, bit for bit, as never compacting: a compaction must only
+    remove entries whose pop would do nothing. MSCCL's LL allreduce for ND H100 v5 on 8 x H100
+    reshares its links often enough to leave dead milestones behind."""
+    import synth.timing.program_machine as pm
+    from synth.emit.xml_parse import read_program
+    from synth.timing.program import program_model
+    from synth.topology_io import load_topology
+
+    topo = load_topology("dgx_h100")
+    program = read_program(DATA / "ndv5__r48ll.xml")
+    model = program_model(topo, program.proto, None)
+    dropped = []
+    compact = pm._Sim._compact
+
+    def counted(self):
+        before = len(self.heap)
+        compact(self)
+        dropped.append(before - len(self.heap))
+
+    monkeypatch.setattr(pm._Sim, "_compact", counted)
+
+    def run(at: int) -> list:
+        monkeypatch.setattr(pm, "COMPACT_MIN", at)
+        out = []
+        for nbytes in (2**16, 2**20, 2**22):
+            t = pm.simulate(program, topo, nbytes, model, trace=True)
+            out.append((t.time_us.hex(), t.messages, t.flow_events, t.trace))
+        return out
+
+    never = run(1 << 40)
+    assert not dropped
+    assert run(8) == never
+    assert sum(dropped) > 0     # dead entries were dropped
+
+
 # ------------------------------------------------------------------------------ the lower bound
 def _bound_sample():
     """Production files of every protocol and collective on their machine, and synth's own ring

@@ -21,7 +21,7 @@ import math
 import weakref
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 from typing import Any
 
 import numpy as np
@@ -351,6 +351,13 @@ class _Share:
 _OP_NAMES = ("s", "r", "rcs", "rrs", "rrc", "rrcs", "cpy", "re")
 
 
+COMPACT_MIN = 4096
+"""Entries the event heap may hold before superseded milestones are dropped
+(:meth:`_Sim._compact`): below it the heap is cheap whatever it holds."""
+COMPACT_GROWTH = 4
+"""After a compaction, the heap may grow to this many times its live entries before the next."""
+
+
 class _Sim:
     """One call of the program at one size, event by event.
 
@@ -404,6 +411,7 @@ class _Sim:
         self.flag_waiters: list[list[int]] = [[] for _ in range(nb)]
         self.heap: list[tuple[float, int, int, int, Any]] = []
         self.seq = 0
+        self.compact_at = COMPACT_MIN
         # id -> [wire bytes left at t_ref, rate, block, conn, t_start, cap, data bytes, msg,
         #        head threshold (wire bytes left when the head is in; -1 once sent), t_ref, version,
         #        share]
@@ -622,8 +630,29 @@ class _Sim:
             return
         left = f[0] - f[8] if f[8] >= 0 else f[0] - 0.0
         self.seq += 1
-        heappush(self.heap, (f[9] + (0.0 if left < 0.0 else left) / f[1], self.seq, 5, fid,
-                             f[10]))
+        heap = self.heap
+        heappush(heap, (f[9] + (0.0 if left < 0.0 else left) / f[1], self.seq, 5, fid, f[10]))
+        if len(heap) > self.compact_at:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop the superseded flow milestones from the event heap, in place.
+
+        A rate change schedules a flow's milestone anew and leaves the old entry in the heap, to be
+        popped and ignored (:meth:`milestone` checks its version). In the ``trees`` allgather on
+        dgx_a100 x 8 at 256 MiB that was 1.5 million milestones for 38,000 flows, and 93% of the
+        heap's 15,000-42,000 entries were such dead ones, each pushed, sifted and popped for
+        nothing. Dropping them changes no event's time or order: an entry's key (time, ``seq``) is
+        unique (every push takes a new ``seq``), so the heap pops the live entries in the same order
+        however they are laid out, and a dead entry's pop does nothing. The next compaction waits
+        until the heap has grown to :data:`COMPACT_GROWTH` times what is left live (at least
+        :data:`COMPACT_MIN`), so the filtering costs a constant per push."""
+        flows = self.flows
+        heap = self.heap
+        heap[:] = [e for e in heap
+                   if e[2] != 5 or ((f := flows.get(e[3])) is not None and f[10] == e[4])]
+        heapify(heap)
+        self.compact_at = max(COMPACT_MIN, COMPACT_GROWTH * len(heap))
 
     def _recompute(self) -> None:
         """New max-min rates for the flows connected (through shared resources) to a change.
