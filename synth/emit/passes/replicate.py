@@ -58,8 +58,9 @@ def split_bundles(dag: Dag, ir: Ir) -> Ir:
                     fresh += 1
     new_chains: list[list[IOp]] = []
     new_copies: list[IOp] = []
-    where: dict[tuple[int, int], IOp] = {}      # (id(old op), chunk) -> new op
-    parts_of: dict[int, list[IOp]] = {}         # id(old op) -> its new ops, in chunk order
+    # id(old op) -> (chunk -> its part's index, the old op's new ops in chunk order): one chunk
+    # map per unit, shared by its ops (they cover the same chunks), not an entry per (op, chunk)
+    split_of: dict[int, tuple[dict[int, int], list[IOp]]] = {}
     part_no: dict[int, int] = {}                # id(new local op) -> its part's index
     for unit in units:
         chunks = unit[0].chunks
@@ -67,34 +68,49 @@ def split_bundles(dag: Dag, ir: Ir) -> Ir:
         if len(cuts) == 1:
             (new_copies.append(unit[0]) if unit[0].typ in LOCAL_OPS else new_chains.append(unit))
             continue
+        local = unit[0].typ in LOCAL_OPS
+        part_of: dict[int, int] = {}
+        news: list[list[IOp]] = [[] for _ in unit]
+        for old, mine in zip(unit, news, strict=True):
+            split_of[id(old)] = (part_of, mine)
         for k, (a, b) in enumerate(zip(cuts, [*cuts[1:], len(chunks)], strict=True)):
+            piece = chunks[a:b]
+            for c in piece:
+                part_of[c] = k
             part: list[IOp] = []
-            for old in unit:
+            for old, mine in zip(unit, news, strict=True):
                 op = IOp(old.rank, old.typ, old.step, old.phase, old.sendp, old.recvp, b - a,
-                         old.src + a, old.dst + a, chunks[a:b])
+                         old.src + a, old.dst + a, piece)
                 if part:
                     op.prev, part[-1].nxt = part[-1], op
                 elif old.typ in LOCAL_OPS:
                     op.prev = old.prev
-                for c in chunks[a:b]:
-                    where[(id(old), c)] = op
-                parts_of.setdefault(id(old), []).append(op)
+                mine.append(op)
                 if old.typ in LOCAL_OPS:
                     part_no[id(op)] = k
                 part.append(op)
-            (new_copies.extend(part) if unit[0].typ in LOCAL_OPS else new_chains.append(part))
-    if where:
+            (new_copies.extend(part) if local else new_chains.append(part))
+
+    def where(old: IOp | None, chunk: int) -> IOp | None:
+        """The new op holding ``chunk`` of the split op ``old`` (None: ``old`` was not split)."""
+        got = split_of.get(id(old))
+        if got is None:
+            return None
+        k = got[0].get(chunk)
+        return None if k is None else got[1][k]
+
+    if split_of:
         for x in (*dag.sends, *dag.recvs, *dag.copies, *dag.reductions):
             if x.iop is not None:
-                x.iop = where.get((id(x.iop), x.chunk), x.iop)
+                x.iop = where(x.iop, x.chunk) or x.iop
         for op in new_copies:
             if op.prev is None:
                 continue
-            got = where.get((id(op.prev), op.chunks[0]))
-            if got is None and id(op.prev) in parts_of:
+            got = where(op.prev, op.chunks[0])
+            if got is None and id(op.prev) in split_of:
                 # an anchor holding other chunks (an out-of-place initial copy placed before a
                 # receive): the anchor's part of the same index, so each instance keeps its own
-                parts = parts_of[id(op.prev)]
+                parts = split_of[id(op.prev)][1]
                 got = parts[min(part_no.get(id(op), 0), len(parts) - 1)]
             op.prev = got if got is not None else op.prev
     return Ir(collective=ir.collective, num_steps=ir.num_steps, chains=new_chains, copies=new_copies,
