@@ -134,6 +134,32 @@ def test_unreadable_store_entries_are_misses(fresh, tmp_path):
     assert CACHE_STATS.simulated == 2
 
 
+def test_a_program_still_held_elsewhere_is_not_parsed_again(monkeypatch):
+    """Past the bound on kept text, parse_program lets its oldest programs go, but one a caller
+    still holds (the scorer keeps every program it times) is found by its text and not parsed
+    again; one nobody holds is."""
+    import gc
+
+    from synth.emit import xml_parse
+
+    monkeypatch.setattr(xml_parse, "_PARSED_TEXT_KEPT", 1)
+    monkeypatch.setattr(xml_parse, "_PARSED", type(xml_parse._PARSED)())
+    text = _file()
+    other = text.replace('name="', 'name="other ', 1)
+    held = xml_parse.parse_program(text, "a.xml")
+    xml_parse.parse_program(other, "b.xml")        # lets ``held`` go from the kept ones
+    assert len(xml_parse._PARSED) == 1
+    parsed = []
+    check = xml_parse.check_lexical
+    monkeypatch.setattr(xml_parse, "check_lexical", lambda *a: parsed.append(a) or check(*a))
+    assert xml_parse.parse_program(text, "a.xml") is held
+    assert not parsed
+    xml_parse.parse_program(text + " ", "c.xml")    # another text: lets ``other`` go
+    gc.collect()
+    xml_parse.parse_program(other, "b.xml")         # nobody held it: parsed again
+    assert len(parsed) == 2
+
+
 def test_a_text_is_parsed_once_per_profile():
     """parse_program remembers its result by the text's content: the solve's verification, the
     program model and the final timing share one Program (and the model's layout built for it);

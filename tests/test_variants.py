@@ -122,3 +122,43 @@ def test_for_sizes_stays_within_what_the_variant_was_compiled_for():
     assert parse_program(v.for_sizes(s, 0, 2048), "v.xml").max_bytes == 2048
     with pytest.raises(SynthError, match="compiled for sizes up to 4096 bytes"):
         v.for_sizes(s, 0, 0)
+
+
+def test_with_bounds_changes_the_algo_tags_bounds_only():
+    from synth.emit.variants import with_bounds
+
+    text = ('<algo name="x" minBytes="0" maxBytes="0" proto="LL">\n'
+            '  <gpu id="0" minBytes="0"/>\n</algo>\n')
+    assert with_bounds(text, 1024, 65536) == text.replace(
+        'minBytes="0" maxBytes="0"', 'minBytes="1024" maxBytes="65536"')
+    assert with_bounds('<algo maxBytes="0">', 1, 2) is None
+    assert with_bounds('<algo minBytes="0" minBytes="0" maxBytes="0">', 1, 2) is None
+
+
+def test_a_ranges_file_is_proven_on_what_parsing_it_gives(monkeypatch):
+    """``program_for_sizes`` with the text its program was parsed from takes that program with
+    the new bounds as the new file's parse, without parsing it: that must be what parsing the new
+    file gives. Where the file is not the text with its bounds changed (the LEGACY profile writes
+    an unbounded file's maxBytes as INT64_MAX), it is parsed as before."""
+    from synth.emit import emit_verified_program, xml_parse
+    from synth.emit.variants import program_for_sizes
+
+    topo = switch(4)
+    s = baseline(topo, make_collective("allreduce", 4, 2), "ring")
+    raw = xml_parse.parse_program.__wrapped__.__wrapped__     # the parse itself, nothing kept
+    parsed: list = []
+    check = xml_parse.check_lexical
+    monkeypatch.setattr(xml_parse, "check_lexical", lambda *a: parsed.append(a) or check(*a))
+    for profile, bounds in (("exec", (1024, 65536)), ("exec", (0, 0)), ("rccl", (4096, 0)),
+                            ("legacy", (0, 0)), ("legacy", (512, 0)),
+                            ("legacy", (512, 1 << 20))):
+        options = XmlOptions(profile=profile, inplace=False)
+        text, program, _ = emit_verified_program(s, options)
+        parsed.clear()
+        out, reports = program_for_sizes(program, s, options, *bounds, "ring", text)
+        assert reports
+        # parsed again only where the file is not the text with its bounds changed
+        assert len(parsed) == (out != text and profile == "legacy" and bounds[1] == 0)
+        fresh = raw(out, "r.xml", profile)
+        assert xml_parse.parse_program(out, "r.xml", profile) == fresh
+        assert fresh.min_bytes == bounds[0]

@@ -198,7 +198,7 @@ def _range_file(schedule: Schedule, name: str, options: XmlOptions, text: str | 
         try:
             program = parse_program(whole[0], f"{name}.xml", options.profile)
             ranged, reports = program_for_sizes(program, schedule, options, min_bytes, max_bytes,
-                                                name)
+                                                name, whole[0])
             part = (ranged, tuple(reports))
         except SynthError as exc:
             part = exc.message

@@ -234,7 +234,8 @@ def ranged_xml(cache: XmlCache, candidate: Candidate, xml: XmlOptions, cfg: Conf
         try:
             program = parse_program(got[0], f"{candidate.name}.xml", xml.profile)
             text, reports = program_for_sizes(program, candidate.schedule, full,
-                                              ranged.min_bytes, ranged.max_bytes, candidate.name)
+                                              ranged.min_bytes, ranged.max_bytes, candidate.name,
+                                              got[0])
             cache[key] = (text, tuple(reports))
         except SynthError as exc:
             cache[key] = exc.message
