@@ -452,21 +452,3 @@ def test_random_schedules_compile_to_correct_programs(seed, kind, n, k, config) 
     coll = sch.collective
     named = make_collective(kind, n, k * config.get("instances", 1), coll.root)
     assert check(prog, config.get("profile", "exec"), named)
-
-
-def test_instr_is_the_dataclasss_instance():
-    """``instr`` (the hot paths' constructor) makes what ``Instr(...)`` makes."""
-    import dataclasses
-    import pickle
-
-    from synth.emit.program import Instr, instr
-
-    for args in ((0, "s", "i", 1, "o", 2, 3), (4, "nop", "i", -1, "o", -1, 0, 2, 7, 0),
-                 (1, "rrc", "s", 5, "o", 6, 2, 3, 1, 1)):
-        fast, slow = instr(*args), Instr(*args)
-        assert type(fast) is Instr
-        assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
-        assert list(vars(fast).items()) == list(vars(slow).items())
-        assert pickle.loads(pickle.dumps(fast)) == slow
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            fast.cnt = 9    # type: ignore[misc]

@@ -34,25 +34,6 @@ class Instr:
     hasdep: int = 0
 
 
-_new = object.__new__
-
-
-def instr(s: int, type: str, srcbuf: Buffer, srcoff: int, dstbuf: Buffer, dstoff: int, cnt: int,
-          depid: int = -1, deps: int = -1, hasdep: int = 0) -> Instr:
-    """``Instr(...)`` with the same fields, made without the frozen dataclass's ``__init__``.
-
-    Why: that ``__init__`` sets each of the ten fields through ``object.__setattr__`` (what keeps
-    an instance frozen), 1.6 µs a step against 0.7 here, and programs have hundreds of thousands
-    of steps: the parser makes one per ``<step>`` (a 9 MB file: 1.08 -> 0.83 s), the compiler's
-    dependencies and replicate passes one per step of every placement. The instance is the same:
-    same class, same fields in the same order, equal to and hashing as the ``Instr(...)`` of those
-    values, and still frozen (``tests/test_compiler.py``)."""
-    o = _new(Instr)
-    o.__dict__.update(s=s, type=type, srcbuf=srcbuf, srcoff=srcoff, dstbuf=dstbuf, dstoff=dstoff,
-                      cnt=cnt, depid=depid, deps=deps, hasdep=hasdep)
-    return o
-
-
 @dataclass(frozen=True)
 class Threadblock:
     """One ``<tb>``: at most one send peer and one receive peer on one channel."""

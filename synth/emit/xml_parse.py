@@ -27,7 +27,7 @@ from lxml import etree
 
 from .. import progress
 from ..errors import SynthError
-from .program import INSTRUCTIONS, PROTOCOLS, Gpu, Instr, Program, Threadblock, instr
+from .program import INSTRUCTIONS, PROTOCOLS, Gpu, Instr, Program, Threadblock
 from .runtimes import (
     BUFFERS,
     LEGACY_DEFAULT_MAX_BYTES,
@@ -499,7 +499,7 @@ def _read_step(st, fail, get_int) -> Instr:
             raise fail(st, "D3", f"{key}=\"{buf}\" must be one of i, o, s")
     if typ != "nop" and hasdep not in (0, 1):
         raise fail(st, "D7", f"hasdep={hasdep} must be 0 or 1")
-    return instr(s=s, type=typ, srcbuf=srcbuf, srcoff=srcoff, dstbuf=dstbuf, dstoff=dstoff, cnt=cnt,
+    return Instr(s=s, type=typ, srcbuf=srcbuf, srcoff=srcoff, dstbuf=dstbuf, dstoff=dstoff, cnt=cnt,
                  depid=depid, deps=deps, hasdep=hasdep)
 
 

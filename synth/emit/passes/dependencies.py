@@ -3,7 +3,7 @@ giving the threadblocks' step lists; :func:`renumber` keeps every depid within i
 
 from __future__ import annotations
 
-from ..program import Instr, Threadblock, instr
+from ..program import Instr, Threadblock
 from .ir import BUFFERS, CELL, Tb
 
 
@@ -45,11 +45,11 @@ def dependencies(per_rank: list[list[Tb]]) -> list[list[Threadblock]]:
                 if op.deps:
                     deps = [(t.id, t.ops[i].pos) for t, i in op.deps]
                     for d, k in deps[1:]:
-                        steps.append(instr(len(steps), "nop", "i", -1, "o", -1, 0, d, k, 0))
+                        steps.append(Instr(len(steps), "nop", "i", -1, "o", -1, 0, d, k, 0))
                     depid, dpos = deps[0]
                 sb, so = divmod(op.src, CELL)
                 db, do = divmod(op.dst, CELL)
-                steps.append(instr(len(steps), op.typ, BUFFERS[sb], so, BUFFERS[db], do, op.cnt,
+                steps.append(Instr(len(steps), op.typ, BUFFERS[sb], so, BUFFERS[db], do, op.cnt,
                                    depid, dpos, op.hasdep))
             row.append(Threadblock(id=tb.id, send=tb.send, recv=tb.recv, chan=tb.chan,
                                    steps=tuple(steps)))
@@ -68,7 +68,7 @@ def renumber(per_rank: list[list[Threadblock]]) -> list[list[Threadblock]]:
         order = [tb for tb in tbs if tb.id in targets] + [tb for tb in tbs if tb.id not in targets]
         new_id = {tb.id: i for i, tb in enumerate(order)}
         out.append([Threadblock(id=new_id[tb.id], send=tb.send, recv=tb.recv, chan=tb.chan,
-                                steps=tuple(st if st.depid < 0 else instr(
+                                steps=tuple(st if st.depid < 0 else Instr(
                                     st.s, st.type, st.srcbuf, st.srcoff, st.dstbuf, st.dstoff,
                                     st.cnt, new_id[st.depid], st.deps, st.hasdep)
                                     for st in tb.steps))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ..program import Threadblock, instr
+from ..program import Instr, Threadblock
 from .ir import LOCAL_OPS, Dag, IOp, Ir
 
 
@@ -151,7 +151,7 @@ def replicate(per_rank: list[list[Threadblock]], instances: int, nchannels: int
         for i in range(N):
             for tb in tbs:
                 steps = tuple(
-                    st if st.type == "nop" and st.depid < 0 else instr(
+                    st if st.type == "nop" and st.depid < 0 else Instr(
                         st.s, st.type, st.srcbuf,
                         st.srcoff if st.type == "nop" else st.srcoff * N + i * st.cnt,
                         st.dstbuf, st.dstoff if st.type == "nop" else st.dstoff * N + i * st.cnt,
