@@ -17,7 +17,6 @@ with :mod:`synth.timing.program`).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -28,7 +27,7 @@ from . import XmlOptions, emit_verified_program, verify_text, xml_unsupported_re
 from .program import PROTOCOLS, Program
 from .runtimes import get_profile
 from .xml_parse import remember_parsed
-from .xml_write import program_to_xml
+from .xml_write import ALGO_BOUNDS, program_to_xml
 
 INSTANCES = (1, 2, 4, 8, 16, 32)
 """Instance counts tried by default: powers of two up to the runtime's 32 channels (MAXCHANNELS);
@@ -96,9 +95,6 @@ def program_for_sizes(program: Program, schedule: Schedule, options: XmlOptions,
     return out, reports
 
 
-_BOUND = re.compile(r' (minBytes|maxBytes)="[^"]*"')
-
-
 def with_bounds(text: str, min_bytes: int, max_bytes: int) -> str | None:
     """``text`` with its ``<algo>`` tag's ``minBytes`` and ``maxBytes`` set to these values (None
     where the tag does not hold exactly one of each)."""
@@ -106,11 +102,11 @@ def with_bounds(text: str, min_bytes: int, max_bytes: int) -> str | None:
     if end < 0:
         return None
     head = text[:end]
-    found = [m[1] for m in _BOUND.finditer(head)]
+    found = [m[1] for m in ALGO_BOUNDS.finditer(head)]
     if sorted(found) != ["maxBytes", "minBytes"]:
         return None
     values = {"minBytes": min_bytes, "maxBytes": max_bytes}
-    return _BOUND.sub(lambda m: f' {m[1]}="{values[m[1]]}"', head) + text[end:]
+    return ALGO_BOUNDS.sub(lambda m: f' {m[1]}="{values[m[1]]}"', head) + text[end:]
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,11 @@ MAX_NODES = TOKENIZER_MAX_NODES - 1
 :mod:`.xml_parse` checks on reading."""
 INT64_MAX = (1 << 63) - 1
 _VALUE_OK = re.compile(r'^[^"<>&\t\n\r]{0,255}$')
+ALGO_BOUNDS = re.compile(r' (minBytes|maxBytes)="[^"]*"')
+"""A ``minBytes``/``maxBytes`` attribute as :func:`program_to_xml` writes it on the ``<algo>`` tag
+(group 1: its name): what a range's file changes in its program's text (:func:`synth.emit.
+variants.with_bounds`) and what a timing key leaves out (:func:`synth.timing.program_store.
+text_digest`)."""
 
 
 def coll_name(kind: str, profile: str) -> str:

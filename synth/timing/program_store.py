@@ -23,13 +23,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..emit.xml_write import ALGO_BOUNDS
 from ..errors import SynthError
 from ..files import atomic_write
 from .program_machine import ProgramModel
@@ -56,9 +56,6 @@ def code_fingerprint() -> str:
     return h.hexdigest()
 
 
-_BOUNDS = re.compile(r' (?:minBytes|maxBytes)="[^"]*"')
-
-
 def text_digest(text: str) -> str:
     """SHA-256 of a program's text less the ``minBytes``/``maxBytes`` of its ``<algo>`` tag (its
     identity in every timing key).
@@ -71,7 +68,7 @@ def text_digest(text: str) -> str:
     anew after the scorer had, 54 s of the solving process's CPU (``trees`` Simple x1 at five
     sizes: 40 s)."""
     end = text.find(">") + 1 if text.startswith("<algo ") else 0
-    h = hashlib.sha256(_BOUNDS.sub("", text[:end]).encode())
+    h = hashlib.sha256(ALGO_BOUNDS.sub("", text[:end]).encode())
     h.update(text[end:].encode())
     return h.hexdigest()
 
