@@ -139,3 +139,32 @@ def test_a_range_file_is_timed_as_its_unbounded_compile(h100_allgather, monkeypa
                                                                           strict=True))
     monkeypatch.setattr(program_mod, "_TIMES", {})
     assert via == cached_times(r.text, topo, sizes, model=model)
+
+
+def test_a_range_files_program_is_held_so_the_veto_does_not_parse_it(h100_allgather, monkeypatch):
+    """A range's file parses to its compile's program with only the bounds changed, sharing its
+    ranks (:func:`synth.emit.variants.program_for_sizes`); ``ranged_xml`` holds that program in
+    the cache, so the veto's parse of the file finds it after the bound on kept text let it go
+    (on dgx_h100 x 64 allgather: a 62 MB file parsed again, 10 s)."""
+    from synth.emit import xml_parse
+    from synth.select.program_scorer import PARSED
+    from synth.select.ranges import Config
+    from synth.select.ranking import ranged_xml
+
+    topo, res = h100_allgather
+    cand = next(c for c in res.candidates if c.name == "ring")
+    cache: dict = {}
+    cfg = Config(cand.name, cand.schedule.collective.chunks_per_rank, "Simple", 1)
+    text, _ = ranged_xml(cache, cand, IN_PLACE, cfg, 4096, 65536)
+    held = [v for k, v in cache.items() if k[-1] == PARSED]
+    assert len(held) == 1 and held[0].max_bytes == 65536
+    full = xml_parse.parse_program(cache[(cand.name, IN_PLACE)][0], "ring.xml")
+    assert held[0].gpus is full.gpus and held[0] == replace(full, min_bytes=4096,
+                                                                 max_bytes=65536)
+    monkeypatch.setattr(xml_parse, "_PARSED", type(xml_parse._PARSED)())   # the kept text let go
+    parsed = []
+    check = xml_parse.check_lexical
+    monkeypatch.setattr(xml_parse, "check_lexical", lambda *a: parsed.append(a) or check(*a))
+    assert xml_parse.parse_program(text, "ring.xml") is held[0]
+    ProgramVeto(topo).times(text, "Simple", [8192], [0.0])
+    assert not parsed

@@ -74,8 +74,11 @@ it risks: such a candidate is ranked after every simulated one at that size."""
 XmlCache = dict[Any, Any]
 """(candidate name, options) -> the verified XML text and interpreter reports, or why it cannot
 be produced; (candidate name, options, ``COMPILED``) -> a text only compiled (and parsed), not yet
-proven: shared by the program model and :func:`choose_ranges` so no file is compiled twice."""
+proven: shared by the program model and :func:`choose_ranges` so no file is compiled twice;
+(candidate name, options, ``PARSED``) -> the program of a range's proven file, held where it costs
+nothing (:func:`synth.select.ranking.ranged_xml`)."""
 COMPILED = "compiled"
+PARSED = "parsed"
 
 
 def compiled_xml(cache: XmlCache, candidate: Candidate, options: XmlOptions,
