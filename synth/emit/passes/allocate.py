@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
+from itertools import islice
 from math import ceil
 
 from .ir import LOCAL_OPS, IOp, Ir, Tb
@@ -44,6 +45,12 @@ def allocate(ir: Ir, spread: int, max_channels: int, pair_sets: int | None = Non
 
     def clashes(fused: list[IOp], ch: int) -> list[IOp]:
         """Fused ops that cannot pair their peers on channel ch (route revisits included)."""
+        if len(fused) == 1:     # most routes: no revisit to weigh
+            op = fused[0]
+            if pair_r.get((op.rank, ch, op.recvp), op.sendp) != op.sendp or \
+                    pair_s.get((op.rank, ch, op.sendp), op.recvp) != op.recvp:
+                return [op]
+            return []
         mine_r: dict[tuple[int, int, int], int] = {}
         mine_s: dict[tuple[int, int, int], int] = {}
         out = []
@@ -56,42 +63,26 @@ def allocate(ir: Ir, spread: int, max_channels: int, pair_sets: int | None = Non
                 mine_r[kr], mine_s[ks] = op.sendp, op.recvp
         return out
 
-    load: dict[tuple[int, int, int], int] = defaultdict(int)   # (rank, chan, +-(peer+1)) -> ops
-    opened: dict[tuple[int, int, bool], set[int]] = defaultdict(set)  # (rank, chan, send?) -> peers
-
-    def sides(op: IOp, ch: int) -> list[tuple[int, int, int]]:
-        out = []
-        if op.sendp >= 0:
-            out.append((op.rank, ch, op.sendp + 1))
-        if op.recvp >= 0:
-            out.append((op.rank, ch, -op.recvp - 1))
-        return out
-
-    # What a chain touches, made once per chain rather than once per channel weighed: its
-    # connection sides (rank, +-(peer+1)) as ``load`` keys them less the channel, and its peers
-    # per (rank, send?) as ``opened`` does. Reading ``load`` and ``opened`` with ``get`` adds no
-    # entries, which only ever held zeros and empty sets.
+    # Loads and opened peers are kept per connection side, one entry per channel: a chain weighs
+    # every channel of ``spread`` (hundreds of thousands of chains, millions of weighings on
+    # dgx_h100 x 64), and its sides' rows are found once, their per-channel maxima taken in one
+    # ``zip`` instead of a keyed lookup per side and channel.
+    width = max(max_channels, spread)
+    zero = [0] * width
+    nothing: list[set[int] | None] = [None] * width
+    load: dict[tuple[int, int], list[int]] = {}         # (rank, +-(peer+1)) -> ops per channel
+    opened: dict[tuple[int, bool], list[set[int] | None]] = {}  # (rank, send?) -> peers per chan
     find_load, find_opened = load.get, opened.get
 
-    def overflow(touch: dict[tuple[int, bool], set[int]], c: int) -> int:
+    def overflow(touched: list[tuple[set[int], list[set[int] | None]]], c: int) -> int:
         """Connection sides the chain would open beyond ``side_limit`` on channel c."""
-        if not side_limit:
-            return 0
         total = 0
-        for (rank, is_send), peers in touch.items():
-            have = find_opened((rank, c, is_send))
+        for peers, row in touched:
+            have = row[c]
             new = len(peers) if have is None else len(peers - have)
             if new:
                 total += max(0, (0 if have is None else len(have)) + new - side_limit)
         return total
-
-    def heaviest(flat: list[tuple[int, int]], c: int) -> int:
-        """The most ops any of the chain's connection sides would hold on channel c."""
-        return max(find_load((rank, c, side), 0) for rank, side in flat) + 1
-
-    def fits(flat: list[tuple[int, int]], c: int) -> bool:
-        """Whether every connection side of the chain holds fewer than ``fill`` ops on c."""
-        return all(find_load((rank, c, side), 0) < fill for rank, side in flat)
 
     chains = ir.chains
     if balance:
@@ -108,34 +99,53 @@ def allocate(ir: Ir, spread: int, max_channels: int, pair_sets: int | None = Non
                 if op.recvp >= 0:
                     flat.append((op.rank, -op.recvp - 1))
                     touch.setdefault((op.rank, False), set()).add(op.recvp)
-            # the load test first: it is cheaper than overflow's and fails more often
-            base = next((c for c in range(spread) if fits(flat, c) and not overflow(touch, c)),
-                        None) if fill else None
-            if base is None:
-                weigh = [(overflow(touch, c), heaviest(flat, c), c) for c in range(spread)]
-                base = min(weigh)[2]
+            # the most ops any of the chain's connection sides holds on each channel
+            rows = [find_load(k, zero) for k in flat]
+            peak = list(map(max, islice(zip(*rows, strict=True), spread)))
+            touched = [(peers, find_opened(k, nothing)) for k, peers in touch.items()] \
+                if side_limit else []
+            base = None
+            if fill:    # first fit: every side under ``fill`` (the cheaper test first)
+                for c in range(spread):
+                    if peak[c] < fill and not (touched and overflow(touched, c)):
+                        base = c
+                        break
+            if base is None:    # the channel opening fewest sides over the limit, then lightest
+                base = min((overflow(touched, c) if touched else 0, peak[c], c)
+                           for c in range(spread))[2]
         else:
             base = min(chain[0].chunks) * spread // nch
         chosen = -1
-        for ch in range(base, min(max_channels, base + spread * sets), spread):
-            if not clashes(fused, ch):
-                chosen = ch
-                break
-        if chosen < 0:
+        if not fused:
             chosen = base
-            misfits.extend(clashes(fused, base))
-        for op in fused:
-            pair_r.setdefault((op.rank, chosen, op.recvp), op.sendp)
-            pair_s.setdefault((op.rank, chosen, op.sendp), op.recvp)
+        else:
+            for ch in range(base, min(max_channels, base + spread * sets), spread):
+                if not clashes(fused, ch):
+                    chosen = ch
+                    break
+            if chosen < 0:
+                chosen = base
+                misfits.extend(clashes(fused, base))
+            for op in fused:
+                pair_r.setdefault((op.rank, chosen, op.recvp), op.sendp)
+                pair_s.setdefault((op.rank, chosen, op.sendp), op.recvp)
         for op in chain:
             op.chan = chosen
-            if balance or fill:
-                for k in sides(op, chosen):
-                    load[k] += 1
-                if op.sendp >= 0:
-                    opened[(op.rank, chosen, True)].add(op.sendp)
-                if op.recvp >= 0:
-                    opened[(op.rank, chosen, False)].add(op.recvp)
+        if balance or fill:
+            for k in flat:
+                row = find_load(k)
+                if row is None:
+                    row = load[k] = [0] * width
+                row[chosen] += 1
+            for k, peers in touch.items():
+                row = find_opened(k)
+                if row is None:
+                    row = opened[k] = [None] * width
+                have = row[chosen]
+                if have is None:
+                    row[chosen] = set(peers)
+                else:
+                    have |= peers
     if misfits:
         return [], misfits
     return _blocks(ir, n, pair_s, pair_r), []
