@@ -241,8 +241,8 @@ def test_a_planned_compile_the_caller_will_never_ask_for_is_passed_over():
 def test_the_scorer_passes_over_only_compiles_it_never_asks_for(monkeypatch):
     """The program scorer's word to the worker (``ProgramScorer._run``'s ``may_want``) is sound:
     no compile it called unwanted is asked for later in the run, and where the compiler refused
-    a lower instance count, the higher ones of the solve's protocol are unwanted. The times are
-    those of the run without a worker."""
+    a lower instance count, the higher ones of that protocol are unwanted and never asked for.
+    The times are those of the run without a worker."""
     import itertools
     import math
 
@@ -300,6 +300,16 @@ def test_the_scorer_passes_over_only_compiles_it_never_asks_for(monkeypatch):
     for c in res.candidates:
         if all(ahead._programs.get((c.name, "Simple", inst)) is not None for inst in (1, 2, 4)):
             assert may_want(c.name, ahead.options("Simple", 8), set())
+    # another protocol's counts are not a ladder of times, but one above a refused count is
+    # neither compiled ahead nor asked for
+    refused_ll = [(c, inst) for c in res.candidates for inst in (1, 2, 4)
+                  if ahead._programs.get((c.name, "LL", inst), 0) is None]
+    assert refused_ll, "no LL count was refused: the case tests nothing"
+    for c, inst in refused_ll:
+        for higher in (2 * inst, 4 * inst):
+            if higher <= 8:
+                assert not may_want(c.name, ahead.options("LL", higher), set())
+                assert not [r for r in requests if r[1:] == (c.name, ahead.options("LL", higher))]
 
 
 def test_a_word_that_raises_counts_as_wanted():

@@ -448,28 +448,39 @@ class ProgramScorer:
         first_done: list[bool] = []
         by_name = {c.name: c for c in cands}
 
+        def refused_below(name: str, proto: str, inst: int,
+                          refused: Set[tuple[str, XmlOptions]] = frozenset()) -> bool:
+            """Whether the compiler refused ``name`` in ``proto`` at a count below ``inst``
+            (here: :attr:`_programs` holds None; in the worker: ``refused``). Such a count is
+            never tried: the limits a compile breaks (blocks and steps per rank, the tokenizer's
+            nodes, dependency ids, channels) only grow with the count, which places the same
+            per-copy program under a budget divided by the count and repeats it that many times."""
+            for lower in self.instances:
+                if lower >= inst:
+                    return False
+                if self._programs.get((name, proto, lower), True) is None \
+                        or (name, self.options(proto, lower)) in refused:
+                    return True
+            return False
+
         def may_want(name: str, options: XmlOptions, refused: Set[tuple[str, XmlOptions]]) -> bool:
             """False where this run will never ask for the compile of ``name`` in ``options``
             (what :mod:`.compile_ahead` need not make); True where it may. Called from the
             compile-ahead thread while this run goes on, so it rests only on facts that, once
             they hold, hold for the rest of the run (a stale read only makes it say True):
 
-            * a higher count of the solve's protocol is tried at a size only where the count
-              before it has a finite time there, so never once a lower count's compile was
-              refused (here: :attr:`_programs` holds None; in the worker: ``refused``);
+            * no count is tried once a lower count's compile in its protocol was refused
+              (:func:`refused_below`; for the solve's protocol a higher count is tried at a size
+              only where the count before it has a finite time there, too);
             * another protocol is tried only at the sizes the first form decided, where the
               candidate's lock-step time is within the prune factor of the fastest time found
               there, which only falls (:func:`listed`)."""
             c = by_name.get(name)
             if c is None:
                 return True
+            if refused_below(name, options.proto, options.instances, refused):
+                return False
             if options.proto == proto0:
-                for inst in self.instances:
-                    if inst >= options.instances:
-                        break
-                    if self._programs.get((name, proto0, inst), True) is None \
-                            or (name, self.options(proto0, inst)) in refused:
-                        return False
                 return True
             if not first_done:
                 return True
@@ -521,12 +532,15 @@ class ProgramScorer:
             here), from the times found so far."""
             inst = self.instances[k]
             if proto != proto0:     # another protocol: every count, by lock-step
-                # (not a ladder: LL at x1 runs a block at a third of Simple's copy rate, so its
-                # x1 time says little of x8; the sound bound keeps the large sizes, where LL
-                # cannot win, from being simulated)
+                # (not a ladder of times: LL at x1 runs a block at a third of Simple's copy rate,
+                # so its x1 time says little of x8; the sound bound keeps the large sizes, where
+                # LL cannot win, from being simulated); a count above a refused one is not timed
+                # (None: a refused compile was never counted as a prune's)
                 ref = best_at(i)
-                return [(c, runs(c, inst, i) and c.costs[i].time_us <= self.prune_factor * ref)
-                        for c in sorted(cands, key=lambda c: (c.costs[i].time_us, c.name))]
+                return [(c, None if tried and refused_below(c.name, proto, inst) else tried)
+                        for c in sorted(cands, key=lambda c: (c.costs[i].time_us, c.name))
+                        for tried in (runs(c, inst, i)
+                                      and c.costs[i].time_us <= self.prune_factor * ref,)]
             prev = self.instances[k - 1]
             before = self.instances[k - 2] if k >= 2 else None
             ref = min(times[(c.name, proto, prev)][i] for c in cands)
