@@ -355,7 +355,8 @@ class ProgramScorer:
           times the prune factor of the fastest at that count and, from the third count on, that
           count beat the one before it (once doubling stops paying, doubling again is not tried);
           another protocol's every count where the candidate's lock-step time is within the prune
-          factor of the fastest time found at that size;
+          factor of the fastest time found at that size, up to the first count the compiler
+          refuses (the limits it breaks grow with the count: a higher one is refused too);
         * and never where :func:`synth.timing.program_bound.time_lower_bound` (a sound bound:
           the simulation cannot go below it) is already at or above the fastest time found there,
           or above NCCL's there (a configuration slower than NCCL never serves a size).
