@@ -484,11 +484,6 @@ def _status(rec: dict[str, Any] | None) -> str:
     return "ok" if rec.get("exit_code") == 0 else f"exit {rec.get('exit_code')}"
 
 
-def _before(figures: list[float | None]) -> float | None:
-    """The newest tree's predecessor for a ratio: the last tree before it with a figure."""
-    return next((f for f in reversed(figures[:-1]) if f is not None), None)
-
-
 def _newest(runs: dict[str, Any], labels: list[str], name: str) -> int:
     """How many of ``labels`` count for a case's ratios: up to the newest tree that ran it (a
     later tree measured only other cases leaves this one's ratio to the trees that ran it)."""
@@ -496,7 +491,38 @@ def _newest(runs: dict[str, Any], labels: list[str], name: str) -> int:
     return ran[-1] + 1 if ran else len(labels)
 
 
+def _ok(rec: dict[str, Any] | None) -> bool:
+    return rec is not None and _status(rec) == "ok"
+
+
+def _ratio(before: float | None, after: float | None, floor: float = 0.0) -> str:
+    ok = before is not None and after is not None and after > floor
+    return f"{before / after:.2f}x" if ok else "—"  # type: ignore[operator]
+
+
+def _pair_of(runs: dict[str, Any], labels: list[str], name: str
+             ) -> tuple[str | None, str | None]:
+    """The case's *after* (the newest tree that ran it) and *before* (the newest earlier tree
+    with a figure for it), as labels."""
+    ran = [lb for lb in labels[:_newest(runs, labels, name)] if name in runs.get(lb, {})]
+    after = ran[-1] if ran else None
+    before = next((lb for lb in reversed(ran[:-1]) if _ok(runs[lb][name])), None)
+    return before, after
+
+
+def _same_bytes(runs: dict[str, Any], before: str | None, after: str | None, name: str) -> str:
+    outs = [(runs.get(lb, {}).get(name) or {}).get("outputs") if lb else None
+            for lb in (before, after)]
+    if not outs[0] or outs[1] is None:
+        return "—"
+    return "yes" if outs[0] == outs[1] else "**no**"
+
+
 def to_markdown(data: dict[str, Any]) -> str:
+    """Three views of ``speed.json``: where each case stands (its first figure, the pair of trees
+    last measured side by side, and the goal), every run, and each case's phases in those three
+    trees. Why not every tree side by side: after two dozen trees such a table is a hundred
+    columns wide, which no reader scans; the JSON keeps them all."""
     labels = list(data["trees"])
     lines = [
         "# Speed of synth's commands, phase by phase",
@@ -507,10 +533,11 @@ def to_markdown(data: dict[str, Any]) -> str:
         "2-core machine: wall-clock figures move with the load (the load average before each run "
         "is listed), so compare trees measured in the same invocation, which alternate case by "
         "case. Phases come from `synth.progress.ledger` (exclusive: a phase nested in another "
-        "counts only under its own kind); `other` is what no phase covered. Seconds. Ratios: the "
-        "newest earlier tree with a figure for the case (*before*) over the newest tree that ran "
-        "the case (*after*); *same bytes*: *after* wrote the files the newest earlier tree that "
-        "ran the case wrote.",
+        "counts only under its own kind); `other` is what no phase covered (a worker process's "
+        "CPU counts there). Seconds. *after*: the newest tree that ran the case; *before*: the "
+        "newest earlier tree with a figure for it; *first*: the oldest; ratios are *before* over "
+        "*after*; *same bytes*: *after* wrote the files *before* wrote. Every run of every tree "
+        "is in `speed.json`.",
         "",
         "Trees: " + "; ".join(f"**{k}** = {v['commit'] or v['path']}" for k, v in
                              data["trees"].items()),
@@ -519,62 +546,77 @@ def to_markdown(data: dict[str, Any]) -> str:
     names = [c.name for c in CASES]
     runs = data["runs"]
     measured = [n for n in names if any(n in runs.get(lb, {}) for lb in labels)]
-    # summary
-    lines += ["## Totals", "", "| case | goal | " + " | ".join(
-        f"{lb} wall | {lb} CPU | {lb} status | {lb} load" for lb in labels)
-        + (" | before/after wall | CPU | same bytes |" if len(labels) > 1 else " |"),
-        "|---|---:|" + "---:|---:|---|---:|" * len(labels)
-        + ("---:|---:|---|" if len(labels) > 1 else "")]
+
+    def fig(lb: str | None, n: str, key: str) -> float | None:
+        rec = runs.get(lb, {}).get(n) if lb else None
+        return rec.get(key) if _ok(rec) else None  # type: ignore[union-attr]
+
+    lines += ["## Where each case stands", "",
+              "| case | goal | first | first wall | before | before wall | after | after wall "
+              "| after CPU | after / goal | wall ratio | CPU ratio | same bytes |",
+              "|---|---:|---|---:|---|---:|---|---:|---:|---:|---:|---:|---|"]
     for n in measured:
         case = BY_NAME[n]
-        row = [n, _fmt(case.goal_s) if case.goal_s else ""]
-        walls, cpus_ = [], []
+        before, after = _pair_of(runs, labels, n)
+        first = next((lb for lb in labels if _ok(runs.get(lb, {}).get(n))), None)
+        goal = case.goal_s
+        wall = fig(after, n, "wall_s")
+        lines.append("| " + " | ".join([
+            n, _fmt(goal) if goal else "", first or "—", _fmt(fig(first, n, "wall_s")),
+            before or "—", _fmt(fig(before, n, "wall_s")),
+            f"{after} ({_status(runs[after][n])})" if after and not _ok(runs[after][n])
+            else after or "—",
+            _fmt(wall), _fmt(fig(after, n, "cpu_s")),
+            f"{wall / goal:.2f}x" if goal and wall is not None else "—",
+            _ratio(fig(before, n, "wall_s"), wall), _ratio(fig(before, n, "cpu_s"),
+                                                           fig(after, n, "cpu_s")),
+            _same_bytes(runs, before, after, n)]) + " |")
+    lines.append("")
+
+    lines += ["## Every run", "",
+              "| case | tree | wall | CPU | status | load before | same bytes as the run before |",
+              "|---|---|---:|---:|---|---:|---|"]
+    for n in measured:
+        prev: str | None = None
         for lb in labels:
             rec = runs.get(lb, {}).get(n)
-            w = rec.get("wall_s") if rec else None
-            walls.append(w if rec and _status(rec) == "ok" else None)
-            cpus_.append(rec.get("cpu_s") if rec and _status(rec) == "ok" else None)
-            row += [_fmt(w), _fmt(rec.get("cpu_s") if rec else None), _status(rec),
-                    _fmt(rec["load_before"][0]) if rec and "load_before" in rec else "—"]
-        if len(labels) > 1:
-            upto = _newest(runs, labels, n)
-            for pair in (walls[:upto], cpus_[:upto]):
-                before = _before(pair)
-                ok = before is not None and pair[-1] is not None and pair[-1] > 0
-                row.append(f"{before / pair[-1]:.2f}x" if ok else "—")
-            outs = [(runs.get(lb, {}).get(n) or {}).get("outputs") for lb in labels[:upto]]
-            pair = [o for o in outs[:-1] if o is not None][-1:] + outs[-1:]
-            row.append("—" if len(pair) < 2 or pair[-1] is None or not pair[0] else
-                       "yes" if pair[0] == pair[-1] else "**no**")
-        lines.append("| " + " | ".join(row) + " |")
+            if rec is None:
+                continue
+            load = _fmt(rec["load_before"][0]) if "load_before" in rec else "—"
+            lines.append(f"| {n} | {lb} | {_fmt(rec.get('wall_s'))} | {_fmt(rec.get('cpu_s'))} "
+                         f"| {_status(rec)} | {load} | {_same_bytes(runs, prev, lb, n)} |")
+            if _ok(rec):
+                prev = lb
     lines.append("")
-    # phases per case
+
     lines += ["## Phases", ""]
     for n in measured:
-        recs = {lb: runs.get(lb, {}).get(n) for lb in labels}
-        if not any(r and r.get("phases") for r in recs.values()):
+        before, after = _pair_of(runs, labels, n)
+        first = next((lb for lb in labels if (runs.get(lb, {}).get(n) or {}).get("phases")),
+                     None)
+        shown = list(dict.fromkeys(lb for lb in (first, before, after) if lb is not None))
+        recs = {lb: runs[lb][n] for lb in shown}
+        if not any(r.get("phases") for r in recs.values()):
             continue
         case = BY_NAME[n]
         what = " ".join(case.argv) if case.argv else case.note
         lines += [f"### {n}", "", f"`{what}`" if case.argv else what, ""]
         if case.note and case.argv:
             lines += [case.note, ""]
-        lines += ["| phase | " + " | ".join(f"{lb} wall | {lb} CPU" for lb in labels)
-                  + (" | ratio |" if len(labels) > 1 else " |"),
-                  "|---|" + "---:|---:|" * len(labels) + ("---:|" if len(labels) > 1 else "")]
+        lines += ["| phase | " + " | ".join(f"{lb} wall | {lb} CPU" for lb in shown)
+                  + " | before / after wall |",
+                  "|---|" + "---:|---:|" * len(shown) + "---:|"]
         for ph in PHASES:
-            cells, walls = [], []
-            for lb in labels:
-                p = (recs[lb] or {}).get("phases", {}).get(ph)
+            cells = []
+            for lb in shown:
+                p = recs[lb].get("phases", {}).get(ph)
                 cells += [_fmt(p["wall_s"]) if p else "—", _fmt(p["cpu_s"]) if p else "—"]
-                walls.append(p["wall_s"] if p else None)
             if all(c == "—" for c in cells):
                 continue
-            if len(labels) > 1:
-                walls = walls[:_newest(runs, labels, n)]
-                before = _before(walls)
-                ok = before is not None and walls[-1] is not None and walls[-1] > 0.005
-                cells.append(f"{before / walls[-1]:.2f}x" if ok else "—")
+            walls = {lb: (recs[lb].get("phases", {}).get(ph) or {}).get("wall_s")
+                     for lb in shown}
+            cells.append(_ratio(walls.get(before) if before else None, walls.get(after),
+                                0.005))
             lines.append(f"| {ph} | " + " | ".join(cells) + " |")
         lines.append("")
     # profiles
