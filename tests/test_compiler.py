@@ -452,3 +452,63 @@ def test_random_schedules_compile_to_correct_programs(seed, kind, n, k, config) 
     coll = sch.collective
     named = make_collective(kind, n, k * config.get("instances", 1), coll.root)
     assert check(prog, config.get("profile", "exec"), named)
+
+
+# ------------------------------------------------------------------------------ node bound
+
+def test_the_node_bound_never_exceeds_a_placements_nodes(monkeypatch) -> None:
+    """``_nodes_at_least`` (what lets a refused compile skip placing its unfused fallback) is at
+    most the nodes of the busiest rank of the placement made from the same ops."""
+    from synth.emit import compile as C
+
+    bounds: list[int] = []
+    real = C._place_connections
+
+    def place(ir, *args):
+        bounds.append(C._nodes_at_least(ir, instances))
+        return real(ir, *args)
+
+    monkeypatch.setattr(C, "_place_connections", place)
+    checked = 0
+    for spec, nodes, kind in (("dgx1", 1, "allgather"), ("dgx_a100", 2, "allreduce"),
+                              ("dgx_h100", 1, "alltoall")):
+        for schedule in baselines(load_topology(spec, nodes=nodes), kind).values():
+            for instances in (1, 2, 4):
+                bounds.clear()
+                try:
+                    program = C._build_passes(schedule, profile="exec", proto="Simple",
+                                              instances=instances, min_bytes=0, max_bytes=0,
+                                              inplace=None, spread=True).program
+                except SynthError:
+                    continue
+                nodes_ = max(1 + len(program.gpus) + len(g.tbs)
+                             + sum(len(tb.steps) for tb in g.tbs) for g in program.gpus)
+                assert 1 + program.ngpus + instances < bounds[-1] <= nodes_, schedule.algorithm
+                checked += 1
+    assert checked >= 20, checked
+
+
+def test_a_refusal_skips_the_unfused_placement_and_says_what_it_said(monkeypatch) -> None:
+    """Where the fused program is over the node limit and the unfused ops alone are too, the
+    unfused program is not placed (it could not be written) and the first error stands, word
+    for word, as when it was placed and checked."""
+    from synth.emit import compile as C
+    from synth.emit import proto_twins
+
+    t = load_topology("dgx_a100", nodes=8)
+    schedule = baseline(t, make_collective("allgather", t.num_ranks,
+                                           preferred_chunks("tree", "allgather", t.num_ranks)),
+                        "tree")
+    placed: list[int] = []
+    real = C._place_connections
+    monkeypatch.setattr(C, "_place_connections", lambda ir, *a: placed.append(1) or real(ir, *a))
+    messages = []
+    for bound in (C._nodes_at_least, lambda ir, instances: 0):   # the bound, then none
+        monkeypatch.setattr(C, "_nodes_at_least", bound)
+        proto_twins.forget()
+        with pytest.raises(SynthError, match="tokenizer node count") as exc:
+            emit_xml(schedule, instances=2)
+        messages.append((exc.value.message, len(placed)))
+    proto_twins.forget()
+    assert messages[0][0] == messages[1][0]
+    assert messages[0][1] == 0 and messages[1][1] > 0   # placed only without the bound

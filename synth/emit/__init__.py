@@ -84,6 +84,17 @@ def emit_xml_text(schedule: Schedule, options: XmlOptions) -> str:
         return emit_xml(schedule, **compile_keywords(options))
 
 
+def compiled_text(schedule: Schedule, options: XmlOptions) -> tuple[str, Program | None]:
+    """:func:`emit_xml_text` and the program the compiler wrote it from (None where the text is a
+    protocol twin's: :func:`synth.emit.compile.emit_xml_program`): what parsing the text gives,
+    for a caller that only times it. Not proven, and not what a proof reads: :func:`verify_text`
+    parses the text itself."""
+    from .compile import emit_xml_program
+
+    with progress.span("compile"):
+        return emit_xml_program(schedule, **compile_keywords(options))
+
+
 def compile_keywords(options: XmlOptions) -> dict[str, Any]:
     """``options`` as :func:`synth.emit.compile.emit_xml`'s keywords (how :mod:`.proto_twins`
     keys a compile)."""

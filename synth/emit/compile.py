@@ -37,7 +37,7 @@ from . import passes as P
 from .program import Gpu, Program, Threadblock
 from .proto_twins import keep, keep_refusal, twin_refusal, twin_text
 from .runtimes import MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL, PROFILES, get_profile
-from .xml_write import PROTOCOLS, check_limits, coll_name, program_to_xml
+from .xml_write import MAX_NODES, PROTOCOLS, check_limits, coll_name, program_to_xml
 
 DEFAULT_MAX_THREADBLOCKS = 64
 """Threadblocks per rank a file may use unless the caller says otherwise (``--max-threadblocks``).
@@ -374,12 +374,16 @@ def _passes(schedule: Schedule, graphs: P.Graphs, *, profile: str, proto: str, i
                        outofplace=int(mode in (P.OOP, P.BOTH)), min_bytes=min_bytes,
                        max_bytes=max_bytes, gpus=gpus)
 
-    def unfused_program() -> Program | None:
+    def unfused_program(fallback: bool = False) -> Program | None:
         """The schedule unfused, each connection on as few blocks as it needs (more where the
-        budget leaves blocks spare); None when no run length fits."""
+        budget leaves blocks spare); None when no run length fits, and (``fallback``: the
+        program is wanted only if it is within every limit) where its ops alone put a rank over
+        the tokenizer's node limit (:func:`_nodes_at_least`: no placement can be within it)."""
         P.fuse(dag, False)
         ir = graphs.ir(_ordered(dag, graphs.ir(P.aggregate(dag, do_aggregate)), instances,
                                 do_aggregate))
+        if fallback and _nodes_at_least(ir, instances) > MAX_NODES:
+            return None
         alt = _place_connections(ir, lim.max_steps, budget, m, cap,
                                  max(1, max_threadblocks // instances))
         return None if alt is None else assemble(alt)
@@ -428,7 +432,7 @@ def _passes(schedule: Schedule, graphs: P.Graphs, *, profile: str, proto: str, i
         except SynthError as first:
             # over a limit: the same schedule unfused; the first error stands if that breaks a
             # limit too
-            second = unfused_program()
+            second = unfused_program(fallback=True)
             if second is None:
                 raise
             try:
@@ -439,6 +443,24 @@ def _passes(schedule: Schedule, graphs: P.Graphs, *, profile: str, proto: str, i
             program = second
             fused, unfused = 0, candidates if do_fuse else 0
     return _Built(program, fused, unfused)
+
+
+def _nodes_at_least(ir: P.Ir, instances: int) -> int:
+    """A lower bound on the busiest rank's tokenizer nodes (1 + gpus + tbs + steps, spec §6) in
+    any placement of ``ir`` replicated ``instances`` times: each op is one step of one block
+    (:func:`synth.emit.passes.dependencies` adds nops, never merges ops), a rank has a block at
+    least, and each instance repeats them all (:func:`synth.emit.passes.replicate`).
+
+    Why: where the fused program breaks a limit, the unfused one is placed only to be checked
+    against the same limits (:func:`_passes`), and where it is over this bound that placement
+    is wasted -- the first error stands either way. Measured on ``dgx_a100`` x 8 allgather,
+    ``trees`` at x2 (5,301 nodes, 1,206 over): the unfused placement took 11 of the refused
+    compile's 62 s under cProfile."""
+    n = ir.collective.num_ranks
+    ops = [0] * n
+    for op in ir.ordered:
+        ops[op.rank] += 1
+    return 1 + n + instances * (1 + max(ops, default=0))
 
 
 def _ordered(dag: P.Dag, ir: P.Ir, instances: int, do_aggregate: bool) -> P.Ir:
@@ -681,22 +703,40 @@ def emit_xml(schedule: Schedule, *, profile: str = "exec", proto: str = "Simple"
     a capacity finishes at a larger one), so a Simple build none of whose checks found an op
     blocked (:data:`_BLOCKED`) is, check for check, the LL build: the same program, or the same
     refusal."""
-    options = dict(profile=profile, proto=proto, instances=instances, min_bytes=min_bytes,
-                   max_bytes=max_bytes, inplace=inplace, max_threadblocks=max_threadblocks,
-                   gather=gather, channels=channels, aggregate=aggregate)
+    return emit_xml_program(schedule, profile=profile, proto=proto, instances=instances,
+                            min_bytes=min_bytes, max_bytes=max_bytes, inplace=inplace,
+                            max_threadblocks=max_threadblocks, gather=gather, channels=channels,
+                            aggregate=aggregate)[0]
+
+
+def emit_xml_program(schedule: Schedule, **options: Any) -> tuple[str, Program | None]:
+    """:func:`emit_xml` (the same keywords) and the program its text was written from, None where
+    the text is its twin's with the protocol changed (:mod:`.proto_twins`: no program was built)
+    and for the ``legacy`` profile (whose writer spells an unbounded ``maxBytes`` as INT64_MAX
+    and has no ``outofplace``, so the parse of its text is another value).
+
+    Why the program too: the program model times what parsing the text gives, and
+    :func:`~synth.emit.xml_write.program_to_xml` writes every field the parser reads into the same
+    field (``tests/test_xml_roundtrip.py`` compares their ``repr``, every field and its type, over
+    the baselines of four machines in six forms and two profiles), so a caller that only times the
+    file takes this program instead of parsing a text of tens of megabytes
+    (:func:`synth.emit.compiled_text`). A file that is written is still parsed, where it is proven
+    (:func:`synth.emit.verify_text`)."""
     refused = twin_refusal(schedule, options)
     if refused is not None:
         raise SynthError(refused)
     text = twin_text(schedule, options)
-    if text is None:
-        blocked = _BLOCKED[0]
-        try:
-            text = program_to_xml(compile_schedule(schedule, **options), profile)
-        except SynthError as exc:
-            keep_refusal(schedule, options, exc.message, _BLOCKED[0] == blocked)
-            raise
-        keep(schedule, options, text, _BLOCKED[0] == blocked)
-    return text
+    if text is not None:
+        return text, None
+    blocked = _BLOCKED[0]
+    try:
+        program = compile_schedule(schedule, **options)
+        text = program_to_xml(program, options.get("profile", "exec"))
+    except SynthError as exc:
+        keep_refusal(schedule, options, exc.message, _BLOCKED[0] == blocked)
+        raise
+    keep(schedule, options, text, _BLOCKED[0] == blocked)
+    return text, None if options.get("profile", "exec") == "legacy" else program
 
 
 def _counts(name: str, program: Program, fused: int = 0, unfused: int = 0) -> PassCounts:

@@ -15,8 +15,8 @@ from .. import progress
 from ..emit import (
     XmlOptions,
     compile_keywords,
+    compiled_text,
     emit_verified_xml,
-    emit_xml_text,
     verify_text,
     xml_unsupported_reason,
 )
@@ -96,7 +96,7 @@ def compiled_xml(cache: XmlCache, candidate: Candidate, options: XmlOptions,
         made = cache.get((*key, COMPILED))
         if not isinstance(made, tuple) and ahead is not None \
                 and not xml_unsupported_reason(candidate.schedule, options):
-            text = ahead.take(candidate.name, options)
+            text, _ = ahead.take(candidate.name, options)
             if isinstance(text, tuple):     # the compiler refused, in the worker
                 cache[key] = text[0]
                 return cache[key]
@@ -107,8 +107,12 @@ def compiled_xml(cache: XmlCache, candidate: Candidate, options: XmlOptions,
                                 f"{candidate.schedule.num_transfers:,} transfers): "
                                 + ("prove" if isinstance(made, tuple) else "compile and prove")):
                 if isinstance(made, tuple):
-                    _, reports = verify_text(made[0], candidate.schedule, options)
+                    parsed, reports = verify_text(made[0], candidate.schedule, options)
                     text = made[0]
+                    if made[1] is not None and made[1] is not parsed and made[1] == parsed:
+                        # the program the scorer timed is the parse of its text (the proof read
+                        # it): the parse memo holds the one object, not a copy of it
+                        remember_parsed(text, options.profile, made[1])
                 else:
                     text, reports = emit_verified_xml(candidate.schedule, options)
             cache[key] = (text, tuple(reports))
@@ -119,13 +123,17 @@ def compiled_xml(cache: XmlCache, candidate: Candidate, options: XmlOptions,
 
 def compiled_program(cache: XmlCache, candidate: Candidate, options: XmlOptions,
                      name: str, ahead: CompileAhead | None = None) -> Any | str:
-    """``candidate``'s XML under ``options`` compiled and parsed, *not* proven (or why there is
-    none): what the program model times. Why not proven: the interpreter costs about as much as
-    the compile, and only the files that win a range are written -- :func:`compiled_xml` proves
-    those (the same text) before they are, and one that fails is passed over there, as a compile
-    failure is. Measured on one group of ``solve --topo dgx1 --nodes 8 --concurrent stride:8
-    --coll allreduce`` under cProfile: 182 proofs, 90 of the solve's 540 s, for 14 written
-    files. ``ahead``: a worker that may have compiled it already (the same text)."""
+    """``candidate``'s XML under ``options`` compiled, *not* proven (or why there is none), and its
+    program: the one the compiler wrote the text from (:func:`synth.emit.compiled_text`, what
+    parsing the text gives), else the text parsed. What the program model times. Why not parsed: the
+    texts run to tens of megabytes and most are only timed (``synth solve --topo dgx_a100 --nodes 8
+    --coll allgather`` parsed 291 MB for its timings, 46 s of CPU over two processes); a written one
+    is parsed where it is proven (:func:`compiled_xml`). Why not proven: the interpreter costs about
+    as much as the compile, and only the files that win a range are written -- :func:`compiled_xml`
+    proves those (the same text) before they are, and one that fails is passed over there, as a
+    compile failure is. Measured on one group of ``solve --topo dgx1 --nodes 8 --concurrent stride:8
+    --coll allreduce`` under cProfile: 182 proofs, 90 of the solve's 540 s, for 14 written files.
+    ``ahead``: a worker that may have compiled it already (the same text)."""
     verified = cache.get((candidate.name, options))
     if isinstance(verified, str):
         return verified
@@ -139,17 +147,17 @@ def compiled_program(cache: XmlCache, candidate: Candidate, options: XmlOptions,
                 with progress.phase(f"XML of {candidate.name} ({options.proto} "
                                     f"x{options.instances}, {candidate.schedule.num_transfers:,} "
                                     "transfers): compile"):
-                    made, parsed = _twin_in(cache, candidate.schedule, candidate.name, options)
+                    made, program = _twin_in(cache, candidate.schedule, candidate.name, options)
                     if made is not None and ahead is not None:
                         ahead.done_inline(candidate.name, options)
                     elif ahead is not None:
-                        made = ahead.take(candidate.name, options)
+                        made, program = ahead.take(candidate.name, options)
                     if isinstance(made, tuple):     # the compiler refused, in the worker
                         raise SynthError(made[0])
-                    text = made if made is not None else emit_xml_text(candidate.schedule, options)
-                    if parsed is not None:
-                        remember_parsed(text, options.profile, parsed)
-                    cache[key] = (text, parse_program(text, name, options.profile))
+                    if made is None:
+                        made, program = compiled_text(candidate.schedule, options)
+                    cache[key] = (made, program if program is not None
+                                  else parse_program(made, name, options.profile))
             except SynthError as exc:
                 cache[key] = exc.message
     got = cache[key]
