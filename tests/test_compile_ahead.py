@@ -32,20 +32,18 @@ def test_the_workers_text_is_the_compilers_and_a_refusal_is_its_message():
         for options in (simple, ll, refused):
             ahead.pump()
             got.append(ahead.take("pair", options))
-        assert got[0][0] == emit_xml_text(schedule, simple)
-        assert got[1][0] == emit_xml_text(schedule, ll)
-        # the program the worker compiled each text from came with it: what parsing it gives,
-        # and not taken for a parse (a proof of the text parses it)
+        assert got[0] == emit_xml_text(schedule, simple)
+        assert got[1] == emit_xml_text(schedule, ll)
+        # the worker's parse came with each text, taken as this process's own
         import hashlib
 
         from synth.emit import xml_parse
-        for text, program in got[:2]:
-            assert repr(program) == repr(xml_parse.parse_program.__wrapped__.__wrapped__(
-                text, "pair.xml"))
-            assert (hashlib.sha256(text.encode()).hexdigest(), "exec") not in xml_parse._PARSED
+        for text in got[:2]:
+            kept = xml_parse._PARSED[(hashlib.sha256(text.encode()).hexdigest(), "exec")][1]
+            assert kept == xml_parse.parse_program.__wrapped__.__wrapped__(text, "pair.xml")
         with pytest.raises(SynthError) as exc:
             emit_xml_text(schedule, refused)
-        assert got[2][0][0] == exc.value.message and got[2][1] is None
+        assert got[2][0] == exc.value.message
         assert ahead.compiled == 3
     finally:
         ahead.close()
@@ -57,11 +55,11 @@ def test_a_job_not_started_is_left_to_the_caller_and_a_dead_worker_to_the_inline
     ahead = CompileAhead()
     try:
         ahead.plan([("pair", schedule, simple), ("pair", schedule, ll)])
-        assert ahead.take("pair", ll) == (None, None)   # nothing started yet: compile it yourself
+        assert ahead.take("pair", ll) is None       # nothing started yet: compile it yourself
         ahead.pump()                                 # starts the first job (ll is taken)
         ahead._proc.kill()
         ahead._proc.join()
-        assert ahead.take("pair", simple) == (None, None)
+        assert ahead.take("pair", simple) is None
         assert ahead.broken
         ahead.pump()                                 # a broken worker starts nothing
         assert ahead._proc is None
@@ -94,7 +92,7 @@ def test_a_timing_made_ahead_is_the_program_models_and_the_next_one_is_left_to_t
             assert time_us == program_times_us(program, topology, [size],
                                                model=program_model(topology, options.proto))[0]
         if got[jobs[3]] is not None:    # the worker compiled the LL text for it: it is offered
-            assert ahead.take("pair", ll)[0] == emit_xml_text(schedule, ll)
+            assert ahead.take("pair", ll) == emit_xml_text(schedule, ll)
     finally:
         ahead.close()
 
@@ -230,9 +228,9 @@ def test_a_planned_compile_the_caller_will_never_ask_for_is_passed_over():
         ahead.plan([("pair", schedule, refused), ("pair", schedule, simple),
                     ("pair", schedule, ll)])
         ahead.pump()
-        assert isinstance(ahead.take("pair", refused)[0], tuple)
+        assert isinstance(ahead.take("pair", refused), tuple)
         ahead.pump()
-        assert ahead.take("pair", simple) == ahead.take("pair", ll) == (None, None)
+        assert ahead.take("pair", simple) is None and ahead.take("pair", ll) is None
         assert ahead.passed_over == 2 and ahead.compiled == 1
         assert [o for o, _ in asked] == [refused, simple, ll]
         assert asked[1][1] == {("pair", refused)}
@@ -327,7 +325,7 @@ def test_a_word_that_raises_counts_as_wanted():
     try:
         ahead.plan([("pair", schedule, XmlOptions())])
         ahead.pump()
-        assert ahead.take("pair", XmlOptions())[0] == emit_xml_text(schedule, XmlOptions())
+        assert ahead.take("pair", XmlOptions()) == emit_xml_text(schedule, XmlOptions())
         assert ahead.passed_over == 0
     finally:
         ahead.close()

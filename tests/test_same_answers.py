@@ -59,7 +59,7 @@ def test_compiling_ahead_on_a_spare_core_writes_the_same_bytes(tmp_path: Path, m
 
     def take(self, name, options):
         got = real(self, name, options)
-        taken.append((got[0] is not None, options.inplace))
+        taken.append((got is not None, options.inplace))
         return got
 
     monkeypatch.setattr(compile_ahead.CompileAhead, "take", take)

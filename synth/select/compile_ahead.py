@@ -35,21 +35,20 @@ Measured on ``synth solve --topo dgx1 --nodes 8 --concurrent stride:8 --coll all
 model's share of the main process fell by about a third; the whole command's ratio is in the
 table there.
 
-Same answers: the worker runs the very compile (:func:`synth.emit.compiled_text`) and simulation
-(:func:`synth.timing.program.program_times_us`, of the compiled program or of the text parsed under
-the scorer's name and profile, the model built from the scorer's topology and calibration) the
-scorer would; all are deterministic. Only texts, programs and times come back: the scorer caches a
-text and its program under the same key as its own compile, and takes a time where it would have
-simulated, after the same prunes, bounds and budget accounting, so every program, time, note and
-file is what the inline path makes. A job the worker has not started when the scorer needs it is
-done inline (the worker is never waited on for work it has not begun), and a worker that dies
-or raises anything but the compiler's own refusal (:class:`synth.errors.SynthError`) only sends
-its job back inline.
+Same answers: the worker runs the very compile (:func:`synth.emit.emit_xml_text`) and simulation
+(:func:`synth.timing.program.program_times_us`, the text parsed under the scorer's name and
+profile, the model built from the scorer's topology and calibration) the scorer would; all are
+deterministic. Only texts and times come back: the scorer parses a text and caches it under the
+same key as its own compile, and takes a time where it would have simulated, after the same
+prunes, bounds and budget accounting, so every program, time, note and file is what the inline
+path makes. A job the worker has not started when the scorer needs it is done inline (the worker
+is never waited on for work it has not begun), and a worker that dies or raises anything but the
+compiler's own refusal (:class:`synth.errors.SynthError`) only sends its job back inline.
 
-Parsing: the worker parses no text it compiled: it times the program the compiler wrote the text
-from (:func:`synth.emit.compiled_text`: what parsing the text gives) and sends it with the text,
-which the scorer's process times as its own compile's; a text the scorer sent is parsed once (the
-worker keeps every program it times, as the scorer does).
+Parsing: the worker parses each text it compiles (once: the scorer keeps every program it times
+too, and a worker that parsed again for each size would be slower than the scorer it is to help)
+and sends the program with the text, which the scorer's process takes as its own parse
+(:func:`synth.emit.xml_parse.remember_parsed`) instead of parsing the text again.
 
 Memory: the worker holds the schedules it was sent, the programs it compiled or timed, and one
 job at a time, under the address space cap it inherits from the solve
@@ -94,9 +93,8 @@ def _serve(conn: Any) -> None:
     A job is (kind, name, schedule or None, options, text or None, argument, source): the
     schedule comes with a name's first job only; the text where the scorer has it.
 
-    * ``compile``: the answer is ``[text, program, twins]`` (the program the text was written from,
-      or the text parsed as the scorer parses it where it is a protocol twin's, None where that
-      failed: the scorer then parses it and meets the error itself),
+    * ``compile``: the answer is ``[text, program, twins]`` (the text parsed as the scorer parses
+      it, None where that failed: the scorer then parses it and meets the error itself),
       ``(message, twins)`` where the compiler refused; ``twins``: whether the text or refusal is
       its protocol twins' too (:func:`synth.emit.proto_twins.serves_twins`);
     * ``time`` (argument: a size): ``[text, µs, program]`` where the worker compiled the text for
@@ -105,7 +103,7 @@ def _serve(conn: Any) -> None:
 
     ``None`` answers a job where anything else went wrong (the caller then does it inline, which
     raises that error where it belongs)."""
-    from ..emit import compiled_text
+    from ..emit import emit_xml_text
     from ..emit.proto_twins import serves_twins
     from ..emit.xml_parse import parse_program
     from ..timing.program import program_model, program_times_us
@@ -145,10 +143,7 @@ def _serve(conn: Any) -> None:
             made = None
             if kind == "compile" or key not in programs:
                 if text is None:
-                    text, program = compiled_text(schedules[name], options)
-                    made = text
-                    if program is not None:     # what parsing the text gives, not parsed
-                        programs[key] = program
+                    text = made = emit_xml_text(schedules[name], options)
                 if kind == "compile":
                     conn.send([text, parsed(key, text, source),
                                serves_twins(schedules[name], compile_keywords(options))])
@@ -412,11 +407,10 @@ class CompileAhead:
         self._sent.add(name)
         self._current = current
 
-    def take(self, name: str, options: XmlOptions) -> tuple[str | tuple[str] | None, Any]:
+    def take(self, name: str, options: XmlOptions) -> str | tuple[str] | None:
         """The worker's text for the job (``(message,)``: the compiler refused), waiting for it
         only if the worker is making it now (a compile, or a timing of it that compiles it);
-        None: compile it inline. With it, the program the worker compiled it from (what parsing
-        the text gives: :func:`synth.emit.compiled_text`), None where it has none."""
+        None: compile it inline."""
         key = (name, options)
         with self._lock:
             self._seen.add(key)
@@ -433,7 +427,11 @@ class CompileAhead:
                 keep(self._schedules[name], compile_keywords(options), got, True)
             else:
                 keep_refusal(self._schedules[name], compile_keywords(options), got[0], True)
-        return got, program if isinstance(got, str) else None
+        if isinstance(got, str) and program is not None and options.profile == self._setup[2]:
+            from ..emit.xml_parse import remember_parsed
+
+            remember_parsed(got, options.profile, program)
+        return got
 
     def take_time(self, name: str, options: XmlOptions, size: int,
                   inline: Callable[[str, XmlOptions, int], float | None] | None = None

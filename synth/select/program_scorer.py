@@ -96,7 +96,7 @@ def compiled_xml(cache: XmlCache, candidate: Candidate, options: XmlOptions,
         made = cache.get((*key, COMPILED))
         if not isinstance(made, tuple) and ahead is not None \
                 and not xml_unsupported_reason(candidate.schedule, options):
-            text, _ = ahead.take(candidate.name, options)
+            text = ahead.take(candidate.name, options)
             if isinstance(text, tuple):     # the compiler refused, in the worker
                 cache[key] = text[0]
                 return cache[key]
@@ -124,16 +124,18 @@ def compiled_xml(cache: XmlCache, candidate: Candidate, options: XmlOptions,
 def compiled_program(cache: XmlCache, candidate: Candidate, options: XmlOptions,
                      name: str, ahead: CompileAhead | None = None) -> Any | str:
     """``candidate``'s XML under ``options`` compiled, *not* proven (or why there is none), and its
-    program: the one the compiler wrote the text from (:func:`synth.emit.compiled_text`, what
-    parsing the text gives), else the text parsed. What the program model times. Why not parsed: the
-    texts run to tens of megabytes and most are only timed (``synth solve --topo dgx_a100 --nodes 8
-    --coll allgather`` parsed 291 MB for its timings, 46 s of CPU over two processes); a written one
-    is parsed where it is proven (:func:`compiled_xml`). Why not proven: the interpreter costs about
-    as much as the compile, and only the files that win a range are written -- :func:`compiled_xml`
-    proves those (the same text) before they are, and one that fails is passed over there, as a
-    compile failure is. Measured on one group of ``solve --topo dgx1 --nodes 8 --concurrent stride:8
-    --coll allreduce`` under cProfile: 182 proofs, 90 of the solve's 540 s, for 14 written files.
-    ``ahead``: a worker that may have compiled it already (the same text)."""
+    program: what the program model times. Where this process compiled it, the program the
+    compiler wrote the text from (:func:`synth.emit.compiled_text`: what parsing the text gives);
+    where the worker did, the worker's parse of it (made there, off this process's path, and a
+    parse a proof here may take); else the text parsed. Why not parse what this process
+    compiled: the texts run to tens of megabytes and most are only timed, while a written one is
+    parsed where it is proven (:func:`compiled_xml`). Why not proven:
+    the interpreter costs about as much as the compile, and only the files that win a range are
+    written -- :func:`compiled_xml` proves those (the same text) before they are, and one that
+    fails is passed over there, as a compile failure is. Measured on one group of ``solve --topo
+    dgx1 --nodes 8 --concurrent stride:8 --coll allreduce`` under cProfile: 182 proofs, 90 of the
+    solve's 540 s, for 14 written files. ``ahead``: a worker that may have compiled it already
+    (the same text)."""
     verified = cache.get((candidate.name, options))
     if isinstance(verified, str):
         return verified
@@ -150,8 +152,8 @@ def compiled_program(cache: XmlCache, candidate: Candidate, options: XmlOptions,
                     made, program = _twin_in(cache, candidate.schedule, candidate.name, options)
                     if made is not None and ahead is not None:
                         ahead.done_inline(candidate.name, options)
-                    elif ahead is not None:
-                        made, program = ahead.take(candidate.name, options)
+                    elif ahead is not None:     # its parse, where it has one, is remembered
+                        made = ahead.take(candidate.name, options)
                     if isinstance(made, tuple):     # the compiler refused, in the worker
                         raise SynthError(made[0])
                     if made is None:
