@@ -96,3 +96,21 @@ def test_the_scorer_times_the_compiled_program_as_it_would_the_parsed_one(form):
         sizes = [1024, 1 << 20, 1 << 26]
         assert program_times_us(program, topo, sizes, model=model) == \
             program_times_us(parsed, topo, sizes, model=model)
+
+
+def test_a_proof_keeps_the_program_the_scorer_timed():
+    """Proving a text the scorer compiled parses it, and where the parse equals the program the
+    scorer timed, the parse memo holds that one object (not a copy of a program of tens of MB)."""
+    from synth.select.program_scorer import ProgramScorer, compiled_xml
+    from synth.solve import solve
+
+    topo = load_topology("dgx1", 1)
+    result = solve(topo, make_collective("allgather", topo.num_ranks), encoding="baseline",
+                   sizes=(1024, 1 << 20), nccl=False)
+    options = XmlOptions()
+    scorer = ProgramScorer(result, topo, options)
+    c = result.candidates[0]
+    timed = scorer._program(c, options.proto, options.instances)
+    got = compiled_xml(scorer.compiled, c, options)
+    assert isinstance(got, tuple)
+    assert parse_program(got[0], f"{c.name}.xml", options.profile) is timed
