@@ -124,19 +124,18 @@ def compiled_xml(cache: XmlCache, candidate: Candidate, options: XmlOptions,
 def compiled_program(cache: XmlCache, candidate: Candidate, options: XmlOptions,
                      name: str, ahead: CompileAhead | None = None) -> Any | str:
     """``candidate``'s XML under ``options`` compiled, *not* proven (or why there is none), and its
-    program: what the program model times. Where this process compiled it, the program the
-    compiler wrote the text from (:func:`synth.emit.compiled_text`: what parsing the text gives);
-    where the worker did, the worker's parse of it (made there, off this process's path, and a
-    parse a proof here may take); else the text parsed. Why not parse what this process
-    compiled: the texts run to tens of megabytes and most are only timed, while a written one is
-    parsed where it is proven (:func:`compiled_xml`); measured on ``synth solve --topo dgx_a100
-    --nodes 8 --coll allgather`` (``results/speed.md``, before50 and stop50), this process's
-    parsing fell from 13.2 to 7.5 s. Why not proven:
-    the interpreter costs about as much as the compile, and only the files that win a range are
-    written -- :func:`compiled_xml` proves those (the same text) before they are, and one that
-    fails is passed over there, as a compile failure is. Measured on one group of ``solve --topo
-    dgx1 --nodes 8 --concurrent stride:8 --coll allreduce`` under cProfile: 182 proofs, 90 of the
-    solve's 540 s, for 14 written files. ``ahead``: a worker that may have compiled it already
+    program: what the program model times. Where this process compiled it, the program the compiler
+    wrote the text from (:func:`synth.emit.compiled_text`: what parsing the text gives); where the
+    worker did, the worker's parse of it (made there, off this process's path, and a parse a proof
+    here may take); else the text parsed. Why not parse what this process compiled: the texts run to
+    tens of megabytes and most are only timed, while a written one is parsed where it is proven
+    (:func:`compiled_xml`); measured on ``synth solve --topo dgx_a100 --nodes 8 --coll allgather``
+    (``results/speed.md``, before50 and stop50), this process's parsing fell from 13.2 to 7.5 s. Why
+    not proven: the interpreter costs about as much as the compile, and only the files that win a
+    range are written -- :func:`compiled_xml` proves those (the same text) before they are, and one
+    that fails is passed over there, as a compile failure is. Measured on one group of ``solve
+    --topo dgx1 --nodes 8 --concurrent stride:8 --coll allreduce`` under cProfile: 182 proofs, 90 of
+    the solve's 540 s, for 14 written files. ``ahead``: a worker that may have compiled it already
     (the same text)."""
     verified = cache.get((candidate.name, options))
     if isinstance(verified, str):
