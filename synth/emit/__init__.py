@@ -78,10 +78,7 @@ def emit_verified_program(schedule: Schedule, options: XmlOptions = XmlOptions()
 def emit_xml_text(schedule: Schedule, options: XmlOptions) -> str:
     """The compiler's MSCCL-IR text for ``schedule``, not yet proven (:func:`verify_text` proves
     it; nothing is written unproven)."""
-    from .compile import emit_xml
-
-    with progress.span("compile"):
-        return emit_xml(schedule, **compile_keywords(options))
+    return compiled_text(schedule, options)[0]
 
 
 def compiled_text(schedule: Schedule, options: XmlOptions) -> tuple[str, Program | None]:
