@@ -371,30 +371,64 @@ def narrow_fits(num_ranks: int, ops: int, max_steps: int = MAX_STEPS) -> bool:
     return 1 + num_ranks + math.ceil(ops / max_steps) + ops <= MAX_NODES
 
 
+@dataclass(frozen=True)
+class Sized:
+    """What :func:`check_schedule` reads of a candidate schedule, and nothing more: a process that
+    built a candidate the guards will pass over sends this instead of the schedule
+    (:mod:`synth.encodings.ahead`), and the solving process words the very refusal from it."""
+
+    algorithm: str
+    num_transfers: int
+    num_steps: int
+    num_ranks: int
+    chunks_per_rank: int
+    buffer_chunks: int
+    custom: bool
+    estimate: XmlEstimate | None
+    """:func:`xml_estimate` at the budget's instances (None: no XML)."""
+
+
+def sized(schedule: Any, budget: Budget) -> Sized:
+    """``schedule`` as the guards see it under ``budget``."""
+    coll = schedule.collective
+    est = xml_estimate(schedule, budget.instances) if budget.xml_profile else None
+    return Sized(schedule.algorithm, schedule.num_transfers, schedule.num_steps, coll.num_ranks,
+                 coll.chunks_per_rank, coll.buffer_chunks, coll.custom is not None, est)
+
+
 def check_schedule(schedule: Any, budget: Budget, held: int = 0) -> None:
     """Refuse one candidate schedule before it is verified, costed or compiled.
 
     ``held``: transfers of the candidates already kept (they share the memory budget)."""
-    moves = schedule.num_transfers
+    check_sized(schedule, budget, held)
+
+
+def check_sized(candidate: Any, budget: Budget, held: int = 0) -> None:
+    """:func:`check_schedule` of a schedule or of its :class:`Sized` (the same refusal, word for
+    word). Every check is monotone in ``held``: a candidate refused at ``held`` 0 is refused at
+    any ``held`` (with a memory message where that check now comes first)."""
+    moves = candidate.num_transfers
     need = BASE_BYTES + (moves + held) * SCHEDULE_BYTES_PER_TRANSFER
     if budget.xml_profile:
         need += moves * XML_BYTES_PER_TRANSFER
     if need > budget.max_memory:
-        raise TooBig(f"{schedule.algorithm}: {moves:,} transfers need {_over_memory(need, budget)}"
+        raise TooBig(f"{candidate.algorithm}: {moves:,} transfers need "
+                     f"{_over_memory(need, budget)}"
                      + ("; use --no-xml" if budget.xml_profile else "")
                      + ", fewer --chunks or raise --max-memory")
     if budget.xml_profile is None:
         return
-    coll = schedule.collective
-    if coll.custom is None:
-        cells = coll.buffer_chunks * budget.instances
+    s = candidate if isinstance(candidate, Sized) else sized(candidate, budget)
+    if not s.custom:
+        cells = s.buffer_chunks * budget.instances
         if cells - 1 > MAX_OFFSET:
-            raise TooBig(f"{schedule.algorithm}: {cells:,} chunks in one buffer exceed MSCCL-IR's "
+            raise TooBig(f"{s.algorithm}: {cells:,} chunks in one buffer exceed MSCCL-IR's "
                          f"int16 offsets (at most {MAX_OFFSET + 1}, spec §6); use --no-xml or "
                          "fewer --chunks")
-    est = xml_estimate(schedule, budget.instances)
+    est = s.estimate
+    assert est is not None  # sized under an XML budget
     if budget.max_threadblocks is not None and est.threadblocks > budget.max_threadblocks:
-        raise TooBig(f"{schedule.algorithm}: rank {est.tb_rank} exchanges with "
+        raise TooBig(f"{s.algorithm}: rank {est.tb_rank} exchanges with "
                      f"{est.threadblocks // budget.instances} peers in one direction, so its program "
                      f"needs at least {est.threadblocks} threadblocks (one peer per direction "
                      f"each{f', x {budget.instances} instances' if budget.instances > 1 else ''}); "
@@ -403,18 +437,18 @@ def check_schedule(schedule: Any, budget: Budget, held: int = 0) -> None:
     xml_need = BASE_BYTES + (moves + held) * SCHEDULE_BYTES_PER_TRANSFER + \
         est.steps * XML_BYTES_PER_STEP
     if xml_need > budget.max_memory:
-        raise TooBig(f"{schedule.algorithm}: its program, estimated at {est.steps:,} MSCCL-IR steps "
-                     f"over its {coll.num_ranks} ranks, needs {_over_memory(xml_need, budget)} to "
+        raise TooBig(f"{s.algorithm}: its program, estimated at {est.steps:,} MSCCL-IR steps "
+                     f"over its {s.num_ranks} ranks, needs {_over_memory(xml_need, budget)} to "
                      "compile and prove; use --no-xml, fewer --chunks or raise --max-memory")
     if budget.max_xml_steps is not None and est.steps > budget.max_xml_steps:
-        raise TooBig(f"{schedule.algorithm}: its program is estimated at {est.steps:,} MSCCL-IR "
-                     f"steps over its {coll.num_ranks} ranks (at least), over the "
+        raise TooBig(f"{s.algorithm}: its program is estimated at {est.steps:,} MSCCL-IR "
+                     f"steps over its {s.num_ranks} ranks (at least), over the "
                      f"{budget.max_xml_steps:,} one file may take to compile and prove (about "
                      f"{XML_SECONDS_PER_STEP * budget.max_xml_steps / 60:.0f} min); use --no-xml, "
                      "fewer --chunks, another --encoding, or raise --max-xml-steps")
     if est.nodes > MAX_NODES:
-        raise TooBig(f"{schedule.algorithm} ({coll.chunks_per_rank} chunks per rank, "
-                     f"{schedule.num_steps} steps) needs {est.describe()}; the runtime's tokenizer "
+        raise TooBig(f"{s.algorithm} ({s.chunks_per_rank} chunks per rank, "
+                     f"{s.num_steps} steps) needs {est.describe()}; the runtime's tokenizer "
                      f"holds {MAX_NODES} per rank (spec §6 MAX_NODES): use --no-xml, fewer "
                      "--chunks, or another --encoding")
 

@@ -40,7 +40,7 @@ from .encodings import Options, run_encoding
 from .errors import SynthError
 from .files import check_writable_dir
 from .groups import Group, rank_maps
-from .guards import Budget, TooBig, check_request, check_schedule
+from .guards import Budget, Sized, TooBig, check_request, check_sized
 from .mscclpp.emit import PlanOptions
 from .outputs import Written, commit, prepare_winners
 from .outputs.layout import MAP_FOLDER
@@ -342,22 +342,29 @@ def solve(topology: Topology, collective: Collective, *, encoding: str = "auto",
                        if nccl else None)
 
 
-def within_budget(found: dict[str, Schedule], budget: Budget
+def within_budget(found: dict[str, Schedule | Sized], budget: Budget
                   ) -> tuple[dict[str, Schedule], list[str]]:
-    """The candidates that fit ``budget`` (smallest first share the memory) and notes on the rest."""
+    """The candidates that fit ``budget`` (smallest first share the memory) and notes on the rest.
+
+    A :class:`~synth.guards.Sized` in ``found`` stands for a candidate built in another process
+    that the guards refuse whatever is held (:mod:`synth.encodings.ahead`): it is refused here, in
+    its place in the order, with the words its schedule would have had."""
     kept: dict[str, Schedule] = {}
     notes: list[str] = []
     held = 0
     with progress.phase("sizing candidates"):
         for name in sorted(found, key=lambda k: (found[k].num_transfers, k)):
+            candidate = found[name]
             try:
-                check_schedule(found[name], budget, held)
+                check_sized(candidate, budget, held)
             except TooBig as exc:
                 notes.append(f"{name} passed over: {exc.message}")
                 progress.note(notes[-1])
                 continue
-            kept[name] = found[name]
-            held += found[name].num_transfers
+            if isinstance(candidate, Sized):   # cannot happen: refused at held 0, so at any
+                raise AssertionError(f"{name} was sent as refused but fits")
+            kept[name] = candidate
+            held += candidate.num_transfers
     if not kept:
         raise TooBig("no candidate fits: " + "; ".join(notes))
     return kept, notes

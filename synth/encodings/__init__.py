@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from ..collectives import Collective
 from ..errors import NotApplicable, SynthError, unknown_name
+from ..guards import Sized
 from ..schedule import Schedule
 from ..topology import Topology
 from .options import (
@@ -152,12 +153,16 @@ def _check_auto_options(options: Options) -> None:
 
 
 def run_encoding(name: str, topology: Topology, collective: Collective, options: Options,
-                 notes: list[str] | None = None) -> dict[str, Schedule]:
+                 notes: list[str] | None = None) -> dict[str, Schedule | Sized]:
     """Run encoding ``name`` (or ``auto``) and return its candidates by name.
 
     With ``options.budget`` (:mod:`synth.guards`) each encoding is sized before it starts: one
     that does not fit is refused (:class:`synth.guards.TooBig`) or, under ``auto``, steps aside
-    with a line in ``notes``."""
+    with a line in ``notes``. Under ``auto`` one encoding may run in a worker process beside the
+    baselines (:mod:`.ahead`); a candidate it built that the size guards refuse whatever else is
+    held comes back as its :class:`~synth.guards.Sized`, refused by
+    :func:`synth.solve.within_budget` like a schedule (the caller sizes every candidate where
+    there is a budget, and there is none of these without one)."""
     from .. import progress
     from ..guards import TooBig
 
@@ -167,21 +172,39 @@ def run_encoding(name: str, topology: Topology, collective: Collective, options:
             _guard("baseline", topology, collective, options, 0)
             return ENCODINGS["baseline"](topology, collective,
                                          _own_options(options, ENCODINGS["baseline"], False))
-        found: dict[str, Schedule] = {}
-        for enc in _auto_encodings(topology, collective):
-            try:
-                _guard(enc, topology, collective, options, _held(found))
-            except TooBig as exc:
-                if notes is not None:
-                    notes.append(f"{enc} stepped aside: {exc.message}")
-                progress.note(f"{enc} stepped aside: {exc.message}")
-                continue
-            try:
-                with progress.phase(enc):
-                    own = replace(_own_options(options, ENCODINGS[enc], True), held=_held(found))
-                    found.update(ENCODINGS[enc](topology, collective, own))
-            except NotApplicable:
-                continue
+        from . import ahead as encode_ahead
+
+        found: dict[str, Schedule | Sized] = {}
+        encodings = _auto_encodings(topology, collective)
+        worker = encode_ahead.start(encodings, topology, collective, options)
+        try:
+            for enc in encodings:
+                mine = worker is not None and worker.name == enc
+                try:
+                    _guard(enc, topology, collective, options, _held(found))
+                except TooBig as exc:
+                    if mine:
+                        worker.close()
+                    if notes is not None:
+                        notes.append(f"{enc} stepped aside: {exc.message}")
+                    progress.note(f"{enc} stepped aside: {exc.message}")
+                    continue
+                try:
+                    with progress.phase(enc):
+                        own = replace(_own_options(options, ENCODINGS[enc], True),
+                                      held=_held(found))
+                        got = worker.take() if mine else None
+                        if got is None:
+                            found.update(ENCODINGS[enc](topology, collective, own))
+                        else:
+                            found.update(got[0])
+                            if own.notes is not None:
+                                own.notes.extend(got[1])
+                except NotApplicable:
+                    continue
+        finally:
+            if worker is not None:
+                worker.close()
         if not found:
             raise SynthError(f"no encoding produced a schedule for {collective.name} on "
                              f"'{topology.name}'" + (f" ({'; '.join(notes)})" if notes else ""))

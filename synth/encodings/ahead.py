@@ -1,0 +1,162 @@
+"""One encoding run in a spawned process while this one runs the baselines.
+
+``--encoding auto`` runs its encodings one after another (:func:`synth.encodings.run_encoding`),
+on one core, though they are independent: above
+:data:`~synth.encodings.AUTO_ALL_MAX_RANKS` ranks it runs the baselines and one synthesis
+encoding. Measured on ``synth solve --topo dgx_h100 --nodes 64 --coll allgather``: baselines
+about 32 s, trees about 42 s, while the second core sat idle (``results/speed.md`` has the
+encode phase before and after). :func:`start` runs that encoding on the idle core from the start,
+and :meth:`Ahead.take` hands its result over in its turn.
+
+Same answers: the worker runs the encoding (:data:`AHEAD`: one that does not read
+:attr:`Options.held <synth.encodings.options.Options.held>`, which only the baselines size
+themselves against) with the options the inline path gives it, and the caller takes the result
+at the point of the loop where the inline path would have run it, after the encoding's guard with
+the ``held`` the inline path has there (a guard that refuses it then stops the worker). The notes
+it appends come back and are appended then, so ``found``, its order and the notes are the inline
+path's. What comes back is every schedule, except those the size guards refuse whatever the
+other candidates hold (:func:`synth.guards.check_sized` at ``held`` 0; every check is monotone in
+it): those come as a :class:`synth.guards.Sized`, which :func:`synth.solve.within_budget` refuses
+in their place with the same words. At 512 ranks that is every trees candidate (millions of
+transfers that need not be sent back). A worker that fails in any way but
+:class:`~synth.errors.NotApplicable` leaves the encoding to run inline in its turn, which meets
+the failure where it belongs.
+
+When: only under ``auto``, with a core idle besides this process (:func:`synth.cores.idle_cores`),
+never in a worker, and only from :data:`MIN_RANKS` ranks (below, encodings take seconds and a
+spawned process about one to start). ``SYNTH_ENCODE_AHEAD=0`` or ``1`` forces it off or on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from ..collectives import Collective
+from ..errors import NotApplicable, SynthError
+from ..schedule import Schedule
+from ..topology import Topology
+from .options import Options
+
+ENV = "SYNTH_ENCODE_AHEAD"
+"""Environment variable: ``1`` runs an encoding ahead whatever the load and size, ``0`` never."""
+AHEAD = frozenset({"trees", "flow"})
+"""Encodings that may run in the worker: those that do not read ``Options.held``."""
+MIN_RANKS = 65
+"""Run ahead only from this many ranks: above :data:`~synth.encodings.AUTO_ALL_MAX_RANKS` (64)
+``auto`` runs the baselines and one synthesis encoding, both long at scale; at 64 ranks
+(dgx_a100 x 8 allgather) the two took about 1.5 and 5 s, and a spawned worker about a second to
+start."""
+
+
+def wanted(num_ranks: int) -> bool:
+    """Whether ``auto`` should run an encoding ahead on a machine of ``num_ranks`` ranks."""
+    raw = os.environ.get(ENV, "").strip()
+    if raw in ("0", "1"):
+        return raw == "1"
+    if raw:
+        raise SynthError(f"{ENV} must be 0 or 1, got {raw!r}")
+    if num_ranks < MIN_RANKS:
+        return False
+    from ..cores import idle_cores, in_worker
+
+    return not in_worker() and idle_cores() >= 2
+
+
+def _run(conn: Any, name: str, topology: Topology, collective: Collective,
+         options: Options) -> None:
+    """The worker: run encoding ``name`` and send back ``("done", schedules, notes)`` (each
+    schedule the guards refuse at any ``held`` as its :class:`~synth.guards.Sized`),
+    ``("not applicable",)``, or ``("failed",)`` where anything else went wrong."""
+    from ..guards import TooBig, check_sized, sized
+    from . import ENCODINGS
+
+    try:    # progress is off here: the library's default (only a command activates it)
+        before = len(options.notes) if options.notes is not None else 0
+        try:
+            found = ENCODINGS[name](topology, collective, options)
+        except NotApplicable:
+            conn.send(("not applicable",))
+            return
+        out: dict[str, Any] = {}
+        for key, schedule in found.items():
+            out[key] = schedule
+            if options.budget is not None:
+                size = sized(schedule, options.budget)
+                try:
+                    check_sized(size, options.budget, 0)
+                except TooBig:
+                    out[key] = size
+        notes = options.notes[before:] if options.notes is not None else []
+        conn.send(("done", out, notes))
+    except Exception:   # anything else: the caller runs it inline
+        with contextlib.suppress(Exception):   # else the caller sees the pipe close
+            conn.send(("failed",))
+    finally:
+        conn.close()
+
+
+class Ahead:
+    """A worker running encoding :attr:`name`; :meth:`take` waits for it, :meth:`close` stops it."""
+
+    def __init__(self, name: str, topology: Topology, collective: Collective,
+                 options: Options) -> None:
+        import multiprocessing
+
+        self.name = name
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe(duplex=False)
+        self._proc = ctx.Process(target=_run, args=(child, name, topology, collective, options),
+                                 daemon=True, name=f"synth-encode-{name}")
+        self._proc.start()
+        child.close()
+
+    def take(self) -> tuple[dict[str, Schedule | Any], list[str]] | None:
+        """The encoding's candidates by name and the notes it appended, once the worker is done;
+        None where it failed (run it inline). Raises :class:`NotApplicable` where the encoding
+        did."""
+        try:
+            got = self._conn.recv()
+        except (EOFError, OSError):
+            got = ("failed",)
+        finally:
+            self.close()
+        if got[0] == "not applicable":
+            raise NotApplicable(f"{self.name} does not apply")
+        return (got[1], got[2]) if got[0] == "done" else None
+
+    def close(self) -> None:
+        """Stop the worker (a result it has not sent is dropped)."""
+        if self._proc.is_alive():
+            self._proc.terminate()
+        self._proc.join()
+        self._conn.close()
+
+
+def start(encodings: Sequence[str], topology: Topology, collective: Collective,
+          options: Options) -> Ahead | None:
+    """A worker running the first :data:`AHEAD` encoding of ``encodings`` (the ``auto`` list,
+    the baselines first), with the options ``auto`` gives it (``held`` aside, which it does not
+    read), where :func:`wanted` and that encoding's guard at ``held`` 0 allow (a guard that
+    refuses it there refuses it at any ``held``); else None."""
+    from . import ENCODINGS, _guard, _own_options
+
+    if options.refine_gate is not None or len(encodings) < 2 or encodings[0] != "baseline":
+        return None
+    name = next((e for e in encodings[1:] if e in AHEAD), None)
+    if name is None or not wanted(topology.num_ranks):
+        return None
+    from ..guards import TooBig
+
+    try:
+        _guard(name, topology, collective, options, 0)
+    except TooBig:
+        return None
+    own = replace(_own_options(options, ENCODINGS[name], True), held=0)
+    try:
+        return Ahead(name, topology, collective, own)
+    except Exception:   # no process: everything inline
+        return None
