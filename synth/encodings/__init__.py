@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..collectives import Collective
 from ..errors import NotApplicable, SynthError, unknown_name
@@ -152,6 +153,23 @@ def _check_auto_options(options: Options) -> None:
         raise unknown_name("encoding option", key, known)
 
 
+def _start_ahead(encode_ahead: Any, encodings: list[str], topology: Topology,
+                 collective: Collective, options: Options) -> Any:
+    """The worker running ``auto``'s synthesis encoding beside the baselines (:mod:`.ahead`), or
+    None: where none may, or its guard refuses it even with nothing held."""
+    from ..guards import TooBig
+
+    name = encode_ahead.pick(encodings, options)
+    if name is None:
+        return None
+    try:
+        _guard(name, topology, collective, options, 0)
+    except TooBig:
+        return None
+    own = replace(_own_options(options, ENCODINGS[name], True), held=0)
+    return encode_ahead.start(ENCODINGS[name], topology, collective, own)
+
+
 def run_encoding(name: str, topology: Topology, collective: Collective, options: Options,
                  notes: list[str] | None = None) -> dict[str, Schedule | Sized]:
     """Run encoding ``name`` (or ``auto``) and return its candidates by name.
@@ -176,7 +194,7 @@ def run_encoding(name: str, topology: Topology, collective: Collective, options:
 
         found: dict[str, Schedule | Sized] = {}
         encodings = _auto_encodings(topology, collective)
-        worker = encode_ahead.start(encodings, topology, collective, options)
+        worker = _start_ahead(encode_ahead, encodings, topology, collective, options)
         try:
             for enc in encodings:
                 mine = worker is not None and worker.name == enc

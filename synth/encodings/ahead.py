@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from ..collectives import Collective
@@ -66,18 +65,18 @@ def wanted(num_ranks: int) -> bool:
     return not in_worker() and idle_cores() >= 2
 
 
-def _run(conn: Any, name: str, topology: Topology, collective: Collective,
+def _run(conn: Any, encoding: Any, topology: Topology, collective: Collective,
          options: Options) -> None:
-    """The worker: run encoding ``name`` and send back ``("done", schedules, notes)`` (each
-    schedule the guards refuse at any ``held`` as its :class:`~synth.guards.Sized`),
-    ``("not applicable",)``, or ``("failed",)`` where anything else went wrong."""
+    """The worker: run ``encoding`` (an :class:`~synth.encodings.Encoding`) and send back
+    ``("done", schedules, notes)`` (each schedule the guards refuse at any ``held`` as its
+    :class:`~synth.guards.Sized`), ``("not applicable",)``, or ``("failed",)`` where anything
+    else went wrong."""
     from ..guards import TooBig, check_sized, sized
-    from . import ENCODINGS
 
     try:    # progress is off here: the library's default (only a command activates it)
         before = len(options.notes) if options.notes is not None else 0
         try:
-            found = ENCODINGS[name](topology, collective, options)
+            found = encoding(topology, collective, options)
         except NotApplicable:
             conn.send(("not applicable",))
             return
@@ -102,15 +101,15 @@ def _run(conn: Any, name: str, topology: Topology, collective: Collective,
 class Ahead:
     """A worker running encoding :attr:`name`; :meth:`take` waits for it, :meth:`close` stops it."""
 
-    def __init__(self, name: str, topology: Topology, collective: Collective,
+    def __init__(self, encoding: Any, topology: Topology, collective: Collective,
                  options: Options) -> None:
         import multiprocessing
 
-        self.name = name
+        self.name = encoding.name
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe(duplex=False)
-        self._proc = ctx.Process(target=_run, args=(child, name, topology, collective, options),
-                                 daemon=True, name=f"synth-encode-{name}")
+        self._proc = ctx.Process(target=_run, args=(child, encoding, topology, collective, options),
+                                 daemon=True, name=f"synth-encode-{self.name}")
         self._proc.start()
         child.close()
 
@@ -136,27 +135,24 @@ class Ahead:
         self._conn.close()
 
 
-def start(encodings: Sequence[str], topology: Topology, collective: Collective,
-          options: Options) -> Ahead | None:
-    """A worker running the first :data:`AHEAD` encoding of ``encodings`` (the ``auto`` list,
-    the baselines first), with the options ``auto`` gives it (``held`` aside, which it does not
-    read), where :func:`wanted` and that encoding's guard at ``held`` 0 allow (a guard that
-    refuses it there refuses it at any ``held``); else None."""
-    from . import ENCODINGS, _guard, _own_options
-
+def pick(encodings: Sequence[str], options: Options) -> str | None:
+    """The encoding of the ``auto`` list ``encodings`` that may run ahead: the first of
+    :data:`AHEAD` after the baselines (which come first); None where there is none, and for a
+    closed-stack solve (its refinement gate is the caller's object)."""
     if options.refine_gate is not None or len(encodings) < 2 or encodings[0] != "baseline":
         return None
-    name = next((e for e in encodings[1:] if e in AHEAD), None)
-    if name is None or not wanted(topology.num_ranks):
-        return None
-    from ..guards import TooBig
+    return next((e for e in encodings[1:] if e in AHEAD), None)
 
-    try:
-        _guard(name, topology, collective, options, 0)
-    except TooBig:
+
+def start(encoding: Any, topology: Topology, collective: Collective,
+          options: Options) -> Ahead | None:
+    """A worker running ``encoding`` (an :class:`~synth.encodings.Encoding`, the one
+    :func:`pick` names) with ``options`` (its own, as ``auto`` gives them, ``held`` aside: it
+    does not read it), where :func:`wanted` says so; else None. The caller has checked its
+    guard at ``held`` 0 (one that refuses it there refuses it at any ``held``)."""
+    if not wanted(topology.num_ranks):
         return None
-    own = replace(_own_options(options, ENCODINGS[name], True), held=0)
     try:
-        return Ahead(name, topology, collective, own)
+        return Ahead(encoding, topology, collective, options)
     except Exception:   # no process: everything inline
         return None
