@@ -139,23 +139,29 @@ def test_a_range_file_made_ahead_is_the_inline_one_and_its_times_are_remembered(
     ahead = CompileAhead(topology, None, "exec")
     try:
         ahead.plan_files([("pair", schedule, full, None, 1024, 4096, (1024, 4096)),
+                          ("pair", schedule, replace(full, proto="Simple"), None, 0, 1 << 20, ()),
                           ("pair", schedule, replace(full, instances=10_000), None, 0, 0, ())])
         ahead.pump()        # the worker starts from the last job: the compiler refuses it
         refused = ahead.take_file("pair", replace(full, instances=10_000), 0, 0)
         with pytest.raises(SynthError) as exc:
             emit_verified_xml(schedule, replace(full, instances=10_000))
         assert refused == (exc.value.message, None)
+        own = ahead.take_file("pair", replace(full, proto="Simple"), 0, 1 << 20)
         whole, part = ahead.take_file("pair", full, 1024, 4096)
     finally:
         ahead.close()
     def untimed(entry):     # a report's elapsed_s is the wall time its proof took
         return entry[0], [replace(r, elapsed_s=0.0) for r in entry[1]]
 
-    text, reports = emit_verified_xml(schedule, full)
-    assert untimed(whole) == untimed((text, reports))
+    # the range that is the compile's own: the compile, proven
+    assert untimed(own[0]) == untimed(emit_verified_xml(schedule, replace(full, proto="Simple")))
+    assert own[1] is None
+    # another range: the compile, not proven (nothing writes it), and the range's file, proven
+    text, _ = emit_verified_xml(schedule, full)
+    assert whole == (text, None)
     ranged, reports = program_for_sizes(parse_program(text, "pair.xml"), schedule, full, 1024, 4096)
     assert untimed(part) == untimed((ranged, reports))
-    assert ahead.made_files == 2
+    assert ahead.made_files == 3
     simulated = CACHE_STATS.simulated
     model = program_model(topology, "LL")
     times = cached_times(ranged, topology, [1024, 4096], model=model)

@@ -147,7 +147,7 @@ def test_a_range_files_program_is_held_so_the_veto_does_not_parse_it(h100_allgat
     the cache, so the veto's parse of the file finds it after the bound on kept text let it go
     (on dgx_h100 x 64 allgather: a 62 MB file parsed again, 10 s)."""
     from synth.emit import xml_parse
-    from synth.select.program_scorer import PARSED
+    from synth.select.program_scorer import COMPILED, PARSED
     from synth.select.ranges import Config
     from synth.select.ranking import ranged_xml
 
@@ -158,7 +158,7 @@ def test_a_range_files_program_is_held_so_the_veto_does_not_parse_it(h100_allgat
     text, _ = ranged_xml(cache, cand, IN_PLACE, cfg, 4096, 65536)
     held = [v for k, v in cache.items() if k[-1] == PARSED]
     assert len(held) == 1 and held[0].max_bytes == 65536
-    full = xml_parse.parse_program(cache[(cand.name, IN_PLACE)][0], "ring.xml")
+    full = xml_parse.parse_program(cache[(cand.name, IN_PLACE, COMPILED)][0], "ring.xml")
     assert held[0].gpus is full.gpus and held[0] == replace(full, min_bytes=4096,
                                                                  max_bytes=65536)
     monkeypatch.setattr(xml_parse, "_PARSED", type(xml_parse._PARSED)())   # the kept text let go
@@ -168,3 +168,33 @@ def test_a_range_files_program_is_held_so_the_veto_does_not_parse_it(h100_allgat
     assert xml_parse.parse_program(text, "ring.xml") is held[0]
     ProgramVeto(topo).times(text, "Simple", [8192], [0.0])
     assert not parsed
+
+
+def test_a_range_file_is_proven_and_its_compile_is_not(h100_allgather, monkeypatch):
+    """The file a range writes (its compile with the range's byte bounds) is the one proven; the
+    compile itself, written nowhere, is not: one interpreter run per range file, not two. The
+    file is the one proving the compile first gave. A range that is the compile's own is the
+    compile, proven."""
+    from synth.emit import emit_verified_xml, interpreter, xml_parse
+    from synth.emit.variants import program_for_sizes
+    from synth.select.ranges import Config
+    from synth.select.ranking import ranged_xml
+
+    _, res = h100_allgather
+    cand = next(c for c in res.candidates if c.name == "ring")
+    cfg = Config(cand.name, cand.schedule.collective.chunks_per_rank, "Simple", 1)
+    runs: list[int] = []
+    real = interpreter.verify_program
+    monkeypatch.setattr(interpreter, "verify_program",
+                        lambda program, **kw: runs.append(program.max_bytes) or real(program, **kw))
+    cache: dict = {}
+    text, reports = ranged_xml(cache, cand, IN_PLACE, cfg, 4096, 65536)
+    assert runs == [65536] and reports
+    assert (cand.name, IN_PLACE) not in cache, "the compile was proven"
+    whole, _ = emit_verified_xml(cand.schedule, IN_PLACE)
+    expected, _ = program_for_sizes(xml_parse.parse_program(whole, "ring.xml"), cand.schedule,
+                                    IN_PLACE, 4096, 65536)
+    assert text == expected
+    runs.clear()
+    own, reports = ranged_xml(cache, cand, IN_PLACE, cfg, IN_PLACE.min_bytes, IN_PLACE.max_bytes)
+    assert own == whole and reports and runs == [IN_PLACE.max_bytes]

@@ -170,31 +170,41 @@ def _range_file(schedule: Schedule, name: str, options: XmlOptions, text: str | 
     compile under ``options`` for ``min_bytes..max_bytes`` (the range's own bounds, as
     :func:`~synth.select.ranking.range_options` sets them), by the very calls it makes.
 
-    Returns (the full-range entry: (text, reports) proven by the interpreter, ``text`` when
-    given else compiled, or the message why there is none; the range's entry likewise, None
-    where the bounds are the full range's or there is no full-range file; the program model's
-    times of the range's file at ``sizes``, None where there is no file or no sizes).
-    ``proven``: the full-range entries made so far (several ranges share one)."""
-    from ..emit import emit_verified_xml, verify_text
+    Returns (the full-range entry: (text, reports), ``text`` when given else compiled, proven
+    by the interpreter where it is the range's file (the bounds are the full range's), else
+    (text, None): not proven, as the caller leaves it
+    (:func:`~synth.select.program_scorer.full_range_text`); or the message why there is none;
+    the range's entry, proven, None where the bounds are the full range's or there is no
+    full-range file; the program model's times of the range's file at ``sizes``, None where
+    there is no file or no sizes). ``proven``: the full-range entries made so far (several
+    ranges share one)."""
+    from ..emit import emit_xml_text, verify_text, xml_unsupported_reason
     from ..emit.variants import program_for_sizes
     from ..emit.xml_parse import parse_program
     from ..timing.program import program_times_us
 
     key = (name, options)
+    same = (min_bytes, max_bytes) == (options.min_bytes, options.max_bytes)
     if key not in proven:
-        try:
-            if text is not None:
-                proven[key] = (text, tuple(verify_text(text, schedule, options)[1]))
-            else:
-                made, reports = emit_verified_xml(schedule, options)
-                proven[key] = (made, tuple(reports))
-        except SynthError as exc:
-            proven[key] = exc.message
+        reason = xml_unsupported_reason(schedule, options)
+        if reason:
+            proven[key] = f"cannot emit XML: {reason}"
+        else:
+            try:
+                proven[key] = (text if text is not None else emit_xml_text(schedule, options),
+                               None)
+            except SynthError as exc:
+                proven[key] = exc.message
     whole = proven[key]
+    if same and isinstance(whole, tuple) and whole[1] is None:
+        try:
+            whole = proven[key] = (whole[0], tuple(verify_text(whole[0], schedule, options)[1]))
+        except SynthError as exc:
+            whole = proven[key] = exc.message
     if isinstance(whole, str):
         return whole, None, None
     part = None
-    if (min_bytes, max_bytes) != (options.min_bytes, options.max_bytes):
+    if not same:
         try:
             program = parse_program(whole[0], f"{name}.xml", options.profile)
             ranged, reports = program_for_sizes(program, schedule, options, min_bytes, max_bytes,

@@ -79,6 +79,9 @@ proven: shared by the program model and :func:`choose_ranges` so no file is comp
 nothing (:func:`synth.select.ranking.ranged_xml`)."""
 COMPILED = "compiled"
 PARSED = "parsed"
+UNPROVEN = "unproven"
+"""(candidate name, options, ``UNPROVEN``) -> a full-range text the range-file worker compiled
+and did not prove (:func:`synth.select.compile_ahead._range_file`: no range wrote it as it is)."""
 
 
 def compiled_xml(cache: XmlCache, candidate: Candidate, options: XmlOptions,
@@ -121,6 +124,44 @@ def compiled_xml(cache: XmlCache, candidate: Candidate, options: XmlOptions,
     return cache[key]
 
 
+def full_range_text(cache: XmlCache, candidate: Candidate, options: XmlOptions,
+                    ahead: CompileAhead | None = None) -> tuple[str, Any] | str:
+    """``candidate``'s compile under ``options`` and the parse of its text, proven or not (or why
+    there is none): what a range file whose bounds are not the compile's is made from
+    (:func:`synth.select.ranking.ranged_xml`), which proves that file, the one written.
+
+    Why not prove the compile itself (:func:`compiled_xml`): no file is written as it is, and its
+    proof is an interpreter run of its own -- on ``synth solve --topo dgx_a100 --nodes 8 --coll
+    allgather`` every range file but none was one such compile proven and then its ranged text
+    proven again. The parse is of the text itself (the parse memo's where it has it: a proof or
+    the worker made it), so the proof of the range's file reads what that file says; where it
+    equals the program the scorer timed, the memo keeps that one object, as :func:`compiled_xml`
+    does."""
+    proven = cache.get((candidate.name, options))
+    if isinstance(proven, str):
+        return proven
+    made = cache.get((candidate.name, options, COMPILED))
+    if isinstance(proven, tuple):
+        text = proven[0]
+    elif (candidate.name, options, UNPROVEN) in cache:
+        text = cache[(candidate.name, options, UNPROVEN)]
+    else:
+        got = compiled_program(cache, candidate, options, f"{candidate.name}.xml", ahead)
+        if isinstance(got, str):
+            return got
+        made = cache[(candidate.name, options, COMPILED)]
+        text = made[0]
+    try:
+        parsed = parse_program(text, f"{candidate.name}.xml", options.profile)
+    except SynthError as exc:
+        return exc.message
+    if isinstance(made, tuple) and made[0] == text and made[1] is not parsed \
+            and made[1] == parsed:
+        remember_parsed(text, options.profile, made[1])
+        parsed = made[1]
+    return text, parsed
+
+
 def compiled_program(cache: XmlCache, candidate: Candidate, options: XmlOptions,
                      name: str, ahead: CompileAhead | None = None) -> Any | str:
     """``candidate``'s XML under ``options`` compiled, *not* proven (or why there is none), and its
@@ -129,11 +170,13 @@ def compiled_program(cache: XmlCache, candidate: Candidate, options: XmlOptions,
     worker did, the worker's parse of it (made there, off this process's path, and a parse a proof
     here may take); else the text parsed. Why not parse what this process compiled: the texts run to
     tens of megabytes and most are only timed, while a written one is parsed where it is proven
-    (:func:`compiled_xml`); measured on ``synth solve --topo dgx_a100 --nodes 8 --coll allgather``
-    (``results/speed.md``, before50 and stop50), this process's parsing fell from 13.2 to 7.5 s. Why
+    (:func:`compiled_xml`, :func:`full_range_text`); measured on ``synth solve --topo dgx_a100
+    --nodes 8 --coll allgather`` (``results/speed.md``, before50 and stop50), this process's
+    parsing fell from 13.2 to 7.5 s. Why
     not proven: the interpreter costs about as much as the compile, and only the files that win a
-    range are written -- :func:`compiled_xml` proves those (the same text) before they are, and one
-    that fails is passed over there, as a compile failure is. Measured on one group of ``solve
+    range are written -- :func:`synth.select.ranking.ranged_xml` proves those (this text, or it
+    with only its byte bounds set to the range's) before they are, and one that fails is passed
+    over there, as a compile failure is. Measured on one group of ``solve
     --topo dgx1 --nodes 8 --concurrent stride:8 --coll allreduce`` under cProfile: 182 proofs, 90 of
     the solve's 540 s, for 14 written files. ``ahead``: a worker that may have compiled it already
     (the same text)."""

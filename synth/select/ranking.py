@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .. import progress
 from ..emit import XmlOptions, xml_unsupported_reason
 from ..emit.passes import ALIASED_KINDS
 from ..emit.variants import program_for_sizes
@@ -25,7 +26,7 @@ from .buckets import make_buckets, runs_at
 from .candidates import Candidate, SolveResult
 from .compile_ahead import CompileAhead, wanted
 from .nccl import NCCL, Timed, Vetted, choose_with_nccl, runtime_times, with_nccl
-from .program_scorer import COMPILED, PARSED, XmlCache, compiled_xml
+from .program_scorer import COMPILED, PARSED, UNPROVEN, XmlCache, compiled_xml, full_range_text
 from .program_veto import ProgramVeto
 from .ranges import NEAR_TIE, BucketTuning, Choice, Config, Range, choose
 from .scorers import Scorer, lockstep_scorer
@@ -207,7 +208,9 @@ def ranged_xml(cache: XmlCache, candidate: Candidate, xml: XmlOptions, cfg: Conf
                hi: int, ahead: CompileAhead | None = None) -> tuple[str, tuple[Any, ...]] | str:
     """The file for ``lo..hi``: the candidate's compile in ``cfg``'s form over the solve's whole
     byte range -- the very program the deciding model timed -- with only ``minBytes`` and
-    ``maxBytes`` set to the range, verified again (or why there is none).
+    ``maxBytes`` set to the range, verified (or why there is none). The compile itself is
+    proven only where it is the file (the range is the compile's): else the range's text is the
+    one written, and the one proven (:func:`~synth.select.program_scorer.full_range_text`).
 
     Why not compile anew for the range: the compiler's choices (its deadlock check, where each
     op goes) use the byte bounds, so a range's own compile can be another program, and it was:
@@ -227,24 +230,32 @@ def ranged_xml(cache: XmlCache, candidate: Candidate, xml: XmlOptions, cfg: Conf
     ranged = range_options(full, lo, hi)
     same = (ranged.min_bytes, ranged.max_bytes) == (full.min_bytes, full.max_bytes)
     key = (candidate.name, ranged)
-    if ahead is not None and ((candidate.name, full) not in cache or (not same and key not in cache)):
+    if ahead is not None and ((candidate.name, full) not in cache if same else key not in cache):
         made = ahead.take_file(candidate.name, full, ranged.min_bytes, ranged.max_bytes)
         if made is not None:
-            cache.setdefault((candidate.name, full), made[0])
-            if made[1] is not None:
-                cache.setdefault(key, made[1])
-    got = compiled_xml(cache, candidate, full, ahead)
-    if isinstance(got, str) or same:
-        return got
+            whole, part = made
+            if isinstance(whole, tuple) and whole[1] is None:   # compiled, not proven
+                cache.setdefault((candidate.name, full, UNPROVEN), whole[0])
+            else:
+                cache.setdefault((candidate.name, full), whole)
+            if part is not None:
+                cache.setdefault(key, part)
+    if same:
+        return compiled_xml(cache, candidate, full, ahead)
     if key not in cache:
+        got = full_range_text(cache, candidate, full, ahead)
+        if isinstance(got, str):
+            return got
         try:
-            program = parse_program(got[0], f"{candidate.name}.xml", xml.profile)
-            text, reports = program_for_sizes(program, candidate.schedule, full,
-                                              ranged.min_bytes, ranged.max_bytes, candidate.name,
-                                              got[0])
+            with progress.phase(f"XML of {candidate.name} ({full.proto} x{full.instances}, "
+                                f"{candidate.schedule.num_transfers:,} transfers) for "
+                                f"{lo}..{hi or 'unbounded'} bytes: prove"):
+                text, reports = program_for_sizes(got[1], candidate.schedule, full,
+                                                  ranged.min_bytes, ranged.max_bytes,
+                                                  candidate.name, got[0])
             cache[key] = (text, tuple(reports))
             kept = parse_program(text, f"{candidate.name}.xml", xml.profile)   # just proven: held
-            if kept.gpus is program.gpus:
+            if kept.gpus is got[1].gpus:
                 cache[(*key, PARSED)] = kept
         except SynthError as exc:
             cache[key] = exc.message
