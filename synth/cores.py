@@ -71,3 +71,18 @@ def idle_cores() -> int:
         except (AttributeError, OSError):
             others = 0.0
     return max(1, int(cores - others + 0.5))
+
+
+def spare_core_wanted(switch: str, pays: bool) -> bool:
+    """Whether to start one worker process beside this one: the environment variable ``switch``
+    (``0`` or ``1``) forces the answer; else only where it ``pays`` (the caller's measure of the
+    work against a process start), a core is idle besides this process (:func:`idle_cores`), and
+    this process is not a worker itself."""
+    from .errors import SynthError
+
+    raw = os.environ.get(switch, "").strip()
+    if raw in ("0", "1"):
+        return raw == "1"
+    if raw:
+        raise SynthError(f"{switch} must be 0 or 1, got {raw!r}")
+    return pays and not in_worker() and idle_cores() >= 2

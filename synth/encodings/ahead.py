@@ -30,12 +30,11 @@ spawned process about one to start). ``SYNTH_ENCODE_AHEAD=0`` or ``1`` forces it
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Sequence
 from typing import Any
 
 from ..collectives import Collective
-from ..errors import NotApplicable, SynthError
+from ..errors import NotApplicable
 from ..schedule import Schedule
 from ..topology import Topology
 from .options import Options
@@ -53,16 +52,9 @@ start."""
 
 def wanted(num_ranks: int) -> bool:
     """Whether ``auto`` should run an encoding ahead on a machine of ``num_ranks`` ranks."""
-    raw = os.environ.get(ENV, "").strip()
-    if raw in ("0", "1"):
-        return raw == "1"
-    if raw:
-        raise SynthError(f"{ENV} must be 0 or 1, got {raw!r}")
-    if num_ranks < MIN_RANKS:
-        return False
-    from ..cores import idle_cores, in_worker
+    from ..cores import spare_core_wanted
 
-    return not in_worker() and idle_cores() >= 2
+    return spare_core_wanted(ENV, num_ranks >= MIN_RANKS)
 
 
 def _run(conn: Any, encoding: Any, topology: Topology, collective: Collective,

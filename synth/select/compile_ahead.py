@@ -64,7 +64,6 @@ worker process, and only for requests whose compiles are worth a process start (
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Set
 from typing import Any
 
@@ -224,16 +223,9 @@ def wanted(total_transfers: int, minimum: int = MIN_TRANSFERS) -> bool:
     """Whether a scorer should compile ahead; ``total_transfers``: its candidates' transfers
     times the forms (protocol, instances) it may compile each in (or the transfers of the jobs
     planned, against their own ``minimum``)."""
-    raw = os.environ.get(ENV, "").strip()
-    if raw in ("0", "1"):
-        return raw == "1"
-    if raw:
-        raise SynthError(f"{ENV} must be 0 or 1, got {raw!r}")
-    if total_transfers < minimum:
-        return False
-    from ..cores import idle_cores, in_worker
+    from ..cores import spare_core_wanted
 
-    return not in_worker() and idle_cores() >= 2
+    return spare_core_wanted(ENV, total_transfers >= minimum)
 
 
 class CompileAhead:
