@@ -491,7 +491,8 @@ def test_the_node_bound_never_exceeds_a_placements_nodes(monkeypatch) -> None:
 def test_a_refusal_skips_the_unfused_placement_and_says_what_it_said(monkeypatch) -> None:
     """Where the fused program is over the node limit and the unfused ops alone are too, the
     unfused program is not placed (it could not be written) and the first error stands, word
-    for word, as when it was placed and checked."""
+    for word, as when it was placed and checked. (The driver's own check before each placement,
+    :func:`_over_node_limit`, is off here: it would refuse before anything is placed.)"""
     from synth.emit import compile as C
     from synth.emit import proto_twins
 
@@ -502,6 +503,7 @@ def test_a_refusal_skips_the_unfused_placement_and_says_what_it_said(monkeypatch
     placed: list[int] = []
     real = C._place_connections
     monkeypatch.setattr(C, "_place_connections", lambda ir, *a: placed.append(1) or real(ir, *a))
+    monkeypatch.setattr(C, "_over_node_limit", lambda ir, instances: None)
     messages = []
     for bound in (C._nodes_at_least, lambda ir, instances: 0):   # the bound, then none
         monkeypatch.setattr(C, "_nodes_at_least", bound)
@@ -512,3 +514,80 @@ def test_a_refusal_skips_the_unfused_placement_and_says_what_it_said(monkeypatch
     proto_twins.forget()
     assert messages[0][0] == messages[1][0]
     assert messages[0][1] == 0 and messages[1][1] > 0   # placed only without the bound
+
+
+def test_a_compile_over_the_node_limit_is_refused_before_it_is_placed(monkeypatch) -> None:
+    """The driver refuses a compile as soon as the ops it is about to place put a rank over the
+    node limit (:func:`_over_node_limit`): nothing is placed, the message says what the count is
+    at least and by how much it is over; without the check the same compile is placed, again
+    and again, and refused all the same, at a count at least as high."""
+    from synth.emit import compile as C
+    from synth.emit import proto_twins
+
+    t = load_topology("dgx_a100", nodes=8)
+    schedule = baseline(t, make_collective("allgather", t.num_ranks,
+                                           preferred_chunks("tree", "allgather", t.num_ranks)),
+                        "tree")
+    placed: list[int] = []
+    real = C._place
+    monkeypatch.setattr(C, "_place", lambda ir, *a: placed.append(1) or real(ir, *a))
+    proto_twins.forget()
+    with pytest.raises(SynthError) as exc:
+        emit_xml(schedule, instances=2)
+    checked = exc.value.message
+    assert placed == []
+    found = re.fullmatch(r"the tokenizer node count \(1 \+ gpus \+ tbs \+ steps\) is at least "
+                         r"(\d+) \(rank (\d+): its operations alone, fused or not\); "
+                         r"the exec runtime allows at most 4095 \(MAX_NODES - 1\): (\d+) over",
+                         checked)
+    assert found, checked
+    assert int(found[1]) - 4095 == int(found[3]) > 0
+    monkeypatch.setattr(C, "_over_node_limit", lambda ir, instances: None)
+    proto_twins.forget()
+    with pytest.raises(SynthError, match="tokenizer node count") as exc:
+        emit_xml(schedule, instances=2)
+    proto_twins.forget()
+    assert placed
+    full = re.search(r"is (\d+) \(rank", exc.value.message)
+    assert full and int(full[1]) >= int(found[1]), exc.value.message
+
+
+@pytest.mark.parametrize("spec,nodes,kind", [("dgx_a100", 8, "allgather"),
+                                             ("dgx1", 4, "allreduce"), ("dgx_h100", 4, "alltoall")])
+def test_the_node_check_refuses_only_what_the_loop_refused(monkeypatch, spec, nodes, kind) -> None:
+    """Where the driver's node check refuses (:func:`_over_node_limit`), the loop without it
+    refuses the same compile too (with whichever limit it met first), after more placements:
+    the tree baseline at 1, 2, 4 and 8 instances, whose ops are over the node limit from 2 (64
+    ranks) or 4 instances on. Where the check does not refuse, the file or the refusal is the
+    same."""
+    from synth.emit import compile as C
+    from synth.emit import proto_twins
+
+    t = load_topology(spec, nodes=nodes)
+    schedule = baseline(t, make_collective(kind, t.num_ranks,
+                                           preferred_chunks("tree", kind, t.num_ranks)), "tree")
+    placed: list[int] = []
+    real_place, real_check = C._place, C._over_node_limit
+    monkeypatch.setattr(C, "_place", lambda ir, *a: placed.append(1) or real_place(ir, *a))
+    refused = 0
+    for instances in (1, 2, 4, 8):
+        outcomes = []
+        for check in (real_check, lambda ir, instances: None):
+            monkeypatch.setattr(C, "_over_node_limit", check)
+            proto_twins.forget()
+            placed.clear()
+            try:
+                outcomes.append((emit_xml(schedule, instances=instances), len(placed)))
+            except SynthError as exc:
+                outcomes.append((exc, len(placed)))
+        proto_twins.forget()
+        (checked, placed_checked), (looped, placed_looped) = outcomes
+        if isinstance(checked, SynthError) and "is at least" in checked.message:
+            assert isinstance(looped, SynthError), (instances, looped[:200])
+            assert placed_checked < placed_looped
+            refused += 1
+        elif isinstance(checked, SynthError):     # refused as before, by the loop
+            assert isinstance(looped, SynthError) and looped.message == checked.message
+        else:
+            assert checked == looped
+    assert refused >= 2

@@ -14,7 +14,9 @@ program is still over a limit (threadblocks, nodes, depid), the schedule is plac
 unfused, each connection on as few blocks as its length needs
 (:func:`synth.emit.passes.allocate_connections`), and that program is kept if it has fewer blocks:
 fused ops save instructions, but pairing their two peers in one block spreads every route over the
-same channels, which opens a block for every connection side on every channel. The result
+same channels, which opens a block for every connection side on every channel. Before each
+placement, where the ops about to be placed put a rank over the node limit and the ops all
+unfused do too, the compile is refused at once (:func:`_over_node_limit`). The result
 is deterministic: the same schedule and options give the same program and the same XML bytes.
 
 In-place / out-of-place (``inplace``): ``False`` writes an out-of-place file, ``True`` an in-place
@@ -399,6 +401,8 @@ def _passes(schedule: Schedule, graphs: P.Graphs, *, profile: str, proto: str, i
     fuse_on = do_fuse
     attempts = 0
     most = max(2, min(MAX_ATTEMPTS, FUSE_WORK // max(1, schedule.num_transfers)))
+    unfused_over: bool | None = None
+    """Whether the ops all unfused put a rank over the node limit (None: not looked at yet)."""
     while True:
         attempts += 1
         if attempts > most and fuse_on:
@@ -408,6 +412,18 @@ def _passes(schedule: Schedule, graphs: P.Graphs, *, profile: str, proto: str, i
         if fuse_on and _unfuse(dag, P.disagreements(ir)):
             continue
         ir = graphs.ir(_ordered(dag, ir, instances, do_aggregate))
+        if enforce and unfused_over is not False:
+            over = _over_node_limit(ir, instances)
+            if over is not None:    # no placement of these ops is within the node limit
+                if unfused_over is None:
+                    P.fuse(dag, False)
+                    unfused_over = _nodes_at_least(graphs.ir(_ordered(
+                        dag, graphs.ir(P.aggregate(dag, do_aggregate)), instances,
+                        do_aggregate)), instances) > MAX_NODES
+                if unfused_over:    # nor of them all unfused: refused (the driver's rule)
+                    raise _node_limit_error(*over, profile)
+                attempts -= 1       # this attempt again, its fusions as they were (fuse resets)
+                continue
         tbs, misfits, bad = _place(ir, lim.max_steps, budget, m, cap, enforce,
                                    max(1, max_threadblocks // instances), channels)
         if misfits:
@@ -445,6 +461,42 @@ def _passes(schedule: Schedule, graphs: P.Graphs, *, profile: str, proto: str, i
     return _Built(program, fused, unfused)
 
 
+def _over_node_limit(ir: P.Ir, instances: int) -> tuple[int, int] | None:
+    """The node count ``ir``'s ops alone give its busiest rank, and that rank, where they put it
+    over the node limit (:func:`_nodes_at_least`), else None: checked before each placement of
+    the driver's loop
+    (:func:`_passes`). Where it is over, the ops all unfused are counted too, once; if they are
+    over as well, the compile is refused at once, else the loop goes on as without the check.
+
+    Why: over the node limit, the loop went on placing, splitting the fused ops the placement
+    could not pair or the progress check blocked and placing again, while the count it was over
+    by grew, until the program was refused. Measured on the candidates of ``synth solve --topo
+    dgx_h100 --nodes 64 --coll allgather``: ``hierarchical`` as Simple x4 was refused after 12
+    placements (over the limit from the fifth), ``recursive_doubling`` x4 after 4 (over from the
+    second); on ``dgx_a100`` x 8, ``rail_blocks`` x4 after 9 (over from the first).
+
+    What it assumes, so this is the driver's rule and not a proof: that where the ops with the
+    loop's fusions and the ops all unfused are both over, the fusions in between (the loop's next
+    placements only split more of them) are over too. Splitting does not always add ops -- an
+    unfused receive can join a bundle its fused form could not (:func:`synth.emit.passes.
+    aggregate` groups routes by their whole path): recursive doubling allreduce on dgx_a100 x 2
+    has 27 ops on its busiest rank fused and 16 unfused -- which is why the unfused count is
+    looked at rather than assumed; a placement in between that the loop would have reached under
+    the limit is not looked for. In the compiles above the count rose from each placement to the
+    next."""
+    nodes, rank = _nodes_floor(ir, instances)
+    return (nodes, rank) if nodes > MAX_NODES else None
+
+
+def _node_limit_error(nodes: int, rank: int, profile: str) -> SynthError:
+    """The refusal :func:`_over_node_limit` leads to (made where it is raised: an error held in
+    a local of the frame it is raised from would keep that frame's op graphs in a cycle)."""
+    return SynthError(f"the tokenizer node count (1 + gpus + tbs + steps) is at least {nodes} "
+                      f"(rank {rank}: its operations alone, fused or not); the "
+                      f"{profile} runtime allows at most {MAX_NODES} (MAX_NODES - 1): "
+                      f"{nodes - MAX_NODES} over")
+
+
 def _nodes_at_least(ir: P.Ir, instances: int) -> int:
     """A lower bound on the busiest rank's tokenizer nodes (1 + gpus + tbs + steps, spec §6) in
     any placement of ``ir`` replicated ``instances`` times: each op is one step of one block
@@ -456,11 +508,17 @@ def _nodes_at_least(ir: P.Ir, instances: int) -> int:
     is wasted -- the first error stands either way. Measured on ``dgx_a100`` x 8 allgather,
     ``trees`` at x2 (5,301 nodes, 1,206 over): the unfused placement took 11 of the refused
     compile's 62 s under cProfile."""
+    return _nodes_floor(ir, instances)[0]
+
+
+def _nodes_floor(ir: P.Ir, instances: int) -> tuple[int, int]:
+    """:func:`_nodes_at_least` and the rank it is of (the lowest where several tie)."""
     n = ir.collective.num_ranks
     ops = [0] * n
     for op in ir.ordered:
         ops[op.rank] += 1
-    return 1 + n + instances * (1 + max(ops, default=0))
+    busiest = max(range(n), key=lambda r: (ops[r], -r))
+    return 1 + n + instances * (1 + ops[busiest]), busiest
 
 
 def _ordered(dag: P.Dag, ir: P.Ir, instances: int, do_aggregate: bool) -> P.Ir:
