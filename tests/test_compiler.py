@@ -488,6 +488,14 @@ def test_the_node_bound_never_exceeds_a_placements_nodes(monkeypatch) -> None:
     assert checked >= 20, checked
 
 
+def _tree_baseline(spec: str, nodes: int, kind: str) -> Schedule:
+    """The tree baseline with the chunk count it prefers: over the node limit from 2 or 4
+    instances on (what the node-limit tests refuse)."""
+    t = load_topology(spec, nodes=nodes)
+    return baseline(t, make_collective(kind, t.num_ranks,
+                                       preferred_chunks("tree", kind, t.num_ranks)), "tree")
+
+
 def test_a_refusal_skips_the_unfused_placement_and_says_what_it_said(monkeypatch) -> None:
     """Where the fused program is over the node limit and the unfused ops alone are too, the
     unfused program is not placed (it could not be written) and the first error stands, word
@@ -496,10 +504,7 @@ def test_a_refusal_skips_the_unfused_placement_and_says_what_it_said(monkeypatch
     from synth.emit import compile as C
     from synth.emit import proto_twins
 
-    t = load_topology("dgx_a100", nodes=8)
-    schedule = baseline(t, make_collective("allgather", t.num_ranks,
-                                           preferred_chunks("tree", "allgather", t.num_ranks)),
-                        "tree")
+    schedule = _tree_baseline("dgx_a100", 8, "allgather")
     placed: list[int] = []
     real = C._place_connections
     monkeypatch.setattr(C, "_place_connections", lambda ir, *a: placed.append(1) or real(ir, *a))
@@ -524,10 +529,7 @@ def test_a_compile_over_the_node_limit_is_refused_before_it_is_placed(monkeypatc
     from synth.emit import compile as C
     from synth.emit import proto_twins
 
-    t = load_topology("dgx_a100", nodes=8)
-    schedule = baseline(t, make_collective("allgather", t.num_ranks,
-                                           preferred_chunks("tree", "allgather", t.num_ranks)),
-                        "tree")
+    schedule = _tree_baseline("dgx_a100", 8, "allgather")
     placed: list[int] = []
     real = C._place
     monkeypatch.setattr(C, "_place", lambda ir, *a: placed.append(1) or real(ir, *a))
@@ -563,9 +565,7 @@ def test_the_node_check_refuses_only_what_the_loop_refused(monkeypatch, spec, no
     from synth.emit import compile as C
     from synth.emit import proto_twins
 
-    t = load_topology(spec, nodes=nodes)
-    schedule = baseline(t, make_collective(kind, t.num_ranks,
-                                           preferred_chunks("tree", kind, t.num_ranks)), "tree")
+    schedule = _tree_baseline(spec, nodes, kind)
     placed: list[int] = []
     real_place, real_check = C._place, C._over_node_limit
     monkeypatch.setattr(C, "_place", lambda ir, *a: placed.append(1) or real_place(ir, *a))
