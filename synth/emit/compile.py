@@ -376,14 +376,18 @@ def _passes(schedule: Schedule, graphs: P.Graphs, *, profile: str, proto: str, i
                        outofplace=int(mode in (P.OOP, P.BOTH)), min_bytes=min_bytes,
                        max_bytes=max_bytes, gpus=gpus)
 
+    def unfused_ir() -> P.Ir:
+        """The schedule's ops all unfused, aggregated and ordered (``dag``'s fusion reset)."""
+        P.fuse(dag, False)
+        return graphs.ir(_ordered(dag, graphs.ir(P.aggregate(dag, do_aggregate)), instances,
+                                  do_aggregate))
+
     def unfused_program(fallback: bool = False) -> Program | None:
         """The schedule unfused, each connection on as few blocks as it needs (more where the
         budget leaves blocks spare); None when no run length fits, and (``fallback``: the
         program is wanted only if it is within every limit) where its ops alone put a rank over
         the tokenizer's node limit (:func:`_nodes_at_least`: no placement can be within it)."""
-        P.fuse(dag, False)
-        ir = graphs.ir(_ordered(dag, graphs.ir(P.aggregate(dag, do_aggregate)), instances,
-                                do_aggregate))
+        ir = unfused_ir()
         if fallback and _nodes_at_least(ir, instances) > MAX_NODES:
             return None
         alt = _place_connections(ir, lim.max_steps, budget, m, cap,
@@ -416,10 +420,7 @@ def _passes(schedule: Schedule, graphs: P.Graphs, *, profile: str, proto: str, i
             over = _over_node_limit(ir, instances)
             if over is not None:    # no placement of these ops is within the node limit
                 if unfused_over is None:
-                    P.fuse(dag, False)
-                    unfused_over = _nodes_at_least(graphs.ir(_ordered(
-                        dag, graphs.ir(P.aggregate(dag, do_aggregate)), instances,
-                        do_aggregate)), instances) > MAX_NODES
+                    unfused_over = _nodes_at_least(unfused_ir(), instances) > MAX_NODES
                 if unfused_over:    # nor of them all unfused: refused (the driver's rule)
                     raise _node_limit_error(*over, profile)
                 attempts -= 1       # this attempt again, its fusions as they were (fuse resets)
