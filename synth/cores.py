@@ -10,6 +10,7 @@ answer: every parallel path here returns exactly what its inline path returns.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import time
@@ -33,16 +34,54 @@ def _cpu_ticks() -> tuple[int, int]:
     return sum(ticks), ticks[3] + ticks[4]
 
 
+YIELD_NICE = 10
+"""How much a yielding worker lowers its priority (:func:`yield_to_foreground`): at 10 the kernel
+gives a process of default priority about ten times its share of a contended core."""
+_yielding: set[int] = set()
+"""Process ids of this process's workers that yield (:func:`count_as_idle`)."""
+
+
+def yield_to_foreground() -> None:
+    """Lower this process's priority (:data:`YIELD_NICE`): called first in a worker whose work is
+    off its parent's critical path, so that whatever the parent then starts runs first."""
+    with contextlib.suppress(OSError):   # not permitted: it runs at the parent's priority
+        os.nice(YIELD_NICE)
+
+
+def count_as_idle(pid: int, yielding: bool = True) -> None:
+    """Count worker ``pid``, which called :func:`yield_to_foreground`, as idle CPU for this
+    process's later workers (``yielding`` False: stop, once it has ended). A yielding worker
+    gives its core up to them, so a core it keeps busy is theirs to take."""
+    (_yielding.add if yielding else _yielding.discard)(pid)
+
+
+def _yielding_seconds() -> float:
+    """CPU seconds the yielding workers (:func:`count_as_idle`) have used so far (from
+    ``/proc/PID/stat``; a worker that has ended counts nothing)."""
+    if not _yielding:
+        return 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in _yielding:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])   # utime, stime
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / tick
+
+
 def busy_elsewhere(window_s: float = SAMPLE_S) -> float | None:
-    """Cores that processes other than this one keep busy now: the machine's busy CPU time over
-    ``window_s`` less this process's own, in cores; None where the kernel does not say
-    (no ``/proc/stat``)."""
+    """Cores that processes other than this one (and its yielding workers: :func:`count_as_idle`)
+    keep busy now: the machine's busy CPU time over ``window_s`` less this process's own, in
+    cores; None where the kernel does not say (no ``/proc/stat``)."""
     try:
         all0, idle0 = _cpu_ticks()
-        own0, t0 = sum(os.times()[:2]), time.monotonic()
+        own0, t0 = sum(os.times()[:2]) + _yielding_seconds(), time.monotonic()
         time.sleep(window_s)
         all1, idle1 = _cpu_ticks()
-        own1, t1 = sum(os.times()[:2]), time.monotonic()
+        own1, t1 = sum(os.times()[:2]) + _yielding_seconds(), time.monotonic()
     except (OSError, ValueError, IndexError):
         return None
     ticks = all1 - all0

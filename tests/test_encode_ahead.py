@@ -121,3 +121,121 @@ def test_the_switch_is_read_strictly(monkeypatch):
         ahead.wanted(512)
     monkeypatch.setenv(ahead.ENV, "")
     assert not ahead.wanted(ahead.MIN_RANKS - 1)
+
+
+# ------------------------------------------------------------------------------- beside the MILP
+class _Made:
+    """A stand-in candidate: all ``run_encoding`` reads of one is its transfer count."""
+
+    def __init__(self, transfers: int) -> None:
+        self.num_transfers = transfers
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Made) and other.num_transfers == self.num_transfers
+
+
+class _Worker:
+    """A stand-in for the ahead worker: hands over what the inline ``trees`` returns."""
+
+    def __init__(self, events: list[str]) -> None:
+        self.name, self.events = "trees", events
+
+    def take(self):
+        self.events.append("take")
+        return {"trees": _Made(100)}, ["trees note"]
+
+    def close(self) -> None:
+        pass
+
+
+def _five_encodings(monkeypatch, events: list[str], fail: str | None = None):
+    """``auto`` over five stand-in encodings, whose guard refuses ``flow`` once 50 transfers are
+    held (as the trees' 100 are by its turn) and the rest never."""
+    def runner(name: str, transfers: int):
+        def run(topology, collective, options):
+            events.append(name)
+            options.notes.append(f"{name} note")
+            if name == fail:
+                raise SynthError(f"{name} failed")
+            if name == "smt":
+                raise encodings.NotApplicable("smt does not apply")
+            return {name: _Made(transfers)}
+        return run
+
+    made = {"baseline": 1, "trees": 100, "flow": 10, "smt": 0, "milp": 5}
+    monkeypatch.setattr(encodings, "ENCODINGS", {
+        name: encodings.Encoding(name, encodings.BaselineOptions, runner(name, n), name)
+        for name, n in made.items()})
+    monkeypatch.setattr(encodings, "_auto_encodings", lambda *_: list(made))
+
+    def guard(name, topology, collective, options, held):
+        if name == "flow" and held >= 50 * guards.SCHEDULE_BYTES_PER_TRANSFER:
+            raise TooBig("flow: too much held")
+    monkeypatch.setattr(encodings, "_guard", guard)
+
+
+@pytest.mark.parametrize("fail", [None, "flow", "milp"])
+def test_what_runs_while_the_worker_works_is_replayed_in_the_inline_order(monkeypatch, fail):
+    """The encodings after the worker's run before its result is taken: their candidates, notes,
+    refusals and errors come out as running everything in turn gives. ``flow`` runs early (the
+    trees' transfers are not yet held) and its turn refuses it; an error in ``flow`` is dropped
+    with it, one in ``milp`` is raised in its turn."""
+    topo = load_topology("dgx1", 1)
+    coll = make_collective("allgather", topo.num_ranks, 1)
+    outcomes = []
+    for worker in (False, True):
+        events: list[str] = []
+        _five_encodings(monkeypatch, events, fail)
+        monkeypatch.setattr(encodings, "_start_ahead",
+                            lambda *_, e=events, w=worker: _Worker(e) if w else None)
+        notes: list[str] = []
+        try:
+            found = run_encoding("auto", topo, coll, Options(notes=notes), notes)
+            outcomes.append((found, list(found), notes, None))
+        except SynthError as exc:
+            outcomes.append((None, None, notes, exc.message))
+        if worker:   # flow, smt and milp ran before the trees were taken (an error stops them)
+            assert events[:events.index("take")] == (
+                ["baseline", "flow"] + ([] if fail == "flow" else ["smt", "milp"]))
+        else:        # the trees ran in turn, and flow's guard refused it
+            assert events == ["baseline", "trees", "smt", "milp"]
+    assert outcomes[1] == outcomes[0]
+    found, _, notes, error = outcomes[0]
+    assert ("flow stepped aside: flow: too much held" in notes) and "flow note" not in notes
+    assert error == ("milp failed" if fail == "milp" else None)
+    if error is None:
+        assert list(found) == ["baseline", "trees", "milp"]
+        assert notes == ["baseline note", "trees note", "flow stepped aside: flow: too much held",
+                         "smt note", "milp note"]
+
+
+def test_a_yielding_worker_counts_as_idle_cpu():
+    """A worker that yields its core (cores.count_as_idle) is counted with this process, not as
+    another process's load; once forgotten, it counts nothing."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from synth import cores
+
+    spin = subprocess.Popen([sys.executable, "-c", "from synth.cores import yield_to_foreground\n"
+                             "yield_to_foreground()\nwhile True: pass"])
+    def nice() -> int:
+        return int(subprocess.check_output(["ps", "-o", "ni=", "-p", str(spin.pid)]))
+
+    try:
+        cores.count_as_idle(spin.pid)
+        deadline = time.monotonic() + 60
+        while nice() < os.nice(0) + cores.YIELD_NICE and time.monotonic() < deadline:
+            time.sleep(0.05)   # the child imports synth first
+        assert nice() >= os.nice(0) + cores.YIELD_NICE
+        first = cores._yielding_seconds()
+        while cores._yielding_seconds() <= first and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert cores._yielding_seconds() > first
+    finally:
+        cores.count_as_idle(spin.pid, False)
+        spin.kill()
+        spin.wait()
+    assert cores._yielding_seconds() == 0

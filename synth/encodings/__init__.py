@@ -82,19 +82,28 @@ def _milp(topology: Topology, collective: Collective, options: Options) -> dict[
     """Under ``auto`` the MILP runs only where a shipped sketch fits the topology (or one was given)
     and with a bounded time, as TACCL is meant to be used: guided, not blind."""
     from .milp import milp_encoding
-    from .milp.encoding import AUTO_MAX_RANKS, AUTO_TIME_LIMIT_S
+    from .milp.encoding import AUTO_TIME_LIMIT_S
 
     if options.auto:
-        from ..sketches import sketch_for
-
-        if collective.custom is not None or topology.num_ranks > AUTO_MAX_RANKS:
-            raise NotApplicable("milp steps aside under auto above "
-                                f"{AUTO_MAX_RANKS} ranks")
-        if not options.extra.get("sketch") and sketch_for(topology) is None:
-            raise NotApplicable(f"milp: no shipped sketch fits '{topology.name}' (give --sketch)")
+        why = _milp_steps_aside(topology, collective, options)
+        if why is not None:
+            raise NotApplicable(why)
         if options.time_limit_s is None:
             options = replace(options, time_limit_s=AUTO_TIME_LIMIT_S)
     return milp_encoding(topology, collective, options)
+
+
+def _milp_steps_aside(topology: Topology, collective: Collective, options: Options) -> str | None:
+    """Why the MILP steps aside under ``auto`` (:func:`_milp`), or None where it runs."""
+    from .milp.encoding import AUTO_MAX_RANKS
+
+    if collective.custom is not None or topology.num_ranks > AUTO_MAX_RANKS:
+        return f"milp steps aside under auto above {AUTO_MAX_RANKS} ranks"
+    from ..sketches import sketch_for
+
+    if not options.extra.get("sketch") and sketch_for(topology) is None:
+        return f"milp: no shipped sketch fits '{topology.name}' (give --sketch)"
+    return None
 
 
 # ------------------------------------------------------------------------------- auto
@@ -159,15 +168,73 @@ def _start_ahead(encode_ahead: Any, encodings: list[str], topology: Topology,
     None: where none may, or its guard refuses it even with nothing held."""
     from ..guards import TooBig
 
-    name = encode_ahead.pick(encodings, options)
+    name = encode_ahead.pick(encodings)
     if name is None:
         return None
     try:
         _guard(name, topology, collective, options, 0)
     except TooBig:
         return None
-    own = replace(_own_options(options, ENCODINGS[name], True), held=0)
-    return encode_ahead.start(ENCODINGS[name], topology, collective, own)
+    # the MILP, where it runs after it, keeps the solving process busy for its budget
+    beside_milp = ("milp" in encodings[encodings.index(name):]
+                   and _milp_steps_aside(topology, collective, options) is None)
+    # held: the worker's encodings do not read it; refine_gate: only the MILP reads it
+    own = replace(_own_options(options, ENCODINGS[name], True), held=0, refine_gate=None)
+    return encode_ahead.start(ENCODINGS[name], topology, collective, own, beside_milp)
+
+
+@dataclass
+class _Ran:
+    """An encoding run before the ahead worker's result was taken (:func:`_run_early`): what it
+    returned or raised, and the notes it appended, for :meth:`replay` in its turn."""
+
+    found: dict[str, Schedule]
+    notes: list[str]
+    error: SynthError | None = None
+
+    def replay(self, notes: list[str] | None) -> dict[str, Schedule]:
+        """What running the encoding now would do: append its notes to ``notes``, then return
+        its candidates or raise its error."""
+        if notes is not None:
+            notes.extend(self.notes)
+        if self.error is not None:
+            raise self.error
+        return self.found
+
+
+def _run_early(encodings: list[str], topology: Topology, collective: Collective,
+               options: Options, held: int) -> dict[str, _Ran]:
+    """Run ``encodings`` (those after the ahead worker's in ``auto``'s order) while the worker
+    works, each as its turn would run it, with its own list of notes.
+
+    Their turns come after the worker's result is taken, with its candidates' memory held, so a
+    guard may then refuse what it passes here at ``held`` (these runs are then dropped) or, where
+    an earlier one here was dropped, pass what it refuses here (that one is not in the result and
+    runs in its turn). Only the baselines read ``Options.held``, and they come first, so a run
+    here returns what its turn would. The first error other than NotApplicable ends the runs, as
+    it ends the inline loop."""
+    from .. import progress
+    from ..guards import TooBig
+
+    ran: dict[str, _Ran] = {}
+    for enc in encodings:
+        try:
+            _guard(enc, topology, collective, options, held)
+        except TooBig:
+            continue
+        own = replace(_own_options(options, ENCODINGS[enc], True), held=held,
+                      notes=[] if options.notes is not None else None)
+        try:
+            with progress.phase(enc):
+                found = ENCODINGS[enc](topology, collective, own)
+        except SynthError as exc:
+            ran[enc] = _Ran({}, own.notes or [], exc)
+            if isinstance(exc, NotApplicable):
+                continue
+            break
+        ran[enc] = _Ran(found, own.notes or [])
+        held += _held(found)
+    return ran
 
 
 def run_encoding(name: str, topology: Topology, collective: Collective, options: Options,
@@ -195,8 +262,9 @@ def run_encoding(name: str, topology: Topology, collective: Collective, options:
         found: dict[str, Schedule | Sized] = {}
         encodings = _auto_encodings(topology, collective)
         worker = _start_ahead(encode_ahead, encodings, topology, collective, options)
+        early: dict[str, _Ran] = {}
         try:
-            for enc in encodings:
+            for at, enc in enumerate(encodings):
                 mine = worker is not None and worker.name == enc
                 try:
                     _guard(enc, topology, collective, options, _held(found))
@@ -207,7 +275,14 @@ def run_encoding(name: str, topology: Topology, collective: Collective, options:
                         notes.append(f"{enc} stepped aside: {exc.message}")
                     progress.note(f"{enc} stepped aside: {exc.message}")
                     continue
+                ran = early.pop(enc, None)
                 try:
+                    if ran is not None:
+                        found.update(ran.replay(options.notes))
+                        continue
+                    if mine:   # the encodings after the worker's run while it works
+                        early = _run_early(encodings[at + 1:], topology, collective, options,
+                                           _held(found))
                     with progress.phase(enc):
                         own = replace(_own_options(options, ENCODINGS[enc], True),
                                       held=_held(found))
