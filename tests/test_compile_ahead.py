@@ -5,6 +5,8 @@ program model's own."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from synth.collectives import make_collective
@@ -168,6 +170,28 @@ def test_a_range_file_made_ahead_is_the_inline_one_and_its_times_are_remembered(
     assert CACHE_STATS.simulated == simulated, "the worker's times were not remembered"
     from synth.timing.program import program_times_us
     assert times == program_times_us(parse_program(ranged), topology, [1024, 4096], model=model)
+
+
+def test_a_range_nobody_planned_takes_the_compile_of_a_planned_one():
+    """The veto can move a range's bounds after the worker was given the first pass's: the file
+    for the moved range is the same compile with other bounds, so the worker's compile serves it
+    (not proven: the caller proves the range's file), and the range's own file is left to it."""
+    from synth.builders import fully_connected
+    from synth.emit import emit_verified_xml
+
+    topology, schedule = fully_connected(2), _pair()
+    full = XmlOptions(proto="LL", max_bytes=1 << 20)
+    ahead = CompileAhead(topology, None, "exec")
+    try:
+        ahead.plan_files([("pair", schedule, full, None, 1024, 4096, ())])
+        ahead.pump()
+        moved = ahead.take_file("pair", full, 1024, 8192)   # waits for the job it started
+        never = ahead.take_file("pair", replace(full, proto="Simple"), 1024, 8192)
+    finally:
+        ahead.close()
+    assert moved == ((emit_verified_xml(schedule, full)[0], None), None)
+    assert never is None
+    assert ahead.shared_compiles == 1 and ahead.made_files == 0
 
 
 def test_when_it_compiles_ahead(monkeypatch):

@@ -296,6 +296,8 @@ class CompileAhead:
         """Timings the scorer took from the worker."""
         self.made_files = 0
         """File jobs the caller took from the worker."""
+        self.shared_compiles = 0
+        """Files asked for that no job planned, whose compile a job for another range made."""
 
     def plan(self, jobs: Iterable[tuple[str, Schedule, XmlOptions]]) -> None:
         """The compiles to run, most wanted first (jobs already made or taken are skipped)."""
@@ -489,17 +491,19 @@ class CompileAhead:
                   ) -> tuple[Any, Any] | None:
         """A planned file job's (full-range entry, range entry) (:func:`_range_file`), waiting
         for it only if the worker is making it now; None: make it inline (the worker will not
-        start it after this). The times the worker found for the range's file are remembered
-        where :func:`synth.timing.program.cached_times` looks (the same text, topology, model
-        and profile: the same times)."""
+        start it after this). Where it was not made, but a job for another range of the same
+        compile was (:meth:`_other_range`): (that job's full-range entry, None). The times the
+        worker found for the range's file are remembered where
+        :func:`synth.timing.program.cached_times` looks (the same text, topology, model and
+        profile: the same times)."""
         key = (name, options, min_bytes, max_bytes)
         with self._lock:
             self._seen_files.add(key)
             while self._current == ("file", key):
                 self._lock.wait()
             got = self._file_results.pop(key, None)
-        if got is None:
-            return None
+            if got is None:
+                return self._other_range(name, options)
         whole, part, times = got
         if times is not None:
             from ..timing.program import program_model, remember_times
@@ -512,6 +516,29 @@ class CompileAhead:
                            model=self._models[options.proto], profile=profile)
         self.made_files += 1
         return whole, part
+
+    def _other_range(self, name: str, options: XmlOptions) -> tuple[Any, None] | None:
+        """(the full-range entry, None) of a file job of the same compile for another range, the
+        lock held: waiting for one the worker is making; None where there is none.
+
+        The ranges the worker is given are the selection's first pass; the program model's veto
+        of sizes slower than NCCL can then move a range's bounds, and the caller asks for a
+        range nobody planned. Its file is the same compile with other bounds, and the compile
+        is the costly part (a 512-rank out-of-place compile took 62 s on
+        ``synth solve --topo dgx_h100 --nodes 64 --coll allgather``): the caller proves the
+        range's file from it (:func:`synth.select.ranking.ranged_xml`)."""
+        def same_compile(job: tuple[str, XmlOptions, int, int]) -> bool:
+            return job[:2] == (name, options)
+
+        while (self._current is not None and self._current[0] == "file"
+               and same_compile(self._current[1])):
+            self._lock.wait()
+        whole = next((got[0] for job, got in self._file_results.items() if same_compile(job)),
+                     None)
+        if whole is None:
+            return None
+        self.shared_compiles += 1
+        return whole, None
 
     def _feed(self) -> None:
         """The thread: each answer the worker sends is filed, and the worker given its next job."""

@@ -97,6 +97,8 @@ def compiled_xml(cache: XmlCache, candidate: Candidate, options: XmlOptions,
     key = (candidate.name, options)
     if key not in cache:
         made = cache.get((*key, COMPILED))
+        if not isinstance(made, tuple) and (*key, UNPROVEN) in cache:   # the range-file worker's
+            made = (cache[(*key, UNPROVEN)], None)
         if not isinstance(made, tuple) and ahead is not None \
                 and not xml_unsupported_reason(candidate.schedule, options):
             text = ahead.take(candidate.name, options)
