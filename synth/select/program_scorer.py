@@ -467,6 +467,35 @@ class ProgramScorer:
         def best_at(i: int) -> float:
             return min(t[i] for t in times.values())
 
+        # the first form's hopeless test (below): how far over the fastest time a count's time
+        # must be for the next count not to be tried (the ladder's widened prune, listed())
+        ladder = (self.prune_factor * self.instances[1] / self.instances[0]
+                  if len(self.instances) > 1 else 1.0)
+        bounds: dict[tuple[str, str, int, int], float] = {}
+
+        def lower_bound(c: Candidate, proto: str, inst: int, i: int, program: Any) -> float:
+            key = (c.name, proto, inst, i)
+            if key not in bounds:
+                bounds[key] = time_lower_bound(program, self.topology, sizes[i], model_of(proto),
+                                               self.xml.profile)
+            return bounds[key]
+
+        def hopeless(c: Candidate, i: int, program: Any) -> bool:
+            """Whether a first-form simulation can be skipped without changing any answer: its
+            sound lower bound is at or above NCCL's time there and more than ``ladder`` times
+            the fastest time found there. Its time (``inf`` instead) is then read nowhere that
+            decides: a configuration not faster than NCCL never serves a size, is never a
+            fallback (:func:`synth.select.nccl.with_nccl` drops it from the size's ranking) and
+            never a near tie; the fastest time at the size, every later form's prune and the
+            next count's ladder (:func:`listed`: a time more than ``ladder`` times the fastest
+            does not try the next count, nor does ``inf``) come out the same; and the budget is
+            charged as if it ran. The first form has no other prune than lock-step's, because
+            its times are what the later forms are tried by."""
+            if not math.isfinite(nccl[i]):
+                return False
+            bound = lower_bound(c, proto0, base, i, program)
+            return bound >= nccl[i] and bound > ladder * best_at(i)
+
         def simulate(c: Candidate, proto: str, inst: int, i: int, first: bool) -> float:
             program = self._program(c, proto, inst)
             ahead = self._ahead
@@ -488,6 +517,12 @@ class ProgramScorer:
             if not first:
                 self.instances_cost += cost
             self.cost += cost
+            if first and hopeless(c, i, program):
+                self.skipped += 1
+                self.bounded += 1
+                if ahead is not None:
+                    ahead.pump()
+                return math.inf
             self.simulated += 1
             t = None
             if ahead is not None:
@@ -560,6 +595,13 @@ class ProgramScorer:
             return sorted((c for c in cands if runs(c, base, i)),
                           key=lambda c: (c.costs[i].time_us, c.report.steps, c.name))
 
+        def planned_hopeless(c: Candidate, i: int) -> bool:
+            """:func:`hopeless` now, for a candidate whose program is parsed already (a first
+            form found hopeless stays so: the fastest time only falls), so the spare core is not
+            planned a simulation this process will skip."""
+            program = self._programs.get((c.name, proto0, base))
+            return program is not None and hopeless(c, i, program)
+
         try:
             for n, i in enumerate(largest_first):
                 order = first_order(i)
@@ -575,7 +617,8 @@ class ProgramScorer:
                     # the worker's plan: the rest of this size not yet pruned (the best only
                     # falls, so one pruned now stays pruned), then the following sizes' firsts
                     self._time_ahead([(d, proto0, base, sizes[i]) for d in order[k + 1:]
-                                      if d.costs[i].time_us <= self.prune_factor * best]
+                                      if d.costs[i].time_us <= self.prune_factor * best
+                                      and not planned_hopeless(d, i)]
                                      + following)
                     best = min(best, simulate(c, proto0, base, i, True))
                 decided.append(i)
