@@ -331,6 +331,42 @@ def test_a_higher_count_is_tried_within_the_count_ratio_of_the_prune(dgx1_allgat
     assert widened     # dgx1 tree at 4 MiB: 2.8 times the fastest x1 file, considered at x2
 
 
+def test_a_hopeless_first_form_is_skipped_and_changes_no_answer(monkeypatch):
+    """With NCCL competing, a first-form simulation whose sound lower bound is at or above NCCL's
+    time and more than the ladder's factor over the fastest time found is skipped: the same
+    ranges, the same time wherever one was simulated, the same first-form budget spent; only
+    such triples are left untimed."""
+    topo = load_topology("dgx_a100")     # ring, nccl_rings and tree at 1 GB are skipped
+    res = solve(topo, make_collective("allgather", 8), encoding="baseline", sizes=SIZES)
+    assert res.nccl is not None
+    skipping = ProgramScorer(res, topo, XmlOptions(), instances=(1, 2))
+    skipping.run()
+    monkeypatch.setattr(program_scorer_mod, "time_lower_bound", lambda *a, **k: 0.0)
+    full = ProgramScorer(res, topo, XmlOptions(), instances=(1, 2))
+    full.run()
+    assert full.bounded == 0 and skipping.bounded > 0
+    assert skipping.cost - skipping.instances_cost == full.cost - full.instances_cost
+    a, _ = choose_ranges(res, XmlOptions(), skipping)
+    b, _ = choose_ranges(res, XmlOptions(), full)
+    assert [(r.lo, r.hi, r.candidate and r.candidate.name, r.text, r.model_us) for r in a] \
+        == [(r.lo, r.hi, r.candidate and r.candidate.name, r.text, r.model_us) for r in b]
+    left = 0
+    for i, size in enumerate(SIZES):
+        nccl = res.nccl[i].time_us
+        best = min(full.at(c, k)[i] for c in res.candidates for k in (1, 2))
+        for c in res.candidates:
+            for inst in (1, 2):
+                t_skip, t_full = skipping.at(c, inst)[i], full.at(c, inst)[i]
+                if math.isfinite(t_skip):
+                    assert t_skip == t_full
+                elif math.isfinite(t_full) and inst == 1:   # never faster than NCCL there
+                    assert t_full >= nccl and t_full > 2 * full.prune_factor * best, (c.name, size)
+                    left += 1
+                elif math.isfinite(t_full):     # the later forms' bound: cannot win there
+                    assert t_full >= min(best, nccl), (c.name, size)
+    assert left     # some first-form triple was skipped
+
+
 # ----------------------------------------------------------------------- near ties, one range
 def _tunings(rows, names=("A", "B", "C")):
     from synth.select.buckets import Bucket
