@@ -498,8 +498,8 @@ class ProgramScorer:
             does not try the next count, nor does ``inf``) come out the same; and the budget is
             charged as if it ran. The first form has no other prune than lock-step's, because
             its times are what the later forms are tried by."""
-            if not math.isfinite(nccl[i]):
-                return False
+            if not math.isfinite(nccl[i]) or not math.isfinite(best_at(i)):
+                return False    # nothing to be over (the size's first candidate is never skipped)
             bound = lower_bound(c, proto0, base, i, program)
             return bound >= nccl[i] and bound > ladder * best_at(i)
 
