@@ -481,6 +481,8 @@ class ProgramScorer:
         bounds: dict[tuple[str, str, int, int], float] = {}
 
         def lower_bound(c: Candidate, proto: str, inst: int, i: int, program: Any) -> float:
+            """:func:`time_lower_bound` of the candidate's form at size i, once (the first
+            form's is asked for both when planning the spare core and before simulating)."""
             key = (c.name, proto, inst, i)
             if key not in bounds:
                 bounds[key] = time_lower_bound(program, self.topology, sizes[i], model_of(proto),
@@ -498,17 +500,17 @@ class ProgramScorer:
             does not try the next count, nor does ``inf``) come out the same; and the budget is
             charged as if it ran. The first form has no other prune than lock-step's, because
             its times are what the later forms are tried by."""
-            if not math.isfinite(nccl[i]) or not math.isfinite(best_at(i)):
+            best = best_at(i)
+            if not math.isfinite(nccl[i]) or not math.isfinite(best):
                 return False    # nothing to be over (the size's first candidate is never skipped)
             bound = lower_bound(c, proto0, base, i, program)
-            return bound >= nccl[i] and bound > ladder * best_at(i)
+            return bound >= nccl[i] and bound > ladder * best
 
         def simulate(c: Candidate, proto: str, inst: int, i: int, first: bool) -> float:
             program = self._program(c, proto, inst)
             ahead = self._ahead
-            if program is None or (not first and time_lower_bound(
-                    program, self.topology, sizes[i], model_of(proto),
-                    self.xml.profile) >= min(best_at(i), nccl[i])):
+            if program is None or (not first and lower_bound(c, proto, inst, i, program)
+                                   >= min(best_at(i), nccl[i])):
                 if program is not None:
                     self.skipped += 1
                     self.bounded += 1
